@@ -1,0 +1,3 @@
+"""(being written)"""
+def astext(obj, show_meta_data=True):
+    return repr(obj)

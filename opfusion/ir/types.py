@@ -1,0 +1,136 @@
+"""Types of graph-IR expressions: tensors with a static shape and dtype, tuples and functions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import OpfusionError
+
+#: dtypes the IR accepts, by canonical name.
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+
+
+def normalize_dtype(dtype: object) -> str:
+    """Return the canonical dtype name for a string, NumPy dtype or Python type."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    try:
+        name = np.dtype(dtype).name  # type: ignore[call-overload]
+    except TypeError as err:
+        raise OpfusionError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from err
+    if name not in DTYPES:
+        raise OpfusionError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}")
+    return name
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+class Type:
+    """Base class of IR types. Types are immutable values compared by content."""
+
+    __slots__ = ()
+
+
+class TensorType(Type):
+    """A tensor with a static shape (a tuple of non-negative ints) and a dtype name."""
+
+    __slots__ = ("shape", "dtype", "_hash")
+
+    def __init__(self, shape: Iterable[int], dtype: object = "float32") -> None:
+        dims = tuple(shape)
+        for dim in dims:
+            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
+                raise OpfusionError(
+                    f"tensor shape {dims} has a bad dimension {dim!r}: dimensions are "
+                    "non-negative integers (give symbolic dimensions a value when importing)"
+                )
+        object.__setattr__(self, "shape", tuple(int(d) for d in dims))
+        object.__setattr__(self, "dtype", normalize_dtype(dtype))
+        object.__setattr__(self, "_hash", hash(("TensorType", self.shape, self.dtype)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("TensorType is immutable")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TensorType) and self.shape == other.shape and self.dtype == other.dtype
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Tensor[{format_shape(self.shape)}, {self.dtype}]"
+
+
+class TupleType(Type):
+    """The type of a tuple of values."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Sequence[Type]) -> None:
+        object.__setattr__(self, "fields", tuple(fields))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("TupleType is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TupleType) and self.fields == other.fields
+
+    def __hash__(self) -> int:
+        return hash(("TupleType", self.fields))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(f) for f in self.fields)
+        return f"({inner},)" if len(self.fields) == 1 else f"({inner})"
+
+
+class FuncType(Type):
+    """The type of a function: parameter types and the return type."""
+
+    __slots__ = ("arg_types", "ret_type")
+
+    def __init__(self, arg_types: Sequence[Type], ret_type: Type) -> None:
+        object.__setattr__(self, "arg_types", tuple(arg_types))
+        object.__setattr__(self, "ret_type", ret_type)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("FuncType is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, FuncType)
+            and self.arg_types == other.arg_types
+            and self.ret_type == other.ret_type
+        )
+
+    def __hash__(self) -> int:
+        return hash(("FuncType", self.arg_types, self.ret_type))
+
+    def __repr__(self) -> str:
+        args = ", ".join(repr(t) for t in self.arg_types)
+        return f"fn ({args}) -> {self.ret_type!r}"
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """Print a shape the way the text IR does: ``(1, 3, 16, 16)``, ``(4,)``, ``()``."""
+    if len(shape) == 1:
+        return f"({shape[0]},)"
+    return "(" + ", ".join(str(d) for d in shape) + ")"
