@@ -1,0 +1,70 @@
+"""Helpers for tests and benchmarks: closeness checks and one-operator evaluation.
+
+Closeness is measured relative to the largest magnitude of the expected output, never by an
+absolute tolerance that could be as large as the values under test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.evaluate import evaluate
+from ..ir.expr import Expr, Function, Var
+from ..ir.module import IRModule
+from ..ir.types import TensorType
+
+
+def assert_close(got: Any, want: Any, rtol: float = 1e-5) -> None:
+    """Assert that ``got`` matches ``want`` in shape, dtype and value.
+
+    Values may differ by ``rtol * max|want|`` (plus ``rtol`` for outputs that are all
+    zero); integer and bool outputs must match exactly. Tuples are compared fieldwise."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), (type(got), len(want))
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol)
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != expected {want.shape}"
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != expected {want.dtype}"
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want)
+        return
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite, err_msg="non-finite positions differ")
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+    if not finite.any():
+        return
+    scale = float(np.max(np.abs(want[finite]))) or 1.0
+    error = float(np.max(np.abs(got[finite].astype(np.float64) - want[finite])))
+    assert error <= rtol * scale, (
+        f"max abs error {error:.3g} exceeds {rtol:g} x max|want| = {rtol * scale:.3g}")
+
+
+def eval_op(builder: Callable[..., Expr], *arrays: Any, **attrs: Any) -> Any:
+    """Build ``builder(*vars, **attrs)`` over variables shaped like ``arrays`` and run it
+    through the reference interpreter. A list of arrays becomes one tuple-input argument
+    (for concatenate-style ops)."""
+    params: list[Var] = []
+    args: list[Any] = []
+    values: list[np.ndarray] = []
+    for index, item in enumerate(arrays):
+        if isinstance(item, list):
+            group = []
+            for sub, array in enumerate(item):
+                array = np.asarray(array)
+                param = Var(f"x{index}_{sub}", TensorType(array.shape, array.dtype))
+                params.append(param)
+                values.append(array)
+                group.append(param)
+            args.append(group)
+        else:
+            array = np.asarray(item)
+            param = Var(f"x{index}", TensorType(array.shape, array.dtype))
+            params.append(param)
+            values.append(array)
+            args.append(param)
+    body = builder(*args, **attrs)
+    return evaluate(IRModule.from_expr(Function(params, body)), values)
