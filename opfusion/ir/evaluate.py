@@ -116,16 +116,18 @@ class _Interpreter:
             if isinstance(op, GlobalVar):
                 assert self.mod is not None
                 return self.run(self.mod[op.name_hint], args)
-            callee = env[op]
-            return self.run(callee, args)
+            return self.run(op, args)  # a nested (primitive) function: a value, not a node
         if isinstance(node, Constant):
             return node.data
         if isinstance(node, Tuple):
             return tuple(env[field] for field in node.fields)
         if isinstance(node, TupleGetItem):
             return env[node.tuple_value][node.index]
-        if isinstance(node, (Function, GlobalVar)):
-            return node if isinstance(node, Function) else self.mod[node.name_hint]  # type: ignore[index]
+        if isinstance(node, Function):
+            return node
+        if isinstance(node, GlobalVar):
+            assert self.mod is not None
+            return self.mod[node.name_hint]
         assert isinstance(node, Var)
         raise EvaluationError(f"%{node.name_hint} is used but not bound by any function")
 

@@ -125,7 +125,9 @@ class Constant(Expr):
     __slots__ = ("data",)
 
     def __init__(self, data: Any, dtype: object = None) -> None:
-        array = np.asarray(data) if dtype is None else np.asarray(data, dtype=normalize_dtype(dtype))
+        if dtype is not None:
+            dtype = normalize_dtype(dtype)
+        array = np.asarray(data, dtype=dtype)
         normalize_dtype(array.dtype)  # reject unsupported dtypes with a clear message
         if array.flags.writeable:
             array = array.copy()

@@ -95,7 +95,7 @@ class _Comparison:
     def fail(self, frame: int, reason: str) -> _Mismatch:
         return _Mismatch(self.path(frame), reason)
 
-    def compare_node(self, left: Expr, right: Expr, frame: int) -> list[tuple[int, str, Expr, Expr]]:
+    def compare_node(self, left: Expr, right: Expr, frame: int) -> list:
         """Compare the node's own fields; return the operand pairs still to compare."""
         if type(left) is not type(right):
             raise self.fail(frame, f"{_describe(left)} vs {_describe(right)}")

@@ -25,6 +25,18 @@ def normalize_dtype(dtype: object) -> str:
     return name
 
 
+_DTYPE_SET = frozenset(DTYPES)
+
+
+def _check_dim(dim: object, dims: tuple) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
+        raise OpfusionError(
+            f"tensor shape {dims} has a bad dimension {dim!r}: dimensions are "
+            "non-negative integers (give symbolic dimensions a value when importing)"
+        )
+    return int(dim)
+
+
 def is_float(dtype: str) -> bool:
     return dtype.startswith("float")
 
@@ -45,16 +57,16 @@ class TensorType(Type):
     __slots__ = ("shape", "dtype", "_hash")
 
     def __init__(self, shape: Iterable[int], dtype: object = "float32") -> None:
-        dims = tuple(shape)
-        for dim in dims:
-            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
-                raise OpfusionError(
-                    f"tensor shape {dims} has a bad dimension {dim!r}: dimensions are "
-                    "non-negative integers (give symbolic dimensions a value when importing)"
-                )
-        object.__setattr__(self, "shape", tuple(int(d) for d in dims))
-        object.__setattr__(self, "dtype", normalize_dtype(dtype))
-        object.__setattr__(self, "_hash", hash(("TensorType", self.shape, self.dtype)))
+        dims = shape if type(shape) is tuple else tuple(shape)
+        # Fast path for the common case (plain non-negative ints); anything else is checked
+        # and converted one dimension at a time.
+        if not all(type(d) is int and d >= 0 for d in dims):
+            dims = tuple(_check_dim(d, dims) for d in dims)
+        if not (type(dtype) is str and dtype in _DTYPE_SET):
+            dtype = normalize_dtype(dtype)
+        object.__setattr__(self, "shape", dims)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "_hash", hash((dims, dtype)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("TensorType is immutable")
@@ -69,9 +81,9 @@ class TensorType(Type):
         return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, TensorType) and self.shape == other.shape and self.dtype == other.dtype
-        )
+        if not isinstance(other, TensorType):
+            return False
+        return self.shape == other.shape and self.dtype == other.dtype
 
     def __hash__(self) -> int:
         return self._hash

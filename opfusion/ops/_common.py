@@ -10,6 +10,9 @@ from ..ir.types import TensorType
 
 def broadcast_shape(op: Op, types: Sequence[TensorType], names: Sequence[str]) -> tuple[int, ...]:
     """NumPy broadcasting of several input shapes; the error names the op and the inputs."""
+    first = types[0].shape
+    if all(t.shape == first for t in types):
+        return first
     ndim = max(len(t.shape) for t in types)
     result: list[int] = []
     for axis in range(-ndim, 0):
@@ -26,7 +29,7 @@ def broadcast_shape(op: Op, types: Sequence[TensorType], names: Sequence[str]) -
 def same_dtype(op: Op, types: Sequence[TensorType], names: Sequence[str]) -> str:
     """The common dtype of the inputs; mixed dtypes are an error (insert a cast)."""
     dtype = types[0].dtype
-    for name, ty in zip(names, types):
+    for ty in types:
         if ty.dtype != dtype:
             listing = ", ".join(f"{n}: {t.dtype}" for n, t in zip(names, types))
             raise op.type_error(f"inputs must share one dtype, got {listing}; insert a cast")
@@ -49,3 +52,30 @@ def normalize_axes(op: Op, axes: Sequence[int] | None, ndim: int, attr: str = "a
     if len(set(result)) != len(result):
         raise op.type_error(f"attribute {attr!r}={tuple(axes)} repeats an axis")
     return result
+
+
+def reduce_axes(op: Op, axis: Sequence[int] | None, ndim: int, exclude: bool = False,
+                attr: str = "axis") -> tuple[int, ...]:
+    """The sorted axes a reduction runs over: ``axis`` (None = every axis) or, with
+    ``exclude``, every axis *not* in ``axis`` (TVM's convention; None ignores ``exclude``)."""
+    if axis is None:
+        return tuple(range(ndim))
+    named = normalize_axes(op, axis, ndim, attr)
+    if exclude:
+        return tuple(a for a in range(ndim) if a not in named)
+    return tuple(sorted(named))
+
+
+def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
+    """The shape left after reducing ``axes``: dropped, or kept as 1 with ``keepdims``."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def shape_size(shape: Sequence[int]) -> int:
+    """Number of elements of a tensor of this shape (1 for a scalar)."""
+    size = 1
+    for dim in shape:
+        size *= dim
+    return size

@@ -1,0 +1,16 @@
+"""The tree is ruff-clean (the house style), when ruff is installed."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
+def test_ruff_is_clean():
+    result = subprocess.run(["ruff", "check", "opfusion", "tests", "benchmarks"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
