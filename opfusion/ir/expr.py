@@ -142,9 +142,10 @@ class Constant(Expr):
 class Call(Expr):
     """A call of an operator (an :class:`Op`), a :class:`Function` or a :class:`GlobalVar`.
 
-    ``attrs`` are validated and normalized against the op's schema unless they already are
-    an :class:`Attrs` (taken from another call). ``span`` is an optional source name (an ONNX
-    node name) used in messages; it is not part of the structure."""
+    ``attrs`` are validated and normalized against the op's schema unless they are an
+    :class:`Attrs` that this op's schema already checked (taken from another call). ``span``
+    is an optional source name (an ONNX node name) used in messages; it is not part of the
+    structure."""
 
     __slots__ = ("op", "args", "attrs", "span")
 
@@ -164,7 +165,7 @@ class Call(Expr):
                 raise OpfusionError(f"{name}: argument {index} must be an expression, got "
                                     f"{type(arg).__name__}; wrap values with opf.const()")
         if isinstance(op, Op):
-            if not isinstance(attrs, Attrs):
+            if not (isinstance(attrs, Attrs) and attrs.checked_by is op):
                 attrs = op.make_attrs(attrs or {}, where=_describe(op.name, span))
         elif isinstance(op, (Function, GlobalVar)):
             attrs = EMPTY_ATTRS if attrs is None else Attrs(attrs)

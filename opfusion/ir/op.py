@@ -149,11 +149,15 @@ class Attrs(Mapping[str, Any]):
     Values are ints, floats, bools, strings, None or tuples of numbers; they can be read as
     items (``attrs["strides"]``) or attributes (``attrs.strides``)."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_hash", "checked_by")
 
-    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, items: Mapping[str, Any] | None = None,
+                 checked_by: Op | None = None) -> None:
         object.__setattr__(self, "_items", dict(items or {}))
         object.__setattr__(self, "_hash", None)
+        # The op whose schema validated these values (set by Op.make_attrs); a Call of that
+        # op may reuse them without validating again.
+        object.__setattr__(self, "checked_by", checked_by)
 
     def __getitem__(self, key: str) -> Any:
         return self._items[key]
@@ -245,7 +249,7 @@ class Op:
             else:
                 values[key] = (None if spec.default is None
                                else spec.normalize(spec.default, f"{where} attribute {key!r}"))
-        return Attrs(self.normalize_attrs(values))
+        return Attrs(self.normalize_attrs(values), checked_by=self)
 
     def type_error(self, message: str) -> OpfusionTypeError:
         return OpfusionTypeError(f"{self.name}: {message}")

@@ -1,1 +1,462 @@
-"""(being written)"""
+"""Neural-network operators: convolution, dense and matrix products, and the small layers
+around them (bias_add, prelu, pad, batch_flatten, dropout).
+
+TVM conventions: NCHW data, OIHW conv2d weights, IOHW conv2d_transpose weights, padding as
+(top, left, bottom, right). Pooling lives in :mod:`.nn_pool`, normalization and softmax in
+:mod:`.nn_norm`; both are imported here so that importing this family registers it all."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import OpAttributeError
+from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
+from ..ir.types import TensorType, Type, is_float
+from . import nn_norm, nn_pool  # noqa: F401  (registers the pooling and normalization ops)
+from ._common import broadcast_shape, normalize_axis, same_dtype
+from ._nn_common import (
+    along,
+    check_positive,
+    expect_rank,
+    normalize_padding,
+    numeric_dtype,
+    pad_spatial,
+    spatial_output,
+    wide,
+    windows,
+)
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+
+def _conv_attrs(kernel_layout: str) -> dict[str, Attr]:
+    return {
+        "strides": Attr("ints", 1, length=2, doc="(height, width) step of the window"),
+        "padding": Attr("ints", 0, always_print=True,
+                        doc="1, 2 or 4 values, normalized to (top, left, bottom, right)"),
+        "dilation": Attr("ints", 1, length=2, doc="(height, width) spacing of kernel taps"),
+        "groups": Attr("int", 1, doc="channel groups; groups == in_channels is depthwise"),
+        "channels": Attr("int", optional=True, doc="output channels, checked against weight"),
+        "kernel_size": Attr("ints", optional=True, length=2,
+                            doc="(KH, KW), checked against weight"),
+        "data_layout": Attr("str", "NCHW", choices=("NCHW",)),
+        "kernel_layout": Attr("str", kernel_layout, choices=(kernel_layout,)),
+        "out_dtype": Attr("dtype", optional=True, doc="result dtype (default: the input's)"),
+    }
+
+
+class _ConvBase(Op):
+    inputs = ("data", "weight")
+    pattern = OpPatternKind.kOutEWiseFusable
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["padding"] = normalize_padding(self, attrs["padding"])
+        check_positive(self, attrs, ("strides", "dilation", "groups", "channels", "kernel_size"))
+        return attrs
+
+    def _check_common(self, arg_types: Sequence[Type],
+                      attrs: Attrs) -> tuple[TensorType, TensorType, str]:
+        """Ranks, dtypes and kernel_size; returns data, weight and the output dtype."""
+        data, weight = self.expect_tensors(arg_types)
+        expect_rank(self, data, "data", 4, ("N", "C", "H", "W"))
+        expect_rank(self, weight, "weight", 4, self.attrs["kernel_layout"].default)
+        dtype = numeric_dtype(self, [data, weight], self.inputs)
+        kernel = weight.shape[2:]
+        if attrs.kernel_size is not None and tuple(attrs.kernel_size) != kernel:
+            raise self.type_error(f"attribute 'kernel_size'={attrs.kernel_size} does not match "
+                                  f"weight {weight.shape} (kernel {kernel}); fix the attribute "
+                                  "or the weight")
+        return data, weight, attrs.out_dtype or dtype
+
+    def _check_channels(self, out_channels: int, weight: TensorType, attrs: Attrs) -> None:
+        if attrs.channels is not None and attrs.channels != out_channels:
+            raise self.type_error(f"attribute 'channels'={attrs.channels} but weight "
+                                  f"{weight.shape} gives {out_channels} output channels "
+                                  f"(groups={attrs.groups}); fix the attribute or the weight")
+
+
+@register_op
+class Conv2D(_ConvBase):
+    name = "nn.conv2d"
+    doc = "2-D convolution of NCHW data with an OIHW weight (grouped and depthwise included)."
+    attrs = _conv_attrs("OIHW")
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, weight, out_dtype = self._check_common(arg_types, attrs)
+        batch, in_channels = data.shape[:2]
+        out_channels, per_group = weight.shape[:2]
+        groups = attrs.groups
+        if in_channels != per_group * groups:
+            raise self.type_error(
+                f"data {data.shape} has {in_channels} input channels but weight {weight.shape} "
+                f"takes {per_group} per group x groups={groups} = {per_group * groups}; check "
+                "the weight shape or the 'groups' attribute")
+        if out_channels % groups:
+            raise self.type_error(f"weight {weight.shape} has {out_channels} output channels, "
+                                  f"not divisible by groups={groups}; check the weight shape "
+                                  "or the 'groups' attribute")
+        self._check_channels(out_channels, weight, attrs)
+        out_h, out_w = spatial_output(self, data, weight.shape[2:], attrs.strides,
+                                      attrs.dilation, attrs.padding)
+        return TensorType((batch, out_channels, out_h, out_w), out_dtype)
+
+    def reference(self, data: np.ndarray, weight: np.ndarray, *, strides: tuple,
+                  padding: tuple, dilation: tuple, groups: int, **_: Any) -> np.ndarray:
+        # im2col: gather every window once (a strided view, copied by the reshape), then one
+        # batched matrix product per group.
+        batch = data.shape[0]
+        out_channels, per_group, kh, kw = weight.shape
+        padded = pad_spatial(wide(data), padding)
+        out_hw = (
+            (padded.shape[2] - dilation[0] * (kh - 1) - 1) // strides[0] + 1,
+            (padded.shape[3] - dilation[1] * (kw - 1) - 1) // strides[1] + 1,
+        )
+        view = windows(padded, (kh, kw), strides, dilation, out_hw)  # N, C, OH, OW, KH, KW
+        view = view.reshape(batch, groups, per_group, *out_hw, kh, kw)
+        cols = view.transpose(0, 1, 3, 4, 2, 5, 6).reshape(
+            batch, groups, out_hw[0] * out_hw[1], per_group * kh * kw)
+        kernel = wide(weight).reshape(groups, out_channels // groups, per_group * kh * kw)
+        out = cols @ kernel.transpose(0, 2, 1)  # N, G, OH*OW, O/G
+        return out.transpose(0, 1, 3, 2).reshape(batch, out_channels, *out_hw)
+
+
+@register_op
+class Conv2DTranspose(_ConvBase):
+    name = "nn.conv2d_transpose"
+    doc = "Transposed 2-D convolution (the gradient of conv2d) with an IOHW weight."
+    attrs = {
+        **_conv_attrs("IOHW"),
+        "output_padding": Attr("ints", 0, length=2,
+                               doc="extra (height, width) rows/columns at the bottom/right"),
+    }
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().normalize_attrs(attrs)
+        for axis, extra in enumerate(attrs["output_padding"]):
+            limit = max(attrs["strides"][axis], attrs["dilation"][axis])
+            if not 0 <= extra < limit:
+                raise OpAttributeError(
+                    f"{self.name} attribute 'output_padding'={attrs['output_padding']} must be "
+                    f"non-negative and smaller than the stride or the dilation "
+                    f"(strides={attrs['strides']}, dilation={attrs['dilation']})")
+        return attrs
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, weight, out_dtype = self._check_common(arg_types, attrs)
+        batch, in_channels = data.shape[:2]
+        groups = attrs.groups
+        if weight.shape[0] != in_channels:
+            raise self.type_error(f"data {data.shape} has {in_channels} input channels but "
+                                  f"weight {weight.shape} (IOHW) expects {weight.shape[0]}; "
+                                  "check the weight shape")
+        if in_channels % groups:
+            raise self.type_error(f"data {data.shape} has {in_channels} input channels, not "
+                                  f"divisible by groups={groups}; check the 'groups' attribute")
+        out_channels = weight.shape[1] * groups
+        self._check_channels(out_channels, weight, attrs)
+        sizes = []
+        for axis in range(2):
+            size, kernel = data.shape[2 + axis], weight.shape[2 + axis]
+            full = ((size - 1) * attrs.strides[axis] + attrs.dilation[axis] * (kernel - 1) + 1
+                    + attrs.output_padding[axis])
+            out = full - attrs.padding[axis] - attrs.padding[axis + 2]
+            if out <= 0:
+                raise self.type_error(f"output {('height', 'width')[axis]} would be {out}: the "
+                                      f"padding {attrs.padding} crops away all {full} rows of "
+                                      "the result; use less padding")
+            sizes.append(out)
+        return TensorType((batch, out_channels, *sizes), out_dtype)
+
+    def reference(self, data: np.ndarray, weight: np.ndarray, *, strides: tuple,
+                  padding: tuple, dilation: tuple, groups: int, output_padding: tuple,
+                  **_: Any) -> np.ndarray:
+        # col2im: multiply every input pixel by the whole kernel in one matmul, then add each
+        # kernel tap's plane into the (uncropped) output at its strided offset.
+        batch, channels, height, width = data.shape
+        _, per_group_out, kh, kw = weight.shape
+        per_group_in = channels // groups
+        x = wide(data).reshape(batch, groups, per_group_in, height * width).transpose(0, 1, 3, 2)
+        kernel = wide(weight).reshape(groups, per_group_in, per_group_out * kh * kw)
+        cols = (x @ kernel).reshape(batch, groups, height, width, per_group_out, kh, kw)
+        cols = cols.transpose(0, 1, 4, 5, 6, 2, 3)  # N, G, O/G, KH, KW, H, W
+        full_h = (height - 1) * strides[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
+        full_w = (width - 1) * strides[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
+        full = np.zeros((batch, groups, per_group_out, full_h, full_w), cols.dtype)
+        span_h, span_w = (height - 1) * strides[0] + 1, (width - 1) * strides[1] + 1
+        for i in range(kh):
+            top = i * dilation[0]
+            for j in range(kw):
+                left = j * dilation[1]
+                full[..., top:top + span_h:strides[0], left:left + span_w:strides[1]] += (
+                    cols[:, :, :, i, j])
+        top, left, bottom, right = padding
+        out = full[..., top:full_h - bottom, left:full_w - right]
+        return out.reshape(batch, groups * per_group_out, *out.shape[-2:])
+
+
+# ---------------------------------------------------------------------------------------------
+# dense and matrix products
+
+
+@register_op
+class Dense(Op):
+    name = "nn.dense"
+    doc = "data (..., K) times the transpose of weight (N, K): (..., N)."
+    inputs = ("data", "weight")
+    pattern = OpPatternKind.kOutEWiseFusable
+    attrs = {
+        "units": Attr("int", optional=True, doc="N, checked against weight"),
+        "out_dtype": Attr("dtype", optional=True, doc="result dtype (default: the input's)"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, weight = self.expect_tensors(arg_types)
+        dtype = numeric_dtype(self, [data, weight], self.inputs)
+        if data.ndim < 1:
+            raise self.type_error("input 'data' must have at least one axis, got a scalar")
+        expect_rank(self, weight, "weight", 2, ("N", "K"))
+        if data.shape[-1] != weight.shape[1]:
+            raise self.type_error(f"data {data.shape} has {data.shape[-1]} features on its "
+                                  f"last axis but weight {weight.shape} takes {weight.shape[1]}"
+                                  "; check the weight shape (dense wants (units, in_features))")
+        if attrs.units is not None and attrs.units != weight.shape[0]:
+            raise self.type_error(f"attribute 'units'={attrs.units} but weight {weight.shape} "
+                                  f"has {weight.shape[0]} rows; fix the attribute or the weight")
+        return TensorType((*data.shape[:-1], weight.shape[0]), attrs.out_dtype or dtype)
+
+    def reference(self, data: np.ndarray, weight: np.ndarray, **_: Any) -> np.ndarray:
+        return wide(data) @ wide(weight).T
+
+
+@register_op
+class MatMul(Op):
+    name = "nn.matmul"
+    doc = ("NumPy matmul: batch axes broadcast, 1-D inputs act as vectors; transpose_a/_b "
+           "swap the last two axes of an input of rank >= 2.")
+    inputs = ("a", "b")
+    pattern = OpPatternKind.kOutEWiseFusable
+    attrs = {
+        "transpose_a": Attr("bool", False),
+        "transpose_b": Attr("bool", False),
+        "out_dtype": Attr("dtype", optional=True, doc="result dtype (default: the input's)"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        a, b = self.expect_tensors(arg_types)
+        dtype = numeric_dtype(self, [a, b], self.inputs)
+        for name, ty in (("a", a), ("b", b)):
+            if ty.ndim == 0:
+                raise self.type_error(f"input {name!r} is a scalar; use multiply instead")
+        a_shape = _swap_last(a.shape, attrs.transpose_a)
+        b_shape = _swap_last(b.shape, attrs.transpose_b)
+        a_mat = a_shape if a.ndim > 1 else (1, *a_shape)
+        b_mat = b_shape if b.ndim > 1 else (*b_shape, 1)
+        if a_mat[-1] != b_mat[-2]:
+            raise self.type_error(
+                f"a {a.shape} (transpose_a={attrs.transpose_a}) contracts {a_mat[-1]} values "
+                f"but b {b.shape} (transpose_b={attrs.transpose_b}) has {b_mat[-2]}; check "
+                "the shapes or the transpose attributes")
+        batch = broadcast_shape(self, [TensorType(a_mat[:-2], dtype), TensorType(b_mat[:-2],
+                                       dtype)], ("a's batch axes", "b's batch axes"))
+        # As in NumPy, the axis a 1-D input was promoted with is dropped from the result.
+        rows = (a_mat[-2],) if a.ndim > 1 else ()
+        cols = (b_mat[-1],) if b.ndim > 1 else ()
+        return TensorType((*batch, *rows, *cols), attrs.out_dtype or dtype)
+
+    def reference(self, a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool,
+                  **_: Any) -> np.ndarray:
+        a, b = wide(a), wide(b)
+        if transpose_a and a.ndim > 1:
+            a = np.swapaxes(a, -1, -2)
+        if transpose_b and b.ndim > 1:
+            b = np.swapaxes(b, -1, -2)
+        return np.matmul(a, b)
+
+
+def _swap_last(shape: tuple[int, ...], swap: bool) -> tuple[int, ...]:
+    return (*shape[:-2], shape[-1], shape[-2]) if swap and len(shape) > 1 else shape
+
+
+@register_op
+class BatchMatMul(Op):
+    name = "nn.batch_matmul"
+    doc = "Batched matmul of 3-D tensors: (B, M, K) x (B, N, K) -> (B, M, N) by default."
+    inputs = ("x", "y")
+    pattern = OpPatternKind.kOutEWiseFusable
+    attrs = {
+        "transpose_a": Attr("bool", False, doc="x is (B, K, M)"),
+        "transpose_b": Attr("bool", True, doc="y is (B, N, K); False: (B, K, N)"),
+        "out_dtype": Attr("dtype", optional=True, doc="result dtype (default: the input's)"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        x, y = self.expect_tensors(arg_types)
+        dtype = numeric_dtype(self, [x, y], self.inputs)
+        expect_rank(self, x, "x", 3, ("B", "K", "M") if attrs.transpose_a else ("B", "M", "K"))
+        expect_rank(self, y, "y", 3, ("B", "N", "K") if attrs.transpose_b else ("B", "K", "N"))
+        _, m, k = _swap_last(x.shape, attrs.transpose_a)
+        _, k2, n = _swap_last(y.shape, attrs.transpose_b)
+        if k != k2:
+            raise self.type_error(
+                f"x {x.shape} (transpose_a={attrs.transpose_a}) contracts {k} values but y "
+                f"{y.shape} (transpose_b={attrs.transpose_b}) has {k2}; check the shapes or "
+                "the transpose attributes")
+        bx, by = x.shape[0], y.shape[0]
+        if bx != by and 1 not in (bx, by):
+            raise self.type_error(f"batch sizes differ: x {x.shape} and y {y.shape}; they must "
+                                  "be equal or one of them 1")
+        return TensorType((by if bx == 1 else bx, m, n), attrs.out_dtype or dtype)
+
+    def reference(self, x: np.ndarray, y: np.ndarray, transpose_a: bool, transpose_b: bool,
+                  **_: Any) -> np.ndarray:
+        x, y = wide(x), wide(y)
+        if transpose_a:
+            x = x.transpose(0, 2, 1)
+        if transpose_b:
+            y = y.transpose(0, 2, 1)
+        return x @ y
+
+
+# ---------------------------------------------------------------------------------------------
+# per-channel layers
+
+
+class _ChannelVectorOp(Op):
+    """data plus a 1-D vector laid along ``axis`` (bias_add, prelu)."""
+
+    pattern = OpPatternKind.kBroadcast
+    attrs = {"axis": Attr("int", 1)}
+    float_only = False
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, vector = self.expect_tensors(arg_types)
+        name = self.inputs[1]
+        dtype = numeric_dtype(self, [data, vector], self.inputs)
+        if self.float_only and not is_float(dtype):
+            raise self.type_error(f"input 'data' must be floating point, got {dtype}")
+        axis = normalize_axis(self, attrs.axis, data.ndim)
+        if vector.shape != (data.shape[axis],):
+            raise self.type_error(f"input {name!r} must be 1-D with data's axis {attrs.axis} "
+                                  f"size {data.shape[axis]}, got {name} {vector.shape} for "
+                                  f"data {data.shape}; check the shapes or the 'axis' attribute")
+        return data
+
+
+@register_op
+class BiasAdd(_ChannelVectorOp):
+    name = "nn.bias_add"
+    doc = "Add a 1-D bias along ``axis`` (the channel axis by default)."
+    inputs = ("data", "bias")
+
+    def reference(self, data: np.ndarray, bias: np.ndarray, axis: int) -> np.ndarray:
+        return data + along(bias, data.ndim, axis)
+
+
+@register_op
+class PRelu(_ChannelVectorOp):
+    name = "nn.prelu"
+    doc = "x where x > 0, alpha[c] * x elsewhere, with the 1-D alpha along ``axis``."
+    inputs = ("data", "alpha")
+    float_only = True
+
+    def reference(self, data: np.ndarray, alpha: np.ndarray, axis: int) -> np.ndarray:
+        return np.where(data > 0, data, data * along(alpha, data.ndim, axis))
+
+
+# ---------------------------------------------------------------------------------------------
+# layout and identity
+
+
+@register_op
+class Pad(Op):
+    name = "nn.pad"
+    doc = ("Pad every axis; pad_width is flat: (before_0, after_0, before_1, after_1, ...). "
+           "pad_value (a 0-d tensor) fills in constant mode.")
+    inputs = ("data", "pad_value")
+    pattern = OpPatternKind.kInjective
+    attrs = {
+        "pad_width": Attr("ints", required=True,
+                          doc="2 * ndim values: (before_0, after_0, before_1, after_1, ...)"),
+        "pad_mode": Attr("str", "constant", choices=("constant", "edge", "reflect")),
+    }
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if any(p < 0 for p in attrs["pad_width"]):
+            raise OpAttributeError(f"{self.name} attribute 'pad_width'={attrs['pad_width']} "
+                                   "must not be negative; crop with strided_slice instead")
+        return attrs
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, value = self.expect_tensors(arg_types)
+        if value.ndim != 0:
+            raise self.type_error(f"input 'pad_value' must be a scalar (0-d) tensor, got shape "
+                                  f"{value.shape}")
+        same_dtype(self, [data, value], self.inputs)
+        widths = attrs.pad_width
+        if len(widths) != 2 * data.ndim:
+            raise self.type_error(f"attribute 'pad_width' needs 2 x rank = {2 * data.ndim} "
+                                  f"values (before_0, after_0, before_1, ...) for data "
+                                  f"{data.shape}, got {len(widths)}")
+        shape = []
+        for axis, size in enumerate(data.shape):
+            before, after = widths[2 * axis], widths[2 * axis + 1]
+            if attrs.pad_mode == "reflect" and max(before, after) > size - 1:
+                raise self.type_error(f"attribute 'pad_width' pads axis {axis} of data "
+                                      f"{data.shape} by ({before}, {after}); reflect mode pads "
+                                      f"at most size - 1 = {size - 1}")
+            if attrs.pad_mode == "edge" and size == 0 and before + after:
+                raise self.type_error(f"edge mode cannot pad the empty axis {axis} of data "
+                                      f"{data.shape}; use constant mode")
+            shape.append(size + before + after)
+        return TensorType(shape, data.dtype)
+
+    def reference(self, data: np.ndarray, pad_value: np.ndarray, pad_width: tuple,
+                  pad_mode: str) -> np.ndarray:
+        pairs = [(pad_width[2 * i], pad_width[2 * i + 1]) for i in range(data.ndim)]
+        if pad_mode == "constant":
+            return np.pad(data, pairs, mode="constant", constant_values=pad_value.item())
+        return np.pad(data, pairs, mode=pad_mode)
+
+
+@register_op
+class BatchFlatten(Op):
+    name = "nn.batch_flatten"
+    doc = "Flatten all axes but the first: (N, ...) -> (N, product of the rest)."
+    inputs = ("data",)
+    pattern = OpPatternKind.kInjective
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        if data.ndim < 1:
+            raise self.type_error("input 'data' must have a batch axis, got a scalar")
+        return TensorType((data.shape[0], int(np.prod(data.shape[1:], dtype=np.int64))),
+                          data.dtype)
+
+    def reference(self, data: np.ndarray) -> np.ndarray:
+        return data.reshape(data.shape[0], -1)
+
+
+@register_op
+class Dropout(Op):
+    name = "nn.dropout"
+    doc = "Dropout at inference: the identity (``rate`` is kept for training-time tools)."
+    inputs = ("data",)
+    pattern = OpPatternKind.kOpaque
+    attrs = {"rate": Attr("float", 0.5, doc="fraction dropped in training, in [0, 1)")}
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not 0.0 <= attrs["rate"] < 1.0:
+            raise OpAttributeError(f"{self.name} attribute 'rate'={attrs['rate']} must be in "
+                                   "[0, 1)")
+        return attrs
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        return data
+
+    def reference(self, data: np.ndarray, rate: float) -> np.ndarray:
+        return data
