@@ -143,6 +143,9 @@ def _use_counts(order: list[Expr]) -> dict[Expr, int]:
 def _conform(out: Any, ty: Type | None, node: Call) -> Value:
     """Cast a reference result to the inferred dtype; a shape mismatch is a declaration bug."""
     if isinstance(ty, TupleType):
+        assert len(out) == len(ty.fields), (
+            f"{node.op_name}: the reference gave {len(out)} outputs but inference promised "
+            f"{len(ty.fields)}")
         return tuple(_conform(item, field, node) for item, field in zip(out, ty.fields))
     assert isinstance(ty, TensorType)
     array = np.asarray(out)

@@ -1,1 +1,540 @@
-"""(being written)"""
+"""Shape and indexing transforms: reshape, transpose, slicing, gathers, tiling, arange, ...
+
+Every output element is one input element found by an index map, so all are kInjective except
+broadcast_to (kBroadcast). Attribute conventions are TVM's; where ONNX fixes a finer point
+(reshape's 0, Slice clamping, Gather's negative indices, DepthToSpace modes) ONNX's is used."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
+from ..ir.types import TensorType, TupleType, Type, is_int
+from ._common import normalize_axes, normalize_axis, same_dtype, shape_size
+
+_INDEX_DTYPES = ("int32", "int64")
+
+
+class TransformOp(Op):
+    """One tensor in; the result keeps its dtype. Subclasses give ``out_shape``."""
+
+    inputs = ("data",)
+    pattern = OpPatternKind.kInjective
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        return TensorType(self.out_shape(data.shape, attrs), data.dtype)
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        raise NotImplementedError  # pragma: no cover
+
+
+@register_op
+class Reshape(TransformOp):
+    name = "reshape"
+    doc = "The same elements in row-major order under a new shape (-1 infers, 0 copies a dim)."
+    attrs = {"newshape": Attr("ints", required=True,
+                              doc="target shape; -1 infers one dim, 0 copies the input's dim")}
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        newshape = attrs.newshape
+        out: list[int] = []
+        infer_at = None
+        for index, dim in enumerate(newshape):
+            if dim == 0:  # ONNX Reshape (allowzero=0) and TVM: copy the input's dim
+                if index >= len(shape):
+                    raise self.type_error(f"attribute 'newshape'={newshape} has 0 at position "
+                                          f"{index}, which copies a dimension that data {shape} "
+                                          "does not have; give the size explicitly")
+                out.append(shape[index])
+            elif dim == -1:
+                if infer_at is not None:
+                    raise self.type_error(f"attribute 'newshape'={newshape} has more than one "
+                                          "-1; at most one dimension can be inferred")
+                infer_at = index
+                out.append(1)
+            elif dim < -1:
+                raise self.type_error(f"attribute 'newshape'={newshape} has {dim}; dimensions "
+                                      "are sizes, -1 (infer) or 0 (copy)")
+            else:
+                out.append(dim)
+        size = shape_size(shape)
+        if infer_at is not None:
+            known = shape_size(out)
+            if known == 0:
+                raise self.type_error(f"attribute 'newshape'={newshape}: -1 cannot be inferred "
+                                      f"for data {shape} when the other dimensions multiply to 0;"
+                                      " give every size")
+            if size % known == 0:
+                out[infer_at] = size // known
+        if shape_size(out) != size:
+            raise self.type_error(f"cannot reshape data {shape} ({size} elements) to "
+                                  f"'newshape'={newshape} (= {tuple(out)}, {shape_size(out)} "
+                                  "elements); the element counts must match")
+        return tuple(out)
+
+    def reference(self, data: np.ndarray, newshape: tuple[int, ...]) -> np.ndarray:
+        return data.reshape(self.out_shape(data.shape, Attrs({"newshape": newshape})))
+
+
+@register_op
+class Transpose(TransformOp):
+    name = "transpose"
+    doc = "Permute the axes: output axis i is input axis axes[i] (None reverses them)."
+    attrs = {"axes": Attr("ints", optional=True, doc="a permutation; None reverses the axes")}
+
+    def permutation(self, ndim: int, axes: tuple[int, ...] | None) -> tuple[int, ...]:
+        if axes is None:
+            return tuple(reversed(range(ndim)))
+        if len(axes) != ndim:
+            raise self.type_error(f"attribute 'axes'={axes} has {len(axes)} entries but data "
+                                  f"has rank {ndim}; give a permutation of 0..{ndim - 1}")
+        return normalize_axes(self, axes, ndim, "axes")
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        return tuple(shape[a] for a in self.permutation(len(shape), attrs.axes))
+
+    def reference(self, data: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
+        return np.transpose(data, self.permutation(data.ndim, axes))
+
+
+@register_op
+class Squeeze(TransformOp):
+    name = "squeeze"
+    doc = "Remove size-1 axes: those named by ``axis``, or every one for None."
+    attrs = {"axis": Attr("ints", optional=True, doc="size-1 axes to remove; None: all of them")}
+
+    def squeezed(self, shape: tuple[int, ...], axis: tuple[int, ...] | None) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(a for a, dim in enumerate(shape) if dim == 1)
+        axes = normalize_axes(self, axis, len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise self.type_error(f"attribute 'axis'={axis} names axis {a} of data {shape}, "
+                                      f"which has size {shape[a]}; only size-1 axes can be "
+                                      "squeezed (reshape to drop others)")
+        return axes
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        axes = self.squeezed(shape, attrs.axis)
+        return tuple(dim for a, dim in enumerate(shape) if a not in axes)
+
+    def reference(self, data: np.ndarray, axis: tuple[int, ...] | None) -> np.ndarray:
+        return np.squeeze(data, axis=self.squeezed(data.shape, axis))
+
+
+@register_op
+class ExpandDims(TransformOp):
+    name = "expand_dims"
+    doc = "Insert ``num_newaxis`` size-1 axes at position ``axis``."
+    attrs = {
+        "axis": Attr("int", required=True, doc="where the new axes go, in -ndim-1..ndim"),
+        "num_newaxis": Attr("int", 1, doc="how many size-1 axes to insert"),
+    }
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        ndim, axis = len(shape), attrs.axis
+        if not -ndim - 1 <= axis <= ndim:
+            raise self.type_error(f"attribute 'axis'={axis} is out of range for data {shape}; "
+                                  f"use {-ndim - 1}..{ndim}")
+        if attrs.num_newaxis < 0:
+            raise self.type_error(f"attribute 'num_newaxis'={attrs.num_newaxis} must be >= 0")
+        at = axis + ndim + 1 if axis < 0 else axis
+        return shape[:at] + (1,) * attrs.num_newaxis + shape[at:]
+
+    def reference(self, data: np.ndarray, axis: int, num_newaxis: int) -> np.ndarray:
+        attrs = Attrs({"axis": axis, "num_newaxis": num_newaxis})
+        return data.reshape(self.out_shape(data.shape, attrs))
+
+
+@register_op
+class Flatten(TransformOp):
+    name = "flatten"
+    doc = "ONNX Flatten: a 2-D result (prod(shape[:axis]), prod(shape[axis:]))."
+    attrs = {"axis": Attr("int", 1, doc="the first axis of the second output dim, -ndim..ndim")}
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        ndim, axis = len(shape), attrs.axis
+        if not -ndim <= axis <= ndim:
+            raise self.type_error(f"attribute 'axis'={axis} is out of range for data {shape}; "
+                                  f"use {-ndim}..{ndim}")
+        at = axis + ndim if axis < 0 else axis
+        return (shape_size(shape[:at]), shape_size(shape[at:]))
+
+    def reference(self, data: np.ndarray, axis: int) -> np.ndarray:
+        return data.reshape(self.out_shape(data.shape, Attrs({"axis": axis})))
+
+
+@register_op
+class Concatenate(Op):
+    name = "concatenate"
+    doc = "Join a tuple of tensors along ``axis``; every other dimension must match."
+    inputs = ("data",)
+    tuple_input = True
+    pattern = OpPatternKind.kInjective
+    attrs = {"axis": Attr("int", 0, doc="the axis to join along")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        fields = self.expect_tensors(arg_types)
+        names = [f"data[{i}]" for i in range(len(fields))]
+        dtype = same_dtype(self, fields, names)
+        first = fields[0]
+        if first.ndim == 0:
+            raise self.type_error("data[0] is a scalar; scalars cannot be concatenated "
+                                  "(expand_dims them first)")
+        axis = normalize_axis(self, attrs.axis, first.ndim)
+        total = 0
+        for name, field in zip(names, fields):
+            if field.ndim != first.ndim:
+                raise self.type_error(f"{name} has shape {field.shape} but data[0] has "
+                                      f"{first.shape}; all inputs need the same rank")
+            others = [d for i, d in enumerate(field.shape) if i != axis]
+            if others != [d for i, d in enumerate(first.shape) if i != axis]:
+                raise self.type_error(f"{name} has shape {field.shape} but data[0] has "
+                                      f"{first.shape}; every dimension except 'axis'={axis} "
+                                      "must match")
+            total += field.shape[axis]
+        shape = first.shape[:axis] + (total,) + first.shape[axis + 1:]
+        return TensorType(shape, dtype)
+
+    def reference(self, data: tuple[np.ndarray, ...], axis: int) -> np.ndarray:
+        return np.concatenate(data, axis=axis)
+
+
+class _IntOrInts(Attr):
+    """An attribute that is either one int or a list of ints, kept apart (split's
+    ``indices_or_sections``): ``3`` stays ``3`` while ``[3]`` becomes ``(3,)``. The ``ints``
+    kind alone would turn both into ``(3,)``."""
+
+    def normalize(self, value: Any, where: str) -> Any:
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return Attr("int").normalize(value, where)
+        return super().normalize(value, where)
+
+
+@register_op
+class Split(Op):
+    name = "split"
+    doc = "Split along ``axis`` into equal sections (an int) or at the given indices (a list)."
+    inputs = ("data",)
+    pattern = OpPatternKind.kInjective
+    attrs = {
+        "indices_or_sections": _IntOrInts("ints", required=True,
+                                          doc="a count of equal parts, or split indices"),
+        "axis": Attr("int", 0, doc="the axis to split"),
+    }
+
+    def sizes(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, list[int]]:
+        axis = normalize_axis(self, attrs.axis, len(shape))
+        dim, spec = shape[axis], attrs.indices_or_sections
+        if isinstance(spec, int):
+            if spec < 1:
+                raise self.type_error(f"attribute 'indices_or_sections'={spec} must be a "
+                                      "positive count of sections")
+            if dim % spec:
+                raise self.type_error(f"axis {axis} of data {shape} has size {dim}, which does "
+                                      f"not divide into 'indices_or_sections'={spec} equal parts;"
+                                      " give split indices instead")
+            return axis, [dim // spec] * spec
+        bounds = [0, *spec, dim]
+        for lo, hi in zip(bounds, bounds[1:]):
+            if not 0 <= lo <= hi <= dim:
+                raise self.type_error(f"attribute 'indices_or_sections'={spec} must be "
+                                      f"non-decreasing indices in 0..{dim} (axis {axis} of data "
+                                      f"{shape})")
+        return axis, [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        axis, sizes = self.sizes(data.shape, attrs)
+        return TupleType([TensorType(data.shape[:axis] + (size,) + data.shape[axis + 1:],
+                                     data.dtype) for size in sizes])
+
+    def reference(self, data: np.ndarray, indices_or_sections: Any, axis: int) -> tuple:
+        return tuple(np.split(data, indices_or_sections, axis=axis))
+
+
+@register_op
+class StridedSlice(TransformOp):
+    name = "strided_slice"
+    doc = "data[begin:end:strides] on ``axes`` (default the leading ones), clamped as ONNX Slice."
+    attrs = {
+        "begin": Attr("ints", required=True,
+                      doc="first index per sliced axis (negative: from the end)"),
+        "end": Attr("ints", required=True, doc="stop index per sliced axis, exclusive, clamped"),
+        "strides": Attr("ints", optional=True, doc="step per sliced axis (default 1)"),
+        "axes": Attr("ints", optional=True, doc="the sliced axes (default 0..len(begin)-1)"),
+    }
+
+    def slices(self, shape: tuple[int, ...], attrs: Mapping[str, Any]) -> tuple[slice, ...]:
+        begin, end, strides, axes = attrs["begin"], attrs["end"], attrs["strides"], attrs["axes"]
+        count = len(begin)
+        for key, value in (("end", end), ("strides", strides), ("axes", axes)):
+            if value is not None and len(value) != count:
+                raise self.type_error(f"attribute {key!r}={value} has {len(value)} entries but "
+                                      f"'begin'={begin} has {count}; give one per sliced axis")
+        if axes is None:
+            if count > len(shape):
+                raise self.type_error(f"attribute 'begin'={begin} slices {count} axes but data "
+                                      f"{shape} has rank {len(shape)}")
+            axes = tuple(range(count))
+        axes = normalize_axes(self, axes, len(shape), "axes")
+        strides = strides or (1,) * count
+        result = [slice(None)] * len(shape)
+        for axis, lo, hi, step in zip(axes, begin, end, strides):
+            if step == 0:
+                raise self.type_error(f"attribute 'strides'={strides} has a 0 step; steps are "
+                                      "non-zero")
+            # Python slices clamp exactly as ONNX Slice does: negative indices count from the
+            # end, then begin/end are clamped to [0, dim] (step > 0) or [-1, dim-1] (step < 0).
+            result[axis] = slice(lo, hi, step)
+        return tuple(result)
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        slices = self.slices(shape, attrs)
+        return tuple(len(range(*s.indices(dim))) for s, dim in zip(slices, shape))
+
+    def reference(self, data: np.ndarray, **attrs: Any) -> np.ndarray:
+        return data[self.slices(data.shape, attrs)]
+
+
+
+def _check_indices(op: Op, indices: TensorType) -> None:
+    if indices.dtype not in _INDEX_DTYPES:
+        raise op.type_error(f"input 'indices' must be int32 or int64, got {indices.dtype}; "
+                            "cast it")
+
+
+def _resolve_indices(indices: np.ndarray, size: int, wrap: bool = False) -> np.ndarray:
+    """Negative indices count from the end (ONNX Gather); the rest wrap or clamp into range."""
+    idx = indices.astype(np.int64)
+    if size == 0:
+        return idx
+    if wrap:
+        return np.mod(idx, size)
+    return np.clip(np.where(idx < 0, idx + size, idx), 0, size - 1)
+
+
+@register_op
+class Take(Op):
+    name = "take"
+    doc = ("Gather slices of data along ``axis`` (flattened for None) at ``indices``; negative "
+           "indices count from the end as ONNX Gather.")
+    inputs = ("data", "indices")
+    pattern = OpPatternKind.kInjective
+    attrs = {
+        "axis": Attr("int", optional=True, doc="the axis indexed; None indexes the flat tensor"),
+        "mode": Attr("str", "clip", choices=("clip", "wrap", "fast"),
+                     doc="out-of-range indices: clamp, wrap around, or assume none (undefined)"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, indices = self.expect_tensors(arg_types)
+        _check_indices(self, indices)
+        if attrs.axis is None:
+            shape, size = indices.shape, data.size
+        else:
+            axis = normalize_axis(self, attrs.axis, data.ndim)
+            shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+            size = data.shape[axis]
+        if size == 0 and indices.size:
+            raise self.type_error(f"cannot take from data {data.shape} along 'axis'={attrs.axis}"
+                                  ": it has no elements there")
+        return TensorType(shape, data.dtype)
+
+    def reference(self, data: np.ndarray, indices: np.ndarray, axis: int | None,
+                  mode: str) -> np.ndarray:
+        # "fast" promises in-range indices; the reference clamps so it stays defined.
+        source = data.reshape(-1) if axis is None else data
+        along = 0 if axis is None else axis % data.ndim
+        idx = _resolve_indices(indices, source.shape[along], wrap=mode == "wrap")
+        return np.take(source, idx, axis=along)
+
+
+@register_op
+class GatherElements(Op):
+    name = "gather_elements"
+    doc = ("ONNX GatherElements: out[i][j] = data[indices[i][j]][j] for axis 0; the result has "
+           "the indices' shape.")
+    inputs = ("data", "indices")
+    pattern = OpPatternKind.kInjective
+    attrs = {"axis": Attr("int", 0, doc="the axis the indices select along")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, indices = self.expect_tensors(arg_types)
+        _check_indices(self, indices)
+        if indices.ndim != data.ndim:
+            raise self.type_error(f"input 'indices' {indices.shape} must have the rank of data "
+                                  f"{data.shape}")
+        axis = normalize_axis(self, attrs.axis, data.ndim)
+        for a, (have, want) in enumerate(zip(data.shape, indices.shape)):
+            if a != axis and want > have:
+                raise self.type_error(f"input 'indices' {indices.shape} is larger than data "
+                                      f"{data.shape} in dimension {a}, which is not 'axis'="
+                                      f"{attrs.axis}; it may only be smaller there")
+        if data.shape[axis] == 0 and indices.size:
+            raise self.type_error(f"cannot gather from data {data.shape} along 'axis'="
+                                  f"{attrs.axis}: it has no elements there")
+        return TensorType(indices.shape, data.dtype)
+
+    def reference(self, data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+        axis %= data.ndim
+        grid = list(np.indices(indices.shape, sparse=True))
+        grid[axis] = _resolve_indices(indices, data.shape[axis])  # out of range: clamped
+        return data[tuple(grid)]
+
+
+@register_op
+class BroadcastTo(TransformOp):
+    name = "broadcast_to"
+    doc = "Repeat data along size-1 (or missing leading) axes to ``shape``, as NumPy does."
+    pattern = OpPatternKind.kBroadcast
+    attrs = {"shape": Attr("ints", required=True, doc="the target shape")}
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        target = attrs.shape
+        if any(dim < 0 for dim in target) or len(target) < len(shape):
+            raise self.type_error(f"data {shape} cannot be broadcast to 'shape'={target}; the "
+                                  "target needs at least data's rank and non-negative sizes")
+        for index in range(1, len(shape) + 1):
+            have, want = shape[-index], target[-index]
+            if have not in (1, want):
+                raise self.type_error(f"data {shape} cannot be broadcast to 'shape'={target}: "
+                                      f"dimension {len(shape) - index} has size {have}, not 1 "
+                                      f"or {want}")
+        return target
+
+    def reference(self, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return np.broadcast_to(data, shape)
+
+
+@register_op
+class Tile(TransformOp):
+    name = "tile"
+    doc = "Repeat the whole tensor reps[i] times along axis i, as numpy.tile."
+    attrs = {"reps": Attr("ints", required=True, doc="repetitions per axis (aligned right)")}
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        reps = attrs.reps
+        if any(r < 0 for r in reps):
+            raise self.type_error(f"attribute 'reps'={reps} must be non-negative")
+        rank = max(len(shape), len(reps))
+        shape = (1,) * (rank - len(shape)) + shape
+        reps = (1,) * (rank - len(reps)) + reps
+        return tuple(d * r for d, r in zip(shape, reps))
+
+    def reference(self, data: np.ndarray, reps: tuple[int, ...]) -> np.ndarray:
+        return np.tile(data, reps)
+
+
+@register_op
+class Arange(Op):
+    name = "arange"
+    doc = "The 1-D sequence start, start + step, ... stopping before ``stop`` (ONNX Range)."
+    inputs = ()
+    pattern = OpPatternKind.kInjective
+    attrs = {
+        "start": Attr("float", 0.0, doc="the first value"),
+        "stop": Attr("float", required=True, doc="the bound, excluded"),
+        "step": Attr("float", 1.0, doc="the increment, non-zero"),
+        "dtype": Attr("dtype", "float32", doc="the result dtype"),
+    }
+
+    def count(self, start: float, stop: float, step: float) -> int:
+        return max(math.ceil((stop - start) / step), 0)
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        self.expect_tensors(arg_types)
+        start, stop, step = attrs.start, attrs.stop, attrs.step
+        values = {"start": start, "stop": stop, "step": step}
+        for key, value in values.items():
+            if not math.isfinite(value):
+                raise self.type_error(f"attribute {key!r}={value} must be finite")
+        if step == 0:
+            raise self.type_error("attribute 'step'=0 never reaches 'stop'; give a non-zero step")
+        if attrs.dtype == "bool":
+            raise self.type_error("attribute 'dtype'=bool is not a number type")
+        if is_int(attrs.dtype):
+            for key, value in values.items():
+                if not float(value).is_integer():
+                    raise self.type_error(f"attribute {key!r}={value} is not an integer but "
+                                          f"'dtype' is {attrs.dtype}; use a float dtype")
+        return TensorType((self.count(start, stop, step),), attrs.dtype)
+
+    def reference(self, start: float, stop: float, step: float, dtype: str) -> np.ndarray:
+        return start + step * np.arange(self.count(start, stop, step), dtype=np.float64)
+
+
+def _nchw(op: Op, data: TensorType) -> tuple[int, int, int, int]:
+    if data.ndim != 4:
+        raise op.type_error(f"input 'data' must be 4-D NCHW, got shape {data.shape}")
+    return data.shape  # type: ignore[return-value]
+
+
+@register_op
+class DepthToSpace(TransformOp):
+    name = "depth_to_space"
+    doc = "ONNX DepthToSpace on NCHW: move channel blocks into block_size x block_size pixels."
+    attrs = {
+        "block_size": Attr("int", required=True, doc="the side of each spatial block"),
+        "mode": Attr("str", "DCR", choices=("DCR", "CRD"),
+                     doc="channel order: depth-column-row (DCR) or column-row-depth (CRD)"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        n, c, h, w = _nchw(self, data)
+        b = attrs.block_size
+        if b < 1 or c % (b * b):
+            raise self.type_error(f"data {data.shape} has {c} channels, which 'block_size'={b} "
+                                  f"cannot split into {b}x{b} blocks; it must divide by {b * b}")
+        return TensorType((n, c // (b * b), h * b, w * b), data.dtype)
+
+    def reference(self, data: np.ndarray, block_size: int, mode: str) -> np.ndarray:
+        n, c, h, w = data.shape
+        b = block_size
+        if mode == "DCR":
+            blocks = data.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            blocks = data.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return blocks.reshape(n, c // (b * b), h * b, w * b)
+
+
+@register_op
+class SpaceToDepth(TransformOp):
+    name = "space_to_depth"
+    doc = "ONNX SpaceToDepth on NCHW: fold block_size x block_size pixels into channels."
+    attrs = {"block_size": Attr("int", required=True, doc="the side of each spatial block")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        n, c, h, w = _nchw(self, data)
+        b = attrs.block_size
+        if b < 1 or h % b or w % b:
+            raise self.type_error(f"data {data.shape} has spatial size {h}x{w}, which "
+                                  f"'block_size'={b} does not divide; pad or resize it first")
+        return TensorType((n, c * b * b, h // b, w // b), data.dtype)
+
+    def reference(self, data: np.ndarray, block_size: int) -> np.ndarray:
+        n, c, h, w = data.shape
+        b = block_size
+        blocks = data.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        return blocks.reshape(n, c * b * b, h // b, w // b)
+
+
+@register_op
+class Reverse(TransformOp):
+    name = "reverse"
+    doc = "Reverse the order of elements along ``axis``."
+    attrs = {"axis": Attr("int", required=True, doc="the axis to reverse")}
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        normalize_axis(self, attrs.axis, len(shape))
+        return shape
+
+    def reference(self, data: np.ndarray, axis: int) -> np.ndarray:
+        return np.flip(data, axis=axis)
