@@ -68,3 +68,23 @@ def eval_op(builder: Callable[..., Expr], *arrays: Any, **attrs: Any) -> Any:
             args.append(param)
     body = builder(*args, **attrs)
     return evaluate(IRModule.from_expr(Function(params, body)), values)
+
+
+def run_onnx_node(op_type: str, feeds: dict[str, np.ndarray], num_outputs: int = 1,
+                  opset: int = 18, **attrs: Any) -> list[np.ndarray]:
+    """Run one ONNX node through ``onnx.reference.ReferenceEvaluator`` (an independent oracle
+    for operator tests; needs the ``onnx`` extra). ``feeds`` maps input names to arrays, in
+    the node's input order."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    outputs = [f"y{i}" for i in range(num_outputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op_type, list(feeds), outputs, **attrs)], "one_node",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
+                                       value.shape) for name, value in feeds.items()],
+        [helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
+         for name in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, feeds)

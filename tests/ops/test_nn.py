@@ -10,7 +10,7 @@ import pytest
 
 import opfusion as opf
 from opfusion.ir import infer_type
-from opfusion.testing import assert_close, eval_op
+from opfusion.testing import assert_close, eval_op, run_onnx_node
 
 nn = opf.op.nn
 
@@ -32,19 +32,9 @@ def infer(builder, *args, **attrs) -> opf.TensorType:
 
 def run_onnx(op_type: str, inputs: list[np.ndarray], opset: int = 19, **attrs) -> np.ndarray:
     """Run a one-node ONNX model through onnx.reference.ReferenceEvaluator."""
-    onnx = pytest.importorskip("onnx")
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    names = [f"in{i}" for i in range(len(inputs))]
-    node = helper.make_node(op_type, names, ["out"], **attrs)
-    graph = helper.make_graph(
-        [node], "one_node",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for name, a in zip(names, inputs)],
-        [helper.make_tensor_value_info("out", onnx.TensorProto.UNDEFINED, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
+    pytest.importorskip("onnx")
+    return run_onnx_node(op_type, {f"in{i}": a for i, a in enumerate(inputs)}, opset=opset,
+                         **attrs)[0]
 
 
 # ---------------------------------------------------------------------------------------------

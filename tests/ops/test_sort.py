@@ -3,12 +3,11 @@ NumPy and onnx.reference (TopK, CumSum)."""
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import opfusion as opf
 from opfusion.ir.op import OpPatternKind, get_op
 from opfusion.testing import assert_close, eval_op
+from opfusion.testing import run_onnx_node as onnx_run
 
 rng = np.random.default_rng(3)
 X = rng.standard_normal((3, 4, 6)).astype(np.float32)
@@ -18,17 +17,6 @@ TIES = rng.integers(0, 3, size=(4, 7)).astype(np.float32)
 
 def infer(name, data_shape, data_dtype="float32", **attrs):
     return getattr(opf.op, name)(opf.var("x", data_shape, data_dtype), **attrs).checked_type
-
-
-def onnx_run(op_type, feeds, num_outputs=1, **attrs):
-    outputs = [f"y{i}" for i in range(num_outputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, list(feeds), outputs, **attrs)], "one_node",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
-                                       value.shape) for name, value in feeds.items()],
-        [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in outputs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, feeds)
 
 
 def order_by_rule(row, ascending):

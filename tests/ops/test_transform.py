@@ -6,12 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import opfusion as opf
 from opfusion.ir.op import OpPatternKind, get_op
 from opfusion.testing import assert_close, eval_op
+from opfusion.testing import run_onnx_node as onnx_run
 
 rng = np.random.default_rng(11)
 X = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
@@ -19,18 +18,6 @@ X = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
 
 def infer(name, data_shape, dtype="float32", **attrs):
     return getattr(opf.op, name)(opf.var("x", data_shape, dtype), **attrs).checked_type
-
-
-def onnx_run(op_type, feeds, num_outputs=1, **attrs):
-    """Run one ONNX node through onnx.reference; feeds maps input names to arrays."""
-    outputs = [f"y{i}" for i in range(num_outputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, list(feeds), outputs, **attrs)], "one_node",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
-                                       value.shape) for name, value in feeds.items()],
-        [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in outputs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, feeds)
 
 
 def test_pattern_kinds():
