@@ -69,6 +69,10 @@ class Expr:
 
         return astext(self)
 
+    def __bool__(self) -> bool:
+        # An expression is a node, never a truth value (an empty Tuple is still a node).
+        return True
+
     __hash__ = object.__hash__
 
 
@@ -165,7 +169,9 @@ class Call(Expr):
                 raise OpfusionError(f"{name}: argument {index} must be an expression, got "
                                     f"{type(arg).__name__}; wrap values with opf.const()")
         if isinstance(op, Op):
-            if not (isinstance(attrs, Attrs) and attrs.checked_by is op):
+            if not attrs and not op.attrs:
+                attrs = op.no_attrs  # the common case, kept cheap: 10^5-node graphs build fast
+            elif not (isinstance(attrs, Attrs) and attrs.checked_by is op):
                 attrs = op.make_attrs(attrs or {}, where=_describe(op.name, span))
         elif isinstance(op, (Function, GlobalVar)):
             attrs = EMPTY_ATTRS if attrs is None else Attrs(attrs)

@@ -230,6 +230,14 @@ class Op:
         return attrs
 
     # -- shared machinery ---------------------------------------------------------------
+    @property
+    def no_attrs(self) -> Attrs:
+        """The (shared) empty attributes of an op whose schema has none."""
+        cached = self.__dict__.get("_no_attrs")
+        if cached is None:
+            cached = self.__dict__["_no_attrs"] = Attrs({}, checked_by=self)
+        return cached
+
     def make_attrs(self, given: Mapping[str, Any], where: str = "") -> Attrs:
         """Validate and normalize user attributes against the schema, filling defaults."""
         where = where or self.name

@@ -16,6 +16,11 @@ def normalize_dtype(dtype: object) -> str:
     """Return the canonical dtype name for a string, NumPy dtype or Python type."""
     if isinstance(dtype, str) and dtype in DTYPES:
         return dtype
+    if isinstance(dtype, np.dtype):
+        # A dict lookup: np.dtype.name runs Python code and this is on every Constant's path.
+        known = _NUMPY_DTYPE_NAMES.get(dtype)
+        if known is not None:
+            return known
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except TypeError as err:
@@ -26,6 +31,7 @@ def normalize_dtype(dtype: object) -> str:
 
 
 _DTYPE_SET = frozenset(DTYPES)
+_NUMPY_DTYPE_NAMES = {np.dtype(name): name for name in DTYPES}
 
 
 def _check_dim(dim: object, dims: tuple) -> int:

@@ -15,7 +15,10 @@ from .expr import Call, Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 
 
 def children(node: Expr, into_functions: bool = True) -> tuple[Expr, ...]:
-    """The operands of a node, in evaluation order (a called function before its arguments)."""
+    """The operands of a node, in evaluation order (a called function before its arguments).
+
+    With ``into_functions=False`` nested functions are not entered at all: a called
+    function is not listed as an operand of its call, and a function has no operands."""
     if isinstance(node, Call):
         if isinstance(node.op, Expr):
             if into_functions or not isinstance(node.op, Function):
