@@ -69,8 +69,11 @@ class Reshape(TransformOp):
                 raise self.type_error(f"attribute 'newshape'={newshape}: -1 cannot be inferred "
                                       f"for data {shape} when the other dimensions multiply to 0;"
                                       " give every size")
-            if size % known == 0:
-                out[infer_at] = size // known
+            if size % known:
+                raise self.type_error(f"cannot reshape data {shape} ({size} elements) to "
+                                      f"'newshape'={newshape}: {size} is not a multiple of the "
+                                      f"other dimensions' product {known}")
+            out[infer_at] = size // known
         if shape_size(out) != size:
             raise self.type_error(f"cannot reshape data {shape} ({size} elements) to "
                                   f"'newshape'={newshape} (= {tuple(out)}, {shape_size(out)} "
