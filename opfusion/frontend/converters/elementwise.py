@@ -1,0 +1,162 @@
+"""Converters of ONNX's elementwise and broadcasting operators.
+
+Most map one-to-one onto an opfusion operator and are registered from a table; the rest
+(variadic Min/Max/Sum/Mean, activations with parameters, Cast) are small functions."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ... import op
+from ...ir.expr import Constant, Expr
+from ...ir.types import TensorType
+from ..onnx_registry import OnnxNode, converter
+
+_UNARY = {
+    "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
+    "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Erf": op.erf, "Floor": op.floor, "Ceil": op.ceil,
+    "Round": op.round, "Sign": op.sign, "Sin": op.sin, "Cos": op.cos, "Relu": op.nn.relu,
+    "Not": op.logical_not, "IsNaN": op.isnan, "Identity": op.copy,
+}
+_BINARY = {
+    "Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divide, "Pow": op.power,
+    "Equal": op.equal, "Less": op.less, "LessOrEqual": op.less_equal, "Greater": op.greater,
+    "GreaterOrEqual": op.greater_equal, "And": op.logical_and, "Or": op.logical_or,
+    "Xor": op.logical_xor,
+}
+
+
+def _register_unary(op_type: str, builder) -> None:
+    converter(op_type)(lambda node: builder(node.input(0)))
+
+
+def _register_binary(op_type: str, builder) -> None:
+    converter(op_type)(lambda node: builder(node.input(0), _same_dtype(node.input(1),
+                                                                       node.input(0))))
+
+
+for _op_type, _builder in _UNARY.items():
+    _register_unary(_op_type, _builder)
+for _op_type, _builder in _BINARY.items():
+    _register_binary(_op_type, _builder)
+
+
+def _same_dtype(value: Expr, like: Expr) -> Expr:
+    """Pow's exponent may have another dtype than its base (ONNX allows it); cast it."""
+    want = like.checked_type.dtype  # type: ignore[attr-defined]
+    if value.checked_type.dtype == want:  # type: ignore[attr-defined]
+        return value
+    return op.cast(value, dtype=want)
+
+
+def scalar(value: float, like: Expr) -> Constant:
+    """A 0-d constant of ``like``'s dtype."""
+    ty = like.checked_type
+    assert isinstance(ty, TensorType)
+    return Constant(np.asarray(value, dtype=ty.dtype))
+
+
+@converter("Reciprocal")
+def reciprocal(node: OnnxNode) -> Expr:
+    x = node.input(0)
+    return op.divide(scalar(1.0, x), x)
+
+
+@converter("IsInf", since=10)
+def isinf(node: OnnxNode) -> Expr:
+    x = node.input(0)
+    detect_pos, detect_neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    if detect_pos and detect_neg:
+        return op.isinf(x)
+    if not detect_pos and not detect_neg:
+        return op.logical_and(op.isinf(x), op.isnan(x))  # always false, keeps the shape
+    sign = op.greater(x, scalar(0, x)) if detect_pos else op.less(x, scalar(0, x))
+    return op.logical_and(op.isinf(x), sign)
+
+
+def _variadic(builder, node: OnnxNode) -> Expr:
+    return functools.reduce(builder, [node.input(i) for i in range(len(node.inputs))])
+
+
+@converter("Max")
+def maximum(node: OnnxNode) -> Expr:
+    return _variadic(op.maximum, node)
+
+
+@converter("Min")
+def minimum(node: OnnxNode) -> Expr:
+    return _variadic(op.minimum, node)
+
+
+@converter("Sum")
+def total(node: OnnxNode) -> Expr:
+    return _variadic(op.add, node)
+
+
+@converter("Mean")
+def mean(node: OnnxNode) -> Expr:
+    summed = _variadic(op.add, node)
+    return op.divide(summed, scalar(len(node.inputs), summed))
+
+
+@converter("Mod", since=10)
+def mod(node: OnnxNode) -> Expr:
+    a, b = node.input(0), node.input(1)
+    if node.attr("fmod", 0):
+        # fmod takes the dividend's sign: a - b * trunc(a / b).
+        quotient = op.divide(a, b)
+        if a.checked_type.dtype.startswith("float"):  # type: ignore[attr-defined]
+            quotient = op.trunc(quotient)
+        return op.subtract(a, op.multiply(b, quotient))
+    return op.mod(a, b)
+
+
+@converter("Where", since=9)
+def where(node: OnnxNode) -> Expr:
+    return op.where(node.input(0), node.input(1), node.input(2))
+
+
+@converter("Cast")
+def cast(node: OnnxNode) -> Expr:
+    import onnx
+
+    to = node.attr("to")
+    if isinstance(to, str):  # opset 1 spelled the type as a string
+        dtype = np.dtype(to.lower())
+    else:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(int(to))
+    return op.cast(node.input(0), dtype=dtype)
+
+
+@converter("CastLike", since=15)
+def cast_like(node: OnnxNode) -> Expr:
+    return op.cast(node.input(0), dtype=node.input(1).checked_type.dtype)  # type: ignore[attr-defined]
+
+
+@converter("LeakyRelu")
+def leaky_relu(node: OnnxNode) -> Expr:
+    return op.nn.leaky_relu(node.input(0), alpha=node.attr("alpha", 0.01))
+
+
+@converter("Clip")
+def clip_1(node: OnnxNode) -> Expr:
+    return op.clip(node.input(0), a_min=node.attr("min", -3.4028234663852886e38),
+                   a_max=node.attr("max", 3.4028234663852886e38))
+
+
+@converter("Clip", since=11)
+def clip_11(node: OnnxNode) -> Expr:
+    x = node.input(0)
+    low, high = node.optional_input(1), node.optional_input(2)
+    if all(bound is None or isinstance(bound, Constant) for bound in (low, high)):
+        # Constant bounds (the usual case, e.g. ReLU6) make one elementwise clip.
+        info = np.finfo(np.float64)
+        return op.clip(x, a_min=info.min if low is None else float(low.data),
+                       a_max=info.max if high is None else float(high.data))
+    if low is not None:
+        x = op.maximum(x, low)
+    if high is not None:
+        x = op.minimum(x, high)
+    return x

@@ -1,0 +1,301 @@
+"""from_onnx: import an ONNX model into the graph IR.
+
+Initializers become constants (or parameters), every node goes through its converter in
+:mod:`opfusion.frontend.onnx_registry`, and any call whose operands are all constants is
+evaluated at once with the operator's reference. That last step is what resolves shape
+arithmetic (Shape -> Gather -> Concat -> Reshape) on static shapes: the imported graph holds
+only the computation that depends on the model's inputs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import OpfusionError
+from ..ir.evaluate import _conform
+from ..ir.expr import Call, Constant, Expr, Function, Tuple, Var
+from ..ir.module import IRModule
+from ..ir.op import Op
+from ..ir.types import TensorType
+from ..ir.visitor import ExprMutator
+from . import converters  # noqa: F401  (registers the converters)
+from .onnx_registry import OnnxNode, lookup_converter
+
+
+class UnsupportedOnnxError(OpfusionError):
+    """The model uses operators opfusion cannot import; the message lists all of them."""
+
+
+def from_onnx(
+    model: Any,
+    shape: Mapping[str, Sequence[int]] | None = None,
+    dtype: str | Mapping[str, str] | None = None,
+    freeze_params: bool = True,
+) -> tuple[IRModule, dict[str, np.ndarray]]:
+    """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule.
+
+    ``shape`` gives input shapes by name (needed for symbolic dimensions); ``dtype`` overrides
+    input dtypes (one for all, or by name). With ``freeze_params=False`` initializers become
+    parameters of ``@main`` and are returned in ``params``; otherwise they are constants and
+    ``params`` is empty."""
+    proto = _load(model)
+    return _Importer(proto, dict(shape or {}), dtype, freeze_params).run()
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as err:  # pragma: no cover - the onnx extra is a documented requirement
+        raise OpfusionError("importing ONNX models needs the onnx package: "
+                            "pip install 'opfusion[onnx]'") from err
+    return onnx
+
+
+def _load(model: Any) -> Any:
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return _parse_bytes(bytes(model), "the given bytes")
+    if not isinstance(model, (str, os.PathLike)):
+        raise OpfusionError(f"from_onnx takes an onnx.ModelProto or a path, got "
+                            f"{type(model).__name__}")
+    path = Path(model)
+    if not path.is_file():
+        raise OpfusionError(f"no ONNX model at {str(path)!r}")
+    proto = _parse_bytes(path.read_bytes(), repr(str(path)))
+    _load_external_data(proto, path.resolve().parent)
+    return proto
+
+
+def _parse_bytes(data: bytes, where: str) -> Any:
+    onnx = _onnx()
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as err:  # noqa: BLE001 - protobuf raises its own DecodeError types
+        raise OpfusionError(f"{where} is not a valid ONNX model (protobuf decoding failed: "
+                            f"{err}); check that the file is complete") from None
+    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+        raise OpfusionError(f"{where} holds no ONNX graph; is it an ONNX model file?")
+    return proto
+
+
+def _load_external_data(proto: Any, base: Path) -> None:
+    """Read tensors stored outside the model file, only from inside the model's directory."""
+    onnx = _onnx()
+    for tensor in proto.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = (base / info.get("location", "")).resolve()
+        if base not in location.parents:
+            raise OpfusionError(f"initializer {tensor.name!r}: external data path "
+                                f"{info.get('location')!r} leaves the model's directory; "
+                                "refusing to read it")
+        if not location.is_file():
+            raise OpfusionError(f"initializer {tensor.name!r}: external data file "
+                                f"{info.get('location')!r} does not exist next to the model")
+    try:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(proto, str(base))
+    except Exception as err:  # noqa: BLE001 - any failure here is a broken model
+        raise OpfusionError(f"could not read the model's external data: {err}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the importer
+
+
+class _Importer:
+    def __init__(self, proto: Any, shape: dict[str, Sequence[int]],
+                 dtype: str | Mapping[str, str] | None, freeze_params: bool) -> None:
+        self.proto = proto
+        self.graph = proto.graph
+        self.shape = shape
+        self.dtype = dtype
+        self.freeze_params = freeze_params
+        self.opset = _default_opset(proto)
+        self.env: dict[str, Expr] = {}
+        self.folder = _ConstantFolder()
+
+    def run(self) -> tuple[IRModule, dict[str, np.ndarray]]:
+        onnx = _onnx()
+        params: dict[str, np.ndarray] = {}
+        param_vars: list[Var] = []
+        for tensor in self.graph.initializer:
+            try:
+                array = onnx.numpy_helper.to_array(tensor)
+            except Exception as err:  # noqa: BLE001 - a malformed tensor proto
+                raise OpfusionError(f"initializer {tensor.name!r} cannot be read: {err}") from None
+            if self.freeze_params:
+                self.env[tensor.name] = Constant(array)
+            else:
+                var = Var(tensor.name, TensorType(array.shape, array.dtype))
+                self.env[tensor.name] = var
+                param_vars.append(var)
+                params[tensor.name] = array
+        # Models of IR version < 4 also list their initializers among the graph inputs.
+        initializer_names = {tensor.name for tensor in self.graph.initializer}
+        inputs = [self.input_var(value) for value in self.graph.input
+                  if value.name not in initializer_names]
+        self.check_supported()
+        for node in self.graph.node:
+            self.convert(node)
+        outputs = [self.lookup(value.name, "graph output") for value in self.graph.output]
+        body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
+        func = Function(inputs + param_vars, body)
+        _ = func.checked_type
+        return IRModule.from_expr(func), params
+
+    # -- inputs ---------------------------------------------------------------------------
+    def input_var(self, value: Any) -> Var:
+        onnx = _onnx()
+        name = value.name
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise OpfusionError(f"graph input {name!r} is not a tensor (sequences, maps and "
+                                "optionals are not supported)")
+        if name in self.shape:
+            dims = tuple(int(d) for d in self.shape[name])
+        else:
+            dims = []
+            for axis, dim in enumerate(tensor_type.shape.dim):
+                if dim.HasField("dim_value"):
+                    dims.append(dim.dim_value)
+                else:
+                    label = dim.dim_param or "?"
+                    raise OpfusionError(f"graph input {name!r} has a symbolic dimension "
+                                        f"{label!r} at axis {axis}; give its shape: "
+                                        f"from_onnx(model, shape={{{name!r}: (...)}})")
+            dims = tuple(dims)
+        elem = tensor_type.elem_type
+        if isinstance(self.dtype, str):
+            dtype = self.dtype
+        elif isinstance(self.dtype, Mapping) and name in self.dtype:
+            dtype = self.dtype[name]
+        else:
+            try:
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            except Exception:  # noqa: BLE001 - an undefined or unknown element type
+                raise OpfusionError(f"graph input {name!r} has an unsupported element type "
+                                    f"{elem}") from None
+        var = Var(name, TensorType(dims, dtype))
+        self.env[name] = var
+        return var
+
+    # -- nodes ----------------------------------------------------------------------------
+    def check_supported(self) -> None:
+        missing: list[str] = []
+        for node in self.graph.node:
+            domain = node.domain or "ai.onnx"
+            if domain != "ai.onnx" or lookup_converter(node.op_type, self.opset) is None:
+                where = f"{node.op_type} (node {node.name!r}, domain {domain}, opset {self.opset})"
+                missing.append(where)
+        if missing:
+            listing = "\n  ".join(missing)
+            raise UnsupportedOnnxError(f"the model uses {len(missing)} node(s) opfusion cannot "
+                                       f"import:\n  {listing}")
+
+    def lookup(self, name: str, what: str) -> Expr:
+        try:
+            return self.env[name]
+        except KeyError:
+            raise OpfusionError(f"{what} {name!r} is not produced by any node, initializer or "
+                                "graph input (a dangling name; nodes must be in topological "
+                                "order)") from None
+
+    def convert(self, node: Any) -> None:
+        inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
+                  if name else None for name in node.input]
+        attrs = {attr.name: _attribute_value(attr, node) for attr in node.attribute}
+        view = OnnxNode(node.name or node.output[0], node.op_type, inputs, attrs, self.opset,
+                        len(node.output))
+        fn = lookup_converter(node.op_type, self.opset)
+        assert fn is not None
+        try:
+            result = fn(view)
+            outputs = [result] if isinstance(result, Expr) else list(result)
+            outputs = [self.folder.visit(out) if out is not None else None for out in outputs]
+            for out in outputs:
+                if out is not None:
+                    _ = out.checked_type
+        except OpfusionError as err:
+            if view.name in str(err):
+                raise
+            raise type(err)(f"{node.op_type} (node {view.name!r}): {err}") from None
+        for name, out in zip(node.output, outputs):
+            if name and out is not None:
+                self.env[name] = out
+
+
+def _default_opset(proto: Any) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    if proto.ir_version and proto.ir_version < 3:
+        return 1
+    raise OpfusionError("the model imports no version of the default ONNX domain (opset_import "
+                        "is empty)")
+
+
+def _attribute_value(attr: Any, node: Any) -> Any:
+    onnx = _onnx()
+    kind = attr.type
+    types = onnx.AttributeProto
+    if kind == types.FLOAT:
+        return float(attr.f)
+    if kind == types.INT:
+        return int(attr.i)
+    if kind == types.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if kind == types.TENSOR:
+        return onnx.numpy_helper.to_array(attr.t)
+    if kind == types.FLOATS:
+        return [float(v) for v in attr.floats]
+    if kind == types.INTS:
+        return [int(v) for v in attr.ints]
+    if kind == types.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    raise OpfusionError(f"{node.op_type} (node {node.name!r}): attribute {attr.name!r} has a "
+                        f"kind opfusion does not read ({types.AttributeType.Name(kind)})")
+
+
+class _ConstantFolder(ExprMutator):
+    """Evaluate every operator call whose operands are all constants. One folder serves the
+    whole import, so its memo makes each node's check happen once."""
+
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        if not isinstance(new, Call) or not isinstance(new.op, Op):
+            return new
+        if not all(isinstance(arg, Constant) or _constant_tuple(arg) for arg in new.args):
+            return new
+        args = [arg.data if isinstance(arg, Constant) else tuple(f.data for f in arg.fields)
+                for arg in new.args]
+        out = _conform(new.op.reference(*args, **new.attrs), new.checked_type, new)
+        if isinstance(out, tuple):
+            return Tuple([Constant(item) for item in out])
+        return Constant(out)
+
+    def visit_tuple_getitem(self, item: Any) -> Expr:
+        new = super().visit_tuple_getitem(item)
+        value = new.tuple_value
+        if isinstance(value, Tuple):
+            return value.fields[new.index]
+        return new
+
+
+def _constant_tuple(expr: Expr) -> bool:
+    return isinstance(expr, Tuple) and all(isinstance(f, Constant) for f in expr.fields)
+
+

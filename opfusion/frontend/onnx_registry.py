@@ -1,0 +1,97 @@
+"""The table of ONNX operator converters, and the view of one node that a converter reads.
+
+A converter is a function ``(node: OnnxNode) -> Expr | list[Expr]`` registered for an ONNX
+op type and the first opset version it handles::
+
+    @converter("Relu")
+    def relu(node):
+        return op.nn.relu(node.input(0))
+
+    @converter("Clip", since=11)         # min/max moved from attributes to inputs in opset 11
+    def clip_11(node): ...
+
+The importer picks, for each node, the converter with the greatest ``since`` that is not newer
+than the model's opset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import OpfusionError
+from ..ir.expr import Constant, Expr
+
+Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
+
+_CONVERTERS: dict[str, list[tuple[int, Converter]]] = {}
+
+
+def converter(op_type: str, since: int = 1) -> Callable[[Converter], Converter]:
+    """Register ``fn`` as the converter of ``op_type`` from opset ``since`` on."""
+
+    def register(fn: Converter) -> Converter:
+        versions = _CONVERTERS.setdefault(op_type, [])
+        assert all(v != since for v, _ in versions), f"{op_type} since {since} registered twice"
+        versions.append((since, fn))
+        versions.sort(key=lambda item: item[0])
+        return fn
+
+    return register
+
+
+def lookup_converter(op_type: str, opset: int) -> Converter | None:
+    """The converter for ``op_type`` at ``opset``, or None if there is none."""
+    chosen = None
+    for since, fn in _CONVERTERS.get(op_type, ()):
+        if since <= opset:
+            chosen = fn
+    return chosen
+
+
+def supported_op_types() -> list[str]:
+    """Every ONNX op type with a converter, sorted."""
+    return sorted(_CONVERTERS)
+
+
+class OnnxNode:
+    """What a converter sees of one ONNX node: its inputs as IR expressions (None for an
+    omitted optional input), its attributes as Python values, and the model's opset."""
+
+    def __init__(self, name: str, op_type: str, inputs: Sequence[Expr | None],
+                 attrs: dict[str, Any], opset: int, num_outputs: int) -> None:
+        self.name = name
+        self.op_type = op_type
+        self.inputs = list(inputs)
+        self.attrs = attrs
+        self.opset = opset
+        self.num_outputs = num_outputs
+
+    def input(self, index: int) -> Expr:
+        """Input ``index``; missing or omitted is an error naming the node."""
+        if index >= len(self.inputs) or self.inputs[index] is None:
+            raise self.error(f"input {index} is required but missing")
+        return self.inputs[index]  # type: ignore[return-value]
+
+    def optional_input(self, index: int) -> Expr | None:
+        """Input ``index`` or None when it is absent or given as the empty name."""
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def const_input(self, index: int, what: str = "") -> np.ndarray | None:
+        """The value of input ``index`` if it is a constant (after import-time folding),
+        None if the input is absent; an error if it is present but computed at run time."""
+        expr = self.optional_input(index)
+        if expr is None:
+            return None
+        if not isinstance(expr, Constant):
+            raise self.error(f"input {index}{f' ({what})' if what else ''} must be a constant "
+                             "known at import time (opfusion compiles static shapes); it is "
+                             "computed from the model's inputs")
+        return expr.data
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def error(self, message: str) -> OpfusionError:
+        return OpfusionError(f"{self.op_type} (node {self.name!r}, opset {self.opset}): {message}")
