@@ -217,9 +217,15 @@ class _Importer:
     def convert(self, node: Any) -> None:
         inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
                   if name else None for name in node.input]
+        _check_attribute_kinds(node, self.opset)
         attrs = {attr.name: _attribute_value(attr, node) for attr in node.attribute}
+        # Trailing outputs with an empty name are not requested: a converter sees how many
+        # outputs the model actually uses (BatchNormalization ["y", "", ""] asks for one).
+        requested = len(node.output)
+        while requested and not node.output[requested - 1]:
+            requested -= 1
         view = OnnxNode(node.name or node.output[0], node.op_type, inputs, attrs, self.opset,
-                        len(node.output))
+                        requested)
         fn = lookup_converter(node.op_type, self.opset)
         assert fn is not None
         try:
@@ -230,9 +236,13 @@ class _Importer:
                 if out is not None:
                     _ = out.checked_type
         except OpfusionError as err:
-            if view.name in str(err):
+            if f"(node {view.name!r}" in str(err):
                 raise
             raise type(err)(f"{node.op_type} (node {view.name!r}): {err}") from None
+        if any(node.output[len(outputs):]):
+            raise OpfusionError(f"{node.op_type} (node {view.name!r}): the node has "
+                                f"{len(node.output)} outputs but opfusion produces only "
+                                f"{len(outputs)}; the extra outputs are not supported")
         for name, out in zip(node.output, outputs):
             if name and out is not None:
                 self.env[name] = out
@@ -246,6 +256,23 @@ def _default_opset(proto: Any) -> int:
         return 1
     raise OpfusionError("the model imports no version of the default ONNX domain (opset_import "
                         "is empty)")
+
+
+def _check_attribute_kinds(node: Any, opset: int) -> None:
+    """An attribute whose kind is not the one the op's schema declares (a float where an int
+    is due, a string for a list) is a malformed model; converters may rely on the kinds."""
+    onnx = _onnx()
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except onnx.defs.SchemaError:
+        return  # not an op of this opset's standard; its converter checks what it reads
+    names = onnx.AttributeProto.AttributeType.Name
+    for attr in node.attribute:
+        declared = schema.attributes.get(attr.name)
+        if declared is not None and attr.type != int(declared.type):
+            raise OpfusionError(f"{node.op_type} (node {node.name!r}, opset {opset}): attribute "
+                                f"{attr.name!r} must be {names(int(declared.type))} but the model "
+                                f"gives {names(attr.type)}; the model is malformed")
 
 
 def _attribute_value(attr: Any, node: Any) -> Any:

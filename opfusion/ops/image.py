@@ -1,9 +1,11 @@
 """Image operators: ``image.resize2d``, the spatial resize of an NCHW tensor.
 
-The semantics are ONNX Resize's (opset 11 and later, sizes given, no ROI, no antialias): each
-output coordinate is mapped back to a source coordinate by the coordinate transformation
-mode, then sampled by nearest neighbour (with a rounding method), linear or cubic
-interpolation. Neighbours outside the image take the edge value. kInjective, as in TVM."""
+The semantics are ONNX Resize's (opset 11 and later, no ROI, no antialias): each output
+coordinate is mapped back to a source coordinate by the coordinate transformation mode, then
+sampled by nearest neighbour (with a rounding method), linear or cubic interpolation.
+Neighbours outside the image take the edge value. The scale in those formulas is the output
+size over the input size, or the ``scale`` attribute where ONNX's ``scales`` input gave one
+that the rounded output size does not reproduce. kInjective, as in TVM."""
 
 from __future__ import annotations
 
@@ -15,25 +17,35 @@ from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, Type, is_float
 
 _COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
-                     "tf_half_pixel_for_nn")
+                     "tf_half_pixel_for_nn", "half_pixel_symmetric")
 _ROUNDING_METHODS = ("round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 
 
-def source_coordinates(mode: str, out_len: int, in_len: int) -> np.ndarray:
+def source_coordinates(mode: str, out_len: int, in_len: int,
+                       scale: float | None = None) -> np.ndarray:
     """The source coordinate (float64) of every output index along one axis.
 
-    Written as the ONNX reference writes it (scale = out/in, then a division), so ties of
-    nearest-neighbour rounding fall the same way."""
+    Written as the ONNX reference writes it (a scale, then a division), so ties of
+    nearest-neighbour rounding fall the same way. With a given ``scale`` the resized length in
+    the formulas is ``scale * in_len`` unrounded, as onnx.reference has it; without one the
+    scale is ``out_len / in_len`` and the length is ``out_len``."""
     y = np.arange(out_len, dtype=np.float64)
-    scale = out_len / in_len
+    if scale is None:
+        scale, length = out_len / in_len, float(out_len)
+    else:
+        length = scale * in_len
     if mode == "half_pixel":
         return (y + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":  # the ONNX spec's 0 for a length-1 output
-        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+        return (y + 0.5) / scale - 0.5 if length != 1 else np.zeros(out_len)
     if mode == "align_corners":
-        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+        return y * (in_len - 1) / (length - 1) if length != 1 else np.zeros(out_len)
     if mode == "asymmetric":
         return y / scale
+    if mode == "half_pixel_symmetric":
+        # Centre the rounded output on the input: shift by half of what rounding cut off.
+        offset = in_len / 2 * (1 - out_len / length)
+        return offset + (y + 0.5) / scale - 0.5
     assert mode == "tf_half_pixel_for_nn", mode
     return (y + 0.5) / scale
 
@@ -66,9 +78,10 @@ def _cubic_weights(frac: np.ndarray, alpha: float) -> np.ndarray:
     ], axis=1)
 
 
-def _resample_axis(data: np.ndarray, axis: int, out_len: int, attrs: dict) -> np.ndarray:
+def _resample_axis(data: np.ndarray, axis: int, out_len: int, scale: float | None,
+                   attrs: dict) -> np.ndarray:
     in_len = data.shape[axis]
-    x = source_coordinates(attrs["coordinate_transformation_mode"], out_len, in_len)
+    x = source_coordinates(attrs["coordinate_transformation_mode"], out_len, in_len, scale)
     if attrs["method"] == "nearest_neighbor":
         index = np.clip(_nearest_index(x, attrs["rounding_method"]), 0, in_len - 1)
         return np.take(data, index, axis=axis)
@@ -107,6 +120,9 @@ class Resize2D(Op):
         "cubic_alpha": Attr("float", -0.75, doc="cubic only: the kernel coefficient A"),
         "cubic_exclude": Attr("bool", False,
                               doc="cubic only: drop (and renormalize) taps outside the image"),
+        "scale": Attr("floats", optional=True, length=2,
+                      doc="the (height, width) scales of the coordinate formulas, as ONNX "
+                          "Resize's `scales` input; None: size / input size"),
     }
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
@@ -121,12 +137,16 @@ class Resize2D(Op):
         height, width = attrs.size
         if height < 1 or width < 1:
             raise self.type_error(f"attribute 'size'={attrs.size} must be positive")
+        if attrs.scale is not None and min(attrs.scale) <= 0:
+            raise self.type_error(f"attribute 'scale'={attrs.scale} must be positive")
         if data.shape[2] == 0 or data.shape[3] == 0:
             raise self.type_error(f"input 'data' {data.shape} has an empty image; there is "
                                   "nothing to resize")
         return TensorType(data.shape[:2] + (height, width), data.dtype)
 
-    def reference(self, data: np.ndarray, size: tuple[int, int], **attrs: object) -> np.ndarray:
+    def reference(self, data: np.ndarray, size: tuple[int, int],
+                  scale: tuple[float, float] | None, **attrs: object) -> np.ndarray:
         result = data if attrs["method"] == "nearest_neighbor" else data.astype(np.float64)
-        result = _resample_axis(result, 2, size[0], attrs)
-        return _resample_axis(result, 3, size[1], attrs)
+        scale_h, scale_w = scale or (None, None)
+        result = _resample_axis(result, 2, size[0], scale_h, attrs)
+        return _resample_axis(result, 3, size[1], scale_w, attrs)

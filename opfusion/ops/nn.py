@@ -460,3 +460,6 @@ class Dropout(Op):
 
     def reference(self, data: np.ndarray, rate: float) -> np.ndarray:
         return data
+
+
+from . import einsum  # noqa: E402, F401  (registers einsum, which the ONNX frontend needs)

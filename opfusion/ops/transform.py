@@ -511,7 +511,12 @@ class DepthToSpace(TransformOp):
 class SpaceToDepth(TransformOp):
     name = "space_to_depth"
     doc = "ONNX SpaceToDepth on NCHW: fold block_size x block_size pixels into channels."
-    attrs = {"block_size": Attr("int", required=True, doc="the side of each spatial block")}
+    attrs = {
+        "block_size": Attr("int", required=True, doc="the side of each spatial block"),
+        "mode": Attr("str", "DCR", choices=("DCR", "CRD"),
+                     doc="channel order: block offset then depth (DCR) or depth then block "
+                         "offset (CRD, ONNX opset 28)"),
+    }
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
@@ -522,11 +527,12 @@ class SpaceToDepth(TransformOp):
                                   f"'block_size'={b} does not divide; pad or resize it first")
         return TensorType((n, c * b * b, h // b, w // b), data.dtype)
 
-    def reference(self, data: np.ndarray, block_size: int) -> np.ndarray:
+    def reference(self, data: np.ndarray, block_size: int, mode: str) -> np.ndarray:
         n, c, h, w = data.shape
         b = block_size
-        blocks = data.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
-        return blocks.reshape(n, c * b * b, h // b, w // b)
+        blocks = data.reshape(n, c, h // b, b, w // b, b)
+        order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        return blocks.transpose(order).reshape(n, c * b * b, h // b, w // b)
 
 
 @register_op

@@ -223,3 +223,39 @@ def test_upsampling_by_two_asymmetric_linear_interpolates_midpoints():
     got = eval_op(resize2d, data, size=(1, 8), coordinate_transformation_mode="asymmetric")
     want = np.array([0, 0.5, 1, 1.5, 2, 2.5, 3, 3], np.float32).reshape(1, 1, 1, 8)
     assert_close(got, want)
+
+
+# -- a given scale (ONNX Resize's `scales` input) ---------------------------------------------
+
+def onnx_resize_scales(data, scales, method, coordinate_transformation_mode):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=ONNX_MODE[method],
+                            coordinate_transformation_mode=coordinate_transformation_mode)
+    graph = helper.make_graph(
+        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, data.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, *scales])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    return ReferenceEvaluator(model).run(None, {"x": data})[0]
+
+
+@pytest.mark.parametrize("scale", [(0.6, 0.7), (1.7, 2.5), (0.3, 1.0)])
+@pytest.mark.parametrize("mode", COORDINATE_MODES + ["half_pixel_symmetric"])
+@pytest.mark.parametrize("method", ["nearest_neighbor", "linear", "cubic"])
+def test_a_given_scale_enters_the_coordinate_formulas(scale, mode, method):
+    # 4 x 0.6 rounds down to 2, whose ratio 0.5 is not the scale: the scale is what counts.
+    size = tuple(int(s * n) for s, n in zip(np.float32(scale).astype(float), IMAGE.shape[2:]))
+    got = eval_op(resize2d, IMAGE, size=size, scale=scale, method=method,
+                  coordinate_transformation_mode=mode)
+    assert_close(got, onnx_resize_scales(IMAGE, scale, method, mode))
+
+
+def test_half_pixel_symmetric_without_a_scale_is_half_pixel():
+    attrs = dict(size=(7, 3), method="linear")
+    assert_close(eval_op(resize2d, IMAGE, coordinate_transformation_mode="half_pixel_symmetric",
+                         **attrs), eval_op(resize2d, IMAGE, **attrs))
+
+
+def test_scale_must_be_positive():
+    with pytest.raises(opf.OpfusionTypeError, match=r"attribute 'scale'=\(0.0, 1.0\) must be "
+                                                    "positive"):
+        infer((1, 1, 4, 4), size=(2, 2), scale=(0.0, 1.0))

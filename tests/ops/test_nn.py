@@ -723,6 +723,93 @@ def test_dropout_is_identity_at_inference():
 
 
 # ---------------------------------------------------------------------------------------------
+# einsum
+
+EINSUM_CASES = [
+    # equation, operand shapes, result shape
+    ("ij,jk->ik", [(3, 4), (4, 5)], (3, 5)),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], (2, 3, 5)),
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)], (1, 2, 3, 5)),
+    ("ij->ji", [(3, 4)], (4, 3)),
+    ("ii->i", [(3, 3)], (3,)),
+    ("ii", [(3, 3)], ()),
+    ("ij,jk", [(3, 4), (4, 5)], (3, 5)),
+    ("ba", [(3, 4)], (4, 3)),
+    ("i,j->ij", [(3,), (4,)], (3, 4)),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)], (2, 5, 3, 6)),
+    ("...i,...i", [(2, 1, 3), (4, 3)], (2, 4)),
+    ("ij,ik->jk", [(1, 3), (2, 4)], (3, 4)),  # size-1 labels broadcast, as in NumPy
+    ("i j , j k -> i k", [(3, 4), (4, 5)], (3, 5)),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], (2, 5)),
+    ("Aa->aA", [(2, 3)], (3, 2)),
+]
+
+
+@pytest.mark.parametrize("equation, shapes, result", EINSUM_CASES)
+def test_einsum_infers_the_shape_and_matches_numpy(equation, shapes, result):
+    arrays = [randn(*shape, seed=i) for i, shape in enumerate(shapes)]
+    assert infer(lambda *xs, **kw: opf.op.einsum(list(xs), **kw), *shapes,
+                 equation=equation) == opf.TensorType(result, "float32")
+    want = np.einsum(equation.replace(" ", ""), *[a.astype(np.float64) for a in arrays])
+    got = eval_op(opf.op.einsum, arrays, equation=equation)
+    assert_close(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("equation, shapes", [(case[0], case[1]) for case in EINSUM_CASES[:8]])
+def test_einsum_matches_onnx(equation, shapes):
+    arrays = [randn(*shape, seed=i) for i, shape in enumerate(shapes)]
+    got = eval_op(opf.op.einsum, arrays, equation=equation)
+    assert_close(got, run_onnx("Einsum", arrays, equation=equation))
+
+
+def test_einsum_of_integers_stays_integer():
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    got = eval_op(opf.op.einsum, [a, a], equation="ij,ij->i")
+    assert_close(got, np.einsum("ij,ij->i", a, a).astype(np.int32))
+
+
+@pytest.mark.parametrize("equation, shapes, message", [
+    ("ij,jk->ik", [(3, 4)], r"2 operand term\(s\) but 1 tensor\(s\)"),
+    ("ij->ij", [(3, 4, 5)], r"operand 0 has shape \(3, 4, 5\) \(rank 3\) but its subscripts "
+                            r"'ij' name 2 axes"),
+    ("ij,jk->ik", [(3, 4), (5, 6)], r"letter 'j' .* is size 4 in one place and 5 in operand 1"),
+    ("...ij->ij", [(2, 3, 4)], r"'\.\.\.' axes \(2,\) .* must appear in the output"),
+    ("...i,...i->...", [(2, 3), (4, 3)], r"'\.\.\.' axes of the operands.* do not broadcast"),
+])
+def test_einsum_type_errors(equation, shapes, message):
+    with pytest.raises(opf.OpfusionTypeError, match=r"einsum: .*" + message):
+        infer(lambda *xs, **kw: opf.op.einsum(list(xs), **kw), *shapes, equation=equation)
+
+
+@pytest.mark.parametrize("equation, message", [
+    ("ij->i->j", r"more than one '->'"),
+    ("i1,j", r"subscripts 'i1' hold '1'"),
+    ("ij->ii", r"output subscripts 'ii' repeat a letter"),
+    ("ij->k", r"output letter 'k' names no input axis"),
+    ("ij->...", r"the output has '\.\.\.' but no input does"),
+    ("......i", r"hold '\.\.\.' more than once"),
+])
+def test_einsum_rejects_malformed_equations(equation, message):
+    with pytest.raises(opf.OpAttributeError, match=r"einsum attribute 'equation'=.*" + message):
+        opf.op.einsum([opf.var("x", (3, 3))], equation=equation)
+
+
+def test_einsum_rejects_bool_and_mixed_dtypes():
+    with pytest.raises(opf.OpfusionTypeError, match=r"einsum: inputs must share one dtype"):
+        infer(lambda *xs, **kw: opf.op.einsum(list(xs), **kw), (3,), ((3,), "float16"),
+              equation="i,i")
+    with pytest.raises(opf.OpfusionTypeError, match=r"einsum: input 'operand 0' is bool"):
+        infer(lambda *xs, **kw: opf.op.einsum(list(xs), **kw), ((3,), "bool"), equation="i")
+
+
+def test_einsum_declaration():
+    op = opf.op.get_op("einsum")
+    assert op.pattern.name == "kOpaque" and op.tuple_input
+    assert op.doc and "\n" not in op.doc
+    assert opf.op.einsum.__doc__.startswith(op.doc)
+
+
+# ---------------------------------------------------------------------------------------------
 # declarations
 
 

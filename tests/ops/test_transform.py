@@ -541,6 +541,19 @@ def test_space_to_depth_matches_index_formula_and_onnx(b):
     assert_close(eval_op(opf.op.depth_to_space, got, block_size=b), data)
 
 
+def test_space_to_depth_crd_puts_depth_first_as_onnx_opset_28():
+    data = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    got = eval_op(opf.op.space_to_depth, data, block_size=2, mode="CRD")
+    n, c, h, w = data.shape
+    ni, co, yi, xi = np.indices((n, c * 4, h // 2, w // 2))
+    ci, block = co // 4, co % 4
+    assert_close(got, data[ni, ci, yi * 2 + block // 2, xi * 2 + block % 2])
+    assert_close(got, onnx_run("SpaceToDepth", {"x": data}, opset=28, blocksize=2,
+                               mode="CRD")[0])
+    # CRD is depth_to_space's CRD inverted.
+    assert_close(eval_op(opf.op.depth_to_space, got, block_size=2, mode="CRD"), data)
+
+
 def test_depth_space_errors():
     with pytest.raises(opf.OpfusionTypeError,
                        match=r"^depth_to_space: data \(2, 12, 3, 2\) has 12 channels, which "
