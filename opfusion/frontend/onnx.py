@@ -9,6 +9,7 @@ only the computation that depends on the model's inputs."""
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ..ir.op import Op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator
 from . import converters  # noqa: F401  (registers the converters)
+from .onnx_functions import expand_function, has_function_body
 from .onnx_registry import OnnxNode, lookup_converter
 
 
@@ -149,8 +151,19 @@ class _Importer:
         inputs = [self.input_var(value) for value in self.graph.input
                   if value.name not in initializer_names]
         self.check_supported()
-        for node in self.graph.node:
-            self.convert(node)
+        # A worklist, not recursion: a function operator is replaced in place by its body's
+        # nodes (which may be function operators again), each with the opset it is written in.
+        pending = deque((node, self.opset) for node in self.graph.node)
+        while pending:
+            node, opset = pending.popleft()
+            if lookup_converter(node.op_type, opset) is None and (node.domain or "") in ("",
+                                                                                       "ai.onnx"):
+                types = [self.env[name].checked_type if name in self.env else None
+                         for name in node.input]
+                body, body_opset = expand_function(node, opset, types)
+                pending.extendleft((inner, body_opset) for inner in reversed(body))
+                continue
+            self.convert(node, opset)
         outputs = [self.lookup(value.name, "graph output") for value in self.graph.output]
         body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
         func = Function(inputs + param_vars, body)
@@ -198,7 +211,8 @@ class _Importer:
         missing: list[str] = []
         for node in self.graph.node:
             domain = node.domain or "ai.onnx"
-            if domain != "ai.onnx" or lookup_converter(node.op_type, self.opset) is None:
+            if domain != "ai.onnx" or (lookup_converter(node.op_type, self.opset) is None
+                                       and not has_function_body(node.op_type, self.opset)):
                 where = f"{node.op_type} (node {node.name!r}, domain {domain}, opset {self.opset})"
                 missing.append(where)
         if missing:
@@ -214,7 +228,7 @@ class _Importer:
                                 "graph input (a dangling name; nodes must be in topological "
                                 "order)") from None
 
-    def convert(self, node: Any) -> None:
+    def convert(self, node: Any, opset: int) -> None:
         inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
                   if name else None for name in node.input]
         _check_attribute_kinds(node, self.opset)
@@ -224,9 +238,9 @@ class _Importer:
         requested = len(node.output)
         while requested and not node.output[requested - 1]:
             requested -= 1
-        view = OnnxNode(node.name or node.output[0], node.op_type, inputs, attrs, self.opset,
+        view = OnnxNode(node.name or node.output[0], node.op_type, inputs, attrs, opset,
                         requested)
-        fn = lookup_converter(node.op_type, self.opset)
+        fn = lookup_converter(node.op_type, opset)
         assert fn is not None
         try:
             result = fn(view)

@@ -25,7 +25,7 @@ from .types import DTYPES, FuncType, TensorType, TupleType, Type
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 _STRING = r'"(?:[^"\\\n]|\\.)*"'
-_SUFFIX = r"(?:f16|f32|f64|f|i8|i16|i32|i64|u8)"
+_SUFFIX = r"(?:f16|f32|f64|f|i8|i16|i32|i64|u16|u32|u64|u8)"
 # Ordered by how often each kind occurs; names come before numbers, so inff and nanf16 arrive
 # as names and are recognized as numbers by _NUMBER.
 _TOKEN = re.compile(
@@ -39,10 +39,11 @@ _TOKEN = re.compile(
     r"|\S)"                                                      # anything else: an error
 )
 _NUMBER = re.compile(
-    r"(-?(?:[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|inf|nan))(f16|f32|f64|f|i8|i16|i32|i64|u8)?\Z")
+    r"(-?(?:[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|inf|nan))(f16|f32|f64|f|i8|i16|i32|i64|u16|u32|u64|u8)?\Z")
 _SUFFIX_DTYPE = {
     None: None, "f": "float32", "f32": "float32", "f16": "float16", "f64": "float64",
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+    "u16": "uint16", "u32": "uint32", "u64": "uint64",
 }
 _INDICES = re.compile(r"[0-9]+(\.[0-9]+)?\Z")
 _INDEX = re.compile(r"-?[0-9]+\Z")

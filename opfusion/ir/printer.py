@@ -45,7 +45,8 @@ INLINE_MAX_NDIM = 8
 #: Suffix of an inline scalar by dtype; bool is written True/False.
 DTYPE_SUFFIX = {
     "float32": "f", "float64": "f64", "float16": "f16", "int32": "", "int64": "i64",
-    "int8": "i8", "int16": "i16", "uint8": "u8", "bool": "",
+    "int8": "i8", "int16": "i16", "uint8": "u8", "uint16": "u16", "uint32": "u32",
+    "uint64": "u64", "bool": "",
 }
 
 METADATA_HEADER = "#[metadata]"

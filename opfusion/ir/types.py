@@ -9,7 +9,8 @@ import numpy as np
 from ..errors import OpfusionError
 
 #: dtypes the IR accepts, by canonical name.
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64")
 
 
 def normalize_dtype(dtype: object) -> str:

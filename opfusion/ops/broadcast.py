@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.op import Attrs, Op, OpPatternKind, register_op
-from ..ir.types import TensorType, Type, is_float
+from ..ir.types import TensorType, Type, is_float, is_int
 from ._common import broadcast_shape, same_dtype
 
 
@@ -31,6 +31,8 @@ class BroadcastOp(Op):
             raise self.type_error("inputs are bool; cast them to a number first")
         if self.operands == "float" and not is_float(dtype):
             raise self.type_error(f"inputs must be floating point, got {dtype}")
+        if self.operands == "int" and not is_int(dtype):
+            raise self.type_error(f"inputs must be integers, got {dtype}")
         shape = broadcast_shape(self, types, self.inputs)
         return TensorType(shape, "bool" if self.result == "bool" else dtype)
 
@@ -56,7 +58,7 @@ def _power(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return np.power(lhs, rhs)
 
 
-# name, NumPy implementation, result ("same" / "bool"), operands ("number"/"float"/"bool")
+# name, NumPy implementation, result ("same" / "bool"), operands ("number"/"float"/"int"/"bool")
 _TABLE: list[tuple[str, Callable[[np.ndarray, np.ndarray], Any], str, str]] = [
     ("add", np.add, "same", "number"),
     ("subtract", np.subtract, "same", "number"),
@@ -76,6 +78,11 @@ _TABLE: list[tuple[str, Callable[[np.ndarray, np.ndarray], Any], str, str]] = [
     ("logical_and", np.logical_and, "bool", "bool"),
     ("logical_or", np.logical_or, "bool", "bool"),
     ("logical_xor", np.logical_xor, "bool", "bool"),
+    ("bitwise_and", np.bitwise_and, "same", "int"),
+    ("bitwise_or", np.bitwise_or, "same", "int"),
+    ("bitwise_xor", np.bitwise_xor, "same", "int"),
+    ("left_shift", np.left_shift, "same", "int"),
+    ("right_shift", np.right_shift, "same", "int"),
 ]
 
 

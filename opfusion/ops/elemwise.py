@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
-from ..ir.types import TensorType, Type, is_float
+from ..ir.types import TensorType, Type, is_float, is_int
 
 
 class ElementwiseOp(Op):
@@ -77,6 +77,15 @@ _TABLE: list[tuple[str, Callable[[np.ndarray], Any], bool, str]] = [
     ("sign", np.sign, False, "-1, 0 or 1 by the sign of x"),
     ("sin", np.sin, True, "sine"),
     ("cos", np.cos, True, "cosine"),
+    ("tan", np.tan, True, "tangent"),
+    ("asin", np.arcsin, True, "inverse sine"),
+    ("acos", np.arccos, True, "inverse cosine"),
+    ("atan", np.arctan, True, "inverse tangent"),
+    ("sinh", np.sinh, True, "hyperbolic sine"),
+    ("cosh", np.cosh, True, "hyperbolic cosine"),
+    ("asinh", np.arcsinh, True, "inverse hyperbolic sine"),
+    ("acosh", np.arccosh, True, "inverse hyperbolic cosine"),
+    ("atanh", np.arctanh, True, "inverse hyperbolic tangent"),
     ("copy", np.copy, False, "the same values"),
     ("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), False, "max(x, 0)"),
 ]
@@ -114,6 +123,21 @@ class LogicalNot(ElementwiseOp):
 
     def reference(self, data: np.ndarray) -> np.ndarray:
         return np.logical_not(data)
+
+
+@register_op
+class BitwiseNot(ElementwiseOp):
+    name = "bitwise_not"
+    doc = "Elementwise bitwise complement of an integer tensor."
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (data,) = self.expect_tensors(arg_types)
+        if not is_int(data.dtype):
+            raise self.type_error(f"input 'data' must be an integer tensor, got {data.dtype}")
+        return TensorType(data.shape, data.dtype)
+
+    def reference(self, data: np.ndarray) -> np.ndarray:
+        return np.invert(data)
 
 
 @register_op

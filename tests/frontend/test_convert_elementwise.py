@@ -97,3 +97,43 @@ def test_isinf_directions():
     check_against_onnx("IsInf", {"x": special}, detect_negative=0)
     check_against_onnx("IsInf", {"x": special}, detect_positive=0)
     check_against_onnx("IsNaN", {"x": special})
+
+
+@pytest.mark.parametrize("op_type, data", [
+    ("Tan", X), ("Asin", np.tanh(X)), ("Acos", np.tanh(X)), ("Atan", X), ("Sinh", X),
+    ("Cosh", X), ("Asinh", X), ("Acosh", POS + 1), ("Atanh", np.tanh(X)),
+])
+def test_trigonometric(op_type, data):
+    check_against_onnx(op_type, {"x": data})
+
+
+def test_bit_shift_and_bitwise_ops():
+    a = np.array([1, 6, 255, 16], np.uint16)
+    b = np.array([1, 2, 3, 4], np.uint16)
+    check_against_onnx("BitShift", {"a": a, "b": b}, direction="LEFT")
+    check_against_onnx("BitShift", {"a": a, "b": b}, direction="RIGHT")
+    for op_type in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+        check_against_onnx(op_type, {"a": a.astype(np.int32), "b": b.astype(np.int32)}, opset=18)
+    check_against_onnx("BitwiseNot", {"a": a}, opset=18)
+
+
+def test_function_operators_expand_into_their_onnx_body():
+    # Swish has no converter of its own: ONNX defines it by a function body
+    # (x * sigmoid(alpha * x)), which the importer expands and converts.
+    mod = check_against_onnx("Swish", {"x": X * 3}, opset=24, alpha=0.7)
+    ops = {n.op.name for n in opf.ir.post_order(mod["main"]) if isinstance(n, opf.Call)}
+    assert "sigmoid" in ops and "multiply" in ops
+
+
+def test_attention_expands_through_its_function_body():
+    q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    check_against_onnx("Attention", {"q": q, "k": k, "v": v}, opset=25)
+
+
+def test_context_dependent_function_operator_expands():
+    # CenterCropPad's body depends on the input shape; ONNX builds it from the node.
+    data = rng.standard_normal((5, 7, 3)).astype(np.float32)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [4, 9, 3])
+    check_against_onnx("CenterCropPad", {"x": data}, opset=18, initializers=[shape])

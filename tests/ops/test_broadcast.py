@@ -127,3 +127,16 @@ def test_where_inference_matches_numpy(shapes_triple):
     cond, x, y = shapes_triple.input_shapes
     call = opf.op.where(opf.var("c", cond, "bool"), opf.var("x", x), opf.var("y", y))
     assert call.checked_type.shape == shapes_triple.result_shape
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+    ("bitwise_xor", np.bitwise_xor), ("left_shift", np.left_shift),
+    ("right_shift", np.right_shift),
+])
+def test_integer_bit_operations(name, fn):
+    lhs = np.array([[1, 6, 255], [16, 3, 128]], np.uint32)
+    rhs = np.array([1, 2, 3], np.uint32)
+    assert_close(eval_op(getattr(opf.op, name), lhs, rhs), fn(lhs, rhs))
+    with pytest.raises(opf.OpfusionTypeError, match=f"{name}: inputs must be integers"):
+        _ = getattr(opf.op, name)(opf.var("x", (2,)), opf.var("y", (2,))).checked_type

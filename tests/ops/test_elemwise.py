@@ -117,3 +117,20 @@ def test_logical_not_and_nan_inf_tests_return_bool():
     assert_close(eval_op(opf.op.logical_not, flags), np.array([False, True]))
     with pytest.raises(opf.OpfusionTypeError, match="logical_not: input 'data' must be bool"):
         _ = opf.op.logical_not(opf.var("x", (2,))).checked_type
+
+
+@pytest.mark.parametrize("name, fn, data", [
+    ("tan", np.tan, X), ("asin", np.arcsin, np.tanh(X)), ("acos", np.arccos, np.tanh(X)),
+    ("atan", np.arctan, X), ("sinh", np.sinh, X), ("cosh", np.cosh, X),
+    ("asinh", np.arcsinh, X), ("acosh", np.arccosh, POSITIVE + 1), ("atanh", np.arctanh,
+                                                                     np.tanh(X)),
+])
+def test_trigonometric_and_hyperbolic(name, fn, data):
+    assert_close(eval_op(getattr(opf.op, name), data), fn(data).astype(np.float32))
+
+
+def test_bitwise_not_needs_integers():
+    data = np.array([0, 1, 255], np.uint8)
+    assert_close(eval_op(opf.op.bitwise_not, data), np.array([255, 254, 0], np.uint8))
+    with pytest.raises(opf.OpfusionTypeError, match="bitwise_not: input 'data' must be an int"):
+        _ = opf.op.bitwise_not(opf.var("x", (2,))).checked_type

@@ -18,13 +18,16 @@ _UNARY = {
     "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
     "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Erf": op.erf, "Floor": op.floor, "Ceil": op.ceil,
     "Round": op.round, "Sign": op.sign, "Sin": op.sin, "Cos": op.cos, "Relu": op.nn.relu,
-    "Not": op.logical_not, "IsNaN": op.isnan, "Identity": op.copy,
+    "Not": op.logical_not, "IsNaN": op.isnan, "Identity": op.copy, "Tan": op.tan,
+    "Asin": op.asin, "Acos": op.acos, "Atan": op.atan, "Sinh": op.sinh, "Cosh": op.cosh,
+    "Asinh": op.asinh, "Acosh": op.acosh, "Atanh": op.atanh, "BitwiseNot": op.bitwise_not,
 }
 _BINARY = {
     "Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divide, "Pow": op.power,
     "Equal": op.equal, "Less": op.less, "LessOrEqual": op.less_equal, "Greater": op.greater,
     "GreaterOrEqual": op.greater_equal, "And": op.logical_and, "Or": op.logical_or,
-    "Xor": op.logical_xor,
+    "Xor": op.logical_xor, "BitwiseAnd": op.bitwise_and, "BitwiseOr": op.bitwise_or,
+    "BitwiseXor": op.bitwise_xor,
 }
 
 
@@ -56,6 +59,12 @@ def scalar(value: float, like: Expr) -> Constant:
     ty = like.checked_type
     assert isinstance(ty, TensorType)
     return Constant(np.asarray(value, dtype=ty.dtype))
+
+
+@converter("BitShift", since=11)
+def bit_shift(node: OnnxNode) -> Expr:
+    shift = op.left_shift if node.attr("direction") == "LEFT" else op.right_shift
+    return shift(node.input(0), node.input(1))
 
 
 @converter("Reciprocal")

@@ -1,0 +1,119 @@
+"""Expand ONNX function operators into the nodes of their function body.
+
+Many newer ONNX operators (Attention, RotaryEmbedding, CenterCropPad, the losses, Celu, ...)
+are defined by the ONNX standard itself as a function: a small graph of simpler operators,
+fixed or specialized to the node's attributes and input types. When opfusion has no converter
+for such an operator, the importer replaces the node by that body, with names made unique,
+and converts the body's nodes instead. This is how ONNX Runtime runs them too."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import OpfusionError
+from ..ir.types import TensorType, Type
+
+_fresh = itertools.count()
+
+
+def _schema(op_type: str, opset: int) -> Any:
+    from onnx import defs
+
+    try:
+        return defs.get_schema(op_type, opset, "")
+    except Exception:  # noqa: BLE001 - SchemaError: no such operator at this opset
+        return None
+
+
+def has_function_body(op_type: str, opset: int) -> bool:
+    """True if the ONNX standard defines ``op_type`` at ``opset`` by a function body."""
+    schema = _schema(op_type, opset)
+    return schema is not None and (schema.has_function or schema.has_context_dependent_function)
+
+
+def expand_function(node: Any, opset: int,
+                    input_types: Sequence[Type | None]) -> tuple[list[Any], int]:
+    """The body nodes that replace ``node`` and the opset they are written in.
+
+    Names inside the body are prefixed so they cannot collide with the model's; the body's
+    inputs and outputs are renamed to the node's."""
+    import onnx
+
+    schema = _schema(node.op_type, opset)
+    assert schema is not None
+    function = onnx.FunctionProto()
+    if schema.has_function:
+        body = schema.get_function_with_opset_version(opset) or b""
+        if body:
+            function.ParseFromString(body)
+        else:
+            function.CopyFrom(schema.function_body)
+    else:
+        types = [_type_proto(ty).SerializeToString() for ty in input_types]
+        try:
+            body = schema.get_context_dependent_function_with_opset_version(
+                opset, node.SerializeToString(), types)
+        except Exception as err:  # noqa: BLE001 - ONNX rejects the node's attributes/types
+            raise OpfusionError(f"{node.op_type} (node {node.name!r}): ONNX could not build its "
+                                f"function body ({err})") from None
+        function.ParseFromString(body)
+    if not function.node:
+        raise OpfusionError(f"{node.op_type} (node {node.name!r}): ONNX gives no function body "
+                            f"at opset {opset}")
+    return _instantiate(function, node), _function_opset(function, opset)
+
+
+def _instantiate(function: Any, node: Any) -> list[Any]:
+    import onnx
+
+    prefix = f"__{node.op_type}{next(_fresh)}__"
+    rename = {name: (node.input[i] if i < len(node.input) else "")
+              for i, name in enumerate(function.input)}
+    rename.update({name: (node.output[i] if i < len(node.output) and node.output[i]
+                          else f"{prefix}{name}")
+                   for i, name in enumerate(function.output)})
+    given = {attr.name: attr for attr in node.attribute}
+    defaults = {attr.name: attr for attr in function.attribute_proto}
+    expanded = []
+    for inner in function.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{node.name or node.output[0]}/{inner.name or inner.op_type}"
+        for field in (copy.input, copy.output):
+            for index, name in enumerate(field):
+                if name:
+                    field[index] = rename.setdefault(name, f"{prefix}{name}")
+        attributes = []
+        for attr in copy.attribute:
+            if attr.ref_attr_name:
+                source = given.get(attr.ref_attr_name) or defaults.get(attr.ref_attr_name)
+                if source is None:
+                    continue  # not set on the node and no default: the inner op's default
+                bound = onnx.AttributeProto()
+                bound.CopyFrom(source)
+                bound.name = attr.name
+                attributes.append(bound)
+            else:
+                attributes.append(attr)
+        del copy.attribute[:]
+        copy.attribute.extend(attributes)
+        expanded.append(copy)
+    return expanded
+
+
+def _function_opset(function: Any, default: int) -> int:
+    for entry in function.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return default
+
+
+def _type_proto(ty: Type | None) -> Any:
+    import onnx
+
+    if not isinstance(ty, TensorType):
+        return onnx.TypeProto()
+    elem = onnx.helper.np_dtype_to_tensor_dtype(__import__("numpy").dtype(ty.dtype))
+    return onnx.helper.make_tensor_type_proto(elem, ty.shape)
