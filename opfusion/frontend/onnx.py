@@ -146,6 +146,11 @@ class _Importer:
                 self.env[tensor.name] = var
                 param_vars.append(var)
                 params[tensor.name] = array
+        known_inputs = [value.name for value in self.graph.input]
+        for name in self.shape:
+            if name not in known_inputs:
+                raise OpfusionError(f"shape= names {name!r}, which is not a graph input; the "
+                                    f"inputs are {', '.join(map(repr, known_inputs))}")
         # Models of IR version < 4 also list their initializers among the graph inputs.
         initializer_names = {tensor.name for tensor in self.graph.initializer}
         inputs = [self.input_var(value) for value in self.graph.input
@@ -180,6 +185,10 @@ class _Importer:
                                 "optionals are not supported)")
         if name in self.shape:
             dims = tuple(int(d) for d in self.shape[name])
+            declared = len(tensor_type.shape.dim)
+            if tensor_type.HasField("shape") and declared != len(dims):
+                raise OpfusionError(f"shape= gives graph input {name!r} {len(dims)} dimensions "
+                                    f"{dims} but the model declares {declared}")
         else:
             dims = []
             for axis, dim in enumerate(tensor_type.shape.dim):
@@ -231,7 +240,7 @@ class _Importer:
     def convert(self, node: Any, opset: int) -> None:
         inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
                   if name else None for name in node.input]
-        _check_attribute_kinds(node, self.opset)
+        _check_attribute_kinds(node, opset)
         attrs = {attr.name: _attribute_value(attr, node) for attr in node.attribute}
         # Trailing outputs with an empty name are not requested: a converter sees how many
         # outputs the model actually uses (BatchNormalization ["y", "", ""] asks for one).

@@ -62,10 +62,10 @@ def expand_function(node: Any, opset: int,
     if not function.node:
         raise OpfusionError(f"{node.op_type} (node {node.name!r}): ONNX gives no function body "
                             f"at opset {opset}")
-    return _instantiate(function, node), _function_opset(function, opset)
+    return _instantiate(function, node, schema), _function_opset(function, opset)
 
 
-def _instantiate(function: Any, node: Any) -> list[Any]:
+def _instantiate(function: Any, node: Any, schema: Any) -> list[Any]:
     import onnx
 
     prefix = f"__{node.op_type}{next(_fresh)}__"
@@ -75,7 +75,10 @@ def _instantiate(function: Any, node: Any) -> list[Any]:
                           else f"{prefix}{name}")
                    for i, name in enumerate(function.output)})
     given = {attr.name: attr for attr in node.attribute}
-    defaults = {attr.name: attr for attr in function.attribute_proto}
+    # Defaults of attributes the node leaves out: the function's own, else the schema's.
+    defaults = {name: spec.default_value for name, spec in schema.attributes.items()
+                if spec.default_value.type}
+    defaults.update({attr.name: attr for attr in function.attribute_proto})
     expanded = []
     for inner in function.node:
         copy = onnx.NodeProto()

@@ -1,0 +1,185 @@
+"""The ONNX project's backend test suite (``onnx.backend.test.BackendTest``), run against
+:mod:`opfusion.frontend.onnx_backend`.
+
+Kinds: the generated node tests (from the cache of ``onnx_node_data.py``; the wheel ships no
+per-node data), the nine light models (the runner's ``real`` kind: local files shipped in the
+wheel, compared with their shipped outputs), and the shipped ``simple``, ``pytorch-converted``
+and ``pytorch-operator`` models. Tests outside the project's scope are skipped with their
+reason and known failures are xfail (not strict); both lists live in ``onnx_backend_scope.py``.
+``benchmarks/onnx_backend_report.py`` counts the same tests and groups the failures."""
+
+from unittest import mock
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+import onnx.backend.test.runner as onnx_runner  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.backend.test import BackendTest  # noqa: E402
+from onnx.backend.test.loader import DATA_DIR  # noqa: E402
+from onnx_backend_scope import KNOWN_FAILURES, out_of_scope_reason  # noqa: E402
+from onnx_node_data import load_node_tests  # noqa: E402
+
+from opfusion import OpfusionError  # noqa: E402
+from opfusion.frontend import onnx_backend  # noqa: E402
+from opfusion.testing import assert_close  # noqa: E402
+
+LIGHT_URL = "onnx/backend/test/data/light/"
+
+
+class OpfusionBackendTest(BackendTest):
+    """onnx's runner with its node tests read from the generated cache, and only the local
+    light models of the ``real`` kind (any other would need a download)."""
+
+    def __init__(self, backend, parent_module=None):
+        load_shipped = onnx_runner.load_model_tests
+
+        def load_model_tests(data_dir=DATA_DIR, kind=None):
+            if kind == "node":
+                return load_node_tests()
+            cases = load_shipped(data_dir, kind)
+            if kind == "real":
+                cases = [case for case in cases if (case.url or "").startswith(LIGHT_URL)]
+            return cases
+
+        with mock.patch.object(onnx_runner, "load_model_tests", load_model_tests):
+            super().__init__(backend, parent_module)
+
+
+def _mark(test_cases):
+    """Skip what is out of scope (with its reason) and xfail the known failures."""
+    for case_class in test_cases.values():
+        for name in [attr for attr in vars(case_class) if attr.startswith("test_")]:
+            func = getattr(case_class, name)
+            reason = out_of_scope_reason(name)
+            base = name.removesuffix("_cpu")
+            if reason:
+                func = pytest.mark.skip(reason=f"out of scope: {reason}")(func)
+            elif base in KNOWN_FAILURES:
+                func = pytest.mark.xfail(reason=KNOWN_FAILURES[base], strict=False)(func)
+            setattr(case_class, name, func)
+    return test_cases
+
+
+backend_test = OpfusionBackendTest(onnx_backend, __name__)
+globals().update(_mark(backend_test.test_cases))
+
+
+# -- the backend API itself ------------------------------------------------------------------
+
+
+def make_model(nodes, inputs, outputs=("y",), opset=17):
+    outs = [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in outputs]
+    graph = helper.make_graph(nodes, "g", inputs, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def add_model():
+    return make_model([helper.make_node("Add", ["a", "b"], ["y"]),
+                       helper.make_node("Neg", ["y"], ["z"])],
+                      [tensor("a", [2, 3]), tensor("b", [3])], outputs=("y", "z"))
+
+
+A = np.arange(6, dtype=np.float32).reshape(2, 3)
+B = np.array([1.0, -2.0, 0.5], np.float32)
+
+
+def test_run_takes_a_list_or_a_dict_and_returns_outputs_in_graph_order():
+    rep = onnx_backend.prepare(add_model())
+    for inputs in ([A, B], {"b": B, "a": A}):
+        y, z = rep.run(inputs)
+        assert_close(y, A + B)
+        assert_close(z, -(A + B))
+    assert_close(rep.run([A, B])["z"], -(A + B))
+
+
+def test_run_model_prepares_and_runs():
+    outputs = onnx_backend.run_model(add_model(), [A, B])
+    assert len(outputs) == 2
+    assert_close(outputs[0], A + B)
+
+
+def test_run_node_runs_one_node():
+    node = helper.make_node("Add", ["a", "b"], ["y"])
+    (y,) = onnx_backend.run_node(node, [A, B])
+    assert_close(y, A + B)
+
+
+def test_symbolic_dimensions_take_the_shapes_passed_to_run():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["n", 3])])
+    rep = onnx_backend.prepare(model)  # nothing to import yet: "n" is open
+    for rows in (2, 5):
+        x = np.linspace(-1, 1, rows * 3, dtype=np.float32).reshape(rows, 3)
+        assert_close(rep.run([x])[0], np.maximum(x, 0))
+
+
+def test_shape_option_closes_symbolic_dimensions_at_prepare():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["n", 3])])
+    rep = onnx_backend.prepare(model, shape={"x": (4, 3)})
+    with pytest.raises(OpfusionError, match="expects shape \\(4, 3\\)"):
+        rep.run([np.zeros((2, 3), np.float32)])
+
+
+def reshape_model():
+    return make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                      [tensor("x", [2, 6]), tensor("shape", [2], TensorProto.INT64)])
+
+
+def test_values_that_decide_shapes_are_frozen_to_the_values_passed():
+    rep = onnx_backend.prepare(reshape_model())
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for shape in ((3, 4), (4, 3)):
+        assert_close(rep.run([x, np.array(shape, np.int64)])[0], x.reshape(shape))
+    assert rep.frozen_inputs == ["shape"]
+
+
+def test_without_specialization_a_shape_input_is_an_error():
+    with pytest.raises(OpfusionError, match="must be a constant known at import time"):
+        onnx_backend.prepare(reshape_model(), specialize=False)
+
+
+def test_the_engine_is_one_entry_in_a_table(monkeypatch):
+    calls = []
+
+    def counting_engine(mod, params):
+        run = onnx_backend.ENGINES["reference"](mod, params)
+        return lambda inputs: calls.append(len(inputs)) or run(inputs)
+
+    monkeypatch.setitem(onnx_backend.ENGINES, "counting", counting_engine)
+    y, _ = onnx_backend.prepare(add_model(), engine="counting").run([A, B])
+    assert_close(y, A + B)
+    assert calls == [2]
+
+
+def test_an_internal_error_surfaces_as_an_opfusion_error(monkeypatch):
+    def broken_engine(mod, params):
+        raise ValueError("boom")
+
+    monkeypatch.setitem(onnx_backend.ENGINES, "broken", broken_engine)
+    with pytest.raises(OpfusionError, match="internal error.*ValueError: boom") as info:
+        onnx_backend.prepare(add_model(), engine="broken")
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: onnx_backend.prepare(add_model(), engine="tvm"), "unknown engine 'tvm'"),
+    (lambda: onnx_backend.prepare(add_model(), "CUDA"), "CPU only, not 'CUDA'"),
+    (lambda: onnx_backend.prepare(add_model(), rtol=1e-3), "no option 'rtol'"),
+    (lambda: onnx_backend.prepare(b"garbage"), "not a valid ONNX model"),
+    (lambda: onnx_backend.run_model(add_model(), [A]), "takes 2 input\\(s\\) \\(a, b\\), got 1"),
+    (lambda: onnx_backend.run_model(add_model(), {"a": A}), "'b' missing"),
+    (lambda: onnx_backend.run_model(add_model(), [B, A]), "input %a expects shape"),
+])
+def test_mistakes_are_opfusion_errors(call, message):
+    with pytest.raises(OpfusionError, match=message):
+        call()
+
+
+def test_supports_the_cpu_only():
+    assert onnx_backend.supports_device("CPU")
+    assert not onnx_backend.supports_device("CUDA")
