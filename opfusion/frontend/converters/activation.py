@@ -14,26 +14,12 @@ import numpy as np
 
 from ... import op
 from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType, is_float
+from ...ir.types import is_float
 from ..onnx_registry import OnnxNode, converter
+from ._common import checked_axis as _axis
+from ._common import shape_of as _shape
+from ._common import tensor_type as _type
 from .elementwise import scalar
-
-
-def _type(expr: Expr) -> TensorType:
-    ty = expr.checked_type
-    assert isinstance(ty, TensorType), ty
-    return ty
-
-
-def _shape(expr: Expr) -> tuple[int, ...]:
-    return _type(expr).shape
-
-
-def _axis(node: OnnxNode, axis: int, ndim: int) -> int:
-    if not -ndim <= axis < ndim:
-        raise node.error(f"attribute axis={axis} is out of range for an input of rank {ndim}")
-    return axis % ndim
-
 
 # ---------------------------------------------------------------------------------------------
 # softmax family: before opset 13 the input is coerced to 2-D at ``axis`` (default 1);

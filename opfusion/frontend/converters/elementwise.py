@@ -13,6 +13,7 @@ from ... import op
 from ...ir.expr import Constant, Expr
 from ...ir.types import TensorType
 from ..onnx_registry import OnnxNode, converter
+from ._common import cast_like as _same_dtype
 
 _UNARY = {
     "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
@@ -45,13 +46,6 @@ for _op_type, _builder in _UNARY.items():
 for _op_type, _builder in _BINARY.items():
     _register_binary(_op_type, _builder)
 
-
-def _same_dtype(value: Expr, like: Expr) -> Expr:
-    """Pow's exponent may have another dtype than its base (ONNX allows it); cast it."""
-    want = like.checked_type.dtype  # type: ignore[attr-defined]
-    if value.checked_type.dtype == want:  # type: ignore[attr-defined]
-        return value
-    return op.cast(value, dtype=want)
 
 
 def scalar(value: float, like: Expr) -> Constant:

@@ -16,10 +16,11 @@ import numpy as np
 
 from ... import op
 from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType
 from ...ops._nn_common import window_output_size
 from ..onnx_registry import OnnxNode, converter
 from . import activation  # noqa: F401  (registers the activation and softmax converters)
+from ._common import shape_of as _shape
+from ._common import tensor_type as _type
 from .elementwise import scalar
 from .normalization import abs_power, root
 
@@ -27,14 +28,6 @@ from .normalization import abs_power, root
 # helpers
 
 
-def _type(expr: Expr) -> TensorType:
-    ty = expr.checked_type
-    assert isinstance(ty, TensorType), ty
-    return ty
-
-
-def _shape(expr: Expr) -> tuple[int, ...]:
-    return _type(expr).shape
 
 
 def _spatial_rank(node: OnnxNode, data: Expr, what: str, most: int = 3) -> int:

@@ -13,31 +13,12 @@ import numpy as np
 
 from ... import op
 from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType
 from ..onnx_registry import OnnxNode, converter
+from ._common import cast_like as _cast_like
+from ._common import checked_axis as _axis
+from ._common import shape_of as _shape
+from ._common import tensor_type as _type
 from .elementwise import scalar
-
-
-def _type(expr: Expr) -> TensorType:
-    ty = expr.checked_type
-    assert isinstance(ty, TensorType), ty
-    return ty
-
-
-def _shape(expr: Expr) -> tuple[int, ...]:
-    return _type(expr).shape
-
-
-def _axis(node: OnnxNode, axis: int, ndim: int) -> int:
-    if not -ndim <= axis < ndim:
-        raise node.error(f"attribute axis={axis} is out of range for an input of rank {ndim}")
-    return axis % ndim
-
-
-def _cast_like(value: Expr, like: Expr) -> Expr:
-    """ONNX lets some parameters (BatchNormalization's, from opset 15) differ in float type."""
-    want = _type(like).dtype
-    return value if _type(value).dtype == want else op.cast(value, dtype=want)
 
 
 def abs_power(x: Expr, p: float) -> Expr:
