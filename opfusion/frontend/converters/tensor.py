@@ -17,23 +17,11 @@ import numpy as np
 
 from ... import op
 from ...ir.expr import Constant, Expr, TupleGetItem
-from ...ir.types import TensorType
 from ..onnx_registry import OnnxNode, converter
+from ._common import shape_of, tensor_type
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def tensor_type(expr: Expr) -> TensorType:
-    """The (tensor) type of a converted input."""
-    ty = expr.checked_type
-    assert isinstance(ty, TensorType), ty
-    return ty
-
-
-def shape_of(expr: Expr) -> tuple[int, ...]:
-    """The static shape of a converted input."""
-    return tensor_type(expr).shape
 
 
 def as_ints(value: np.ndarray | Sequence[int]) -> list[int]:
