@@ -17,12 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpfusionError
-from ..ir.evaluate import _conform
-from ..ir.expr import Call, Constant, Expr, Function, Tuple, Var
+from ..ir.expr import Constant, Expr, Function, Tuple, Var
 from ..ir.module import IRModule
-from ..ir.op import Op
 from ..ir.types import TensorType
-from ..ir.visitor import ExprMutator
+from ..transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .onnx_functions import expand_function, has_function_body
 from .onnx_registry import OnnxNode, lookup_converter
@@ -128,7 +126,7 @@ class _Importer:
         self.freeze_params = freeze_params
         self.opset = _default_opset(proto)
         self.env: dict[str, Expr] = {}
-        self.folder = _ConstantFolder()
+        self.folder = ConstantFolder()
 
     def run(self) -> tuple[IRModule, dict[str, np.ndarray]]:
         onnx = _onnx()
@@ -320,32 +318,5 @@ def _attribute_value(attr: Any, node: Any) -> Any:
                         f"kind opfusion does not read ({types.AttributeType.Name(kind)})")
 
 
-class _ConstantFolder(ExprMutator):
-    """Evaluate every operator call whose operands are all constants. One folder serves the
-    whole import, so its memo makes each node's check happen once."""
-
-    def visit_call(self, call: Call) -> Expr:
-        new = super().visit_call(call)
-        if not isinstance(new, Call) or not isinstance(new.op, Op):
-            return new
-        if not all(isinstance(arg, Constant) or _constant_tuple(arg) for arg in new.args):
-            return new
-        args = [arg.data if isinstance(arg, Constant) else tuple(f.data for f in arg.fields)
-                for arg in new.args]
-        out = _conform(new.op.reference(*args, **new.attrs), new.checked_type, new)
-        if isinstance(out, tuple):
-            return Tuple([Constant(item) for item in out])
-        return Constant(out)
-
-    def visit_tuple_getitem(self, item: Any) -> Expr:
-        new = super().visit_tuple_getitem(item)
-        value = new.tuple_value
-        if isinstance(value, Tuple):
-            return value.fields[new.index]
-        return new
-
-
-def _constant_tuple(expr: Expr) -> bool:
-    return isinstance(expr, Tuple) and all(isinstance(f, Constant) for f in expr.fields)
 
 

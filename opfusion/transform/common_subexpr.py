@@ -1,0 +1,101 @@
+"""EliminateCommonSubexpr: compute each distinct value once.
+
+Two calls of the same operator with the same attributes on the same (already merged)
+operands are the same value; so are equal tuples, equal projections and constants holding the
+same bytes. The later duplicate is replaced by the first. Each function body is its own scope:
+nothing inside a nested (primitive) function is merged with anything outside it, because a
+primitive function must stay closed over its parameters."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable
+
+import numpy as np
+
+from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem
+from ..ir.module import IRModule
+from ..ir.visitor import post_order
+from .context import PassContext
+from .pass_infra import module_pass, register_pass
+
+
+@module_pass(opt_level=3, name="EliminateCommonSubexpr")
+def EliminateCommonSubexpr(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802
+    """Merge duplicate calls, tuples, projections and constants in every function."""
+    new = IRModule()
+    for name, func in mod.functions.items():
+        new[mod.get_global_var(name)] = eliminate_common_subexpr(func)
+    return new
+
+
+def eliminate_common_subexpr(func: Function) -> Function:
+    """``func`` with every duplicated value computed once (a new function; shared nodes
+    stay shared)."""
+    # Nested functions are rewritten in their own scope first, innermost first; the walk
+    # below treats them as leaves. Function nesting is shallow (fused groups), unlike graphs.
+    inner_done: dict[Function, Function] = {}
+    for node in post_order(func.body):
+        if isinstance(node, Function) and node not in inner_done:
+            inner_done[node] = eliminate_common_subexpr(node)
+    body = _merge_scope(func.body, inner_done)
+    if body is func.body:
+        return func
+    return Function(func.params, body, func.ret_type, func.attrs)
+
+
+def _merge_scope(root: Expr, inner_done: dict[Function, Function]) -> Expr:
+    replaced: dict[Expr, Expr] = {}
+    canonical: dict[Hashable, Expr] = {}
+    for node in post_order(root, into_functions=False):
+        new = _rebuild(node, replaced, inner_done)
+        key = _key(new)
+        if key is not None:
+            new = canonical.setdefault(key, new)
+        replaced[node] = new
+    return replaced[root]
+
+
+def _rebuild(node: Expr, replaced: dict[Expr, Expr],
+             inner_done: dict[Function, Function]) -> Expr:
+    if isinstance(node, Call):
+        op = node.op
+        if isinstance(op, Function):
+            op = inner_done.get(op, op)
+        elif isinstance(op, Expr):
+            op = replaced.get(op, op)
+        args = [replaced[arg] for arg in node.args]
+        if op is node.op and all(new is old for new, old in zip(args, node.args)):
+            return node
+        return Call(op, args, node.attrs, node.span)
+    if isinstance(node, Tuple):
+        fields = [replaced[field] for field in node.fields]
+        if all(new is old for new, old in zip(fields, node.fields)):
+            return node
+        return Tuple(fields)
+    if isinstance(node, TupleGetItem):
+        value = replaced[node.tuple_value]
+        return node if value is node.tuple_value else TupleGetItem(value, node.index)
+    if isinstance(node, Function):
+        return inner_done.get(node, node)
+    return node
+
+
+def _key(node: Expr) -> Hashable | None:
+    """A key equal for nodes that compute the same value; None for nodes never merged
+    (variables, functions)."""
+    if isinstance(node, Call):
+        # Operands are already canonical, so identity of operands is equality of values.
+        return ("call", node.op, node.attrs, tuple(id(arg) for arg in node.args))
+    if isinstance(node, Tuple):
+        return ("tuple", tuple(id(field) for field in node.fields))
+    if isinstance(node, TupleGetItem):
+        return ("get", id(node.tuple_value), node.index)
+    if isinstance(node, Constant):
+        data = np.ascontiguousarray(node.data)
+        digest = hashlib.blake2b(data.view(np.uint8).reshape(-1).data).digest()
+        return ("const", data.dtype.str, data.shape, digest)
+    return None
+
+
+register_pass("EliminateCommonSubexpr", lambda: EliminateCommonSubexpr)
