@@ -1,3 +1,3 @@
 """Operator declarations, one family per file. Importing this package registers them all."""
 
-from . import broadcast, elemwise, image, nn, reduce, sort, transform  # noqa: F401
+from . import broadcast, elemwise, fma, image, nn, reduce, sort, transform  # noqa: F401

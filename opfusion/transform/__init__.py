@@ -7,7 +7,11 @@ Every pass is a :class:`Pass` — call it on an IRModule to get a new IRModule::
         mod = opf.transform.optimize(mod, params)
 """
 
+from .common_subexpr import EliminateCommonSubexpr
 from .context import ConfigOption, PassContext, list_pass_configs, register_pass_config
+from .dead_code import DeadCodeElimination
+from .fold_constant import BindParams, FoldConstant, bind_params, fold_constant
+from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
 from .pass_infra import (
     FunctionPass,
@@ -20,8 +24,31 @@ from .pass_infra import (
     module_pass,
     register_pass,
 )
+from .pattern import (
+    Bindings,
+    Pattern,
+    has_attr,
+    has_dtype,
+    has_shape,
+    has_type,
+    is_constant,
+    is_expr,
+    is_op,
+    is_tuple,
+    is_tuple_get_item,
+    is_var,
+    wildcard,
+)
+from .pattern_rewrite import PatternCallback, PatternRewrite, rewrite, rule
+from .rewrites import FuseDenseAdd, FuseMultiplyAdd
+from .simplify_expr import SimplifyExpr
 
 __all__ = [
+    "BindParams", "Bindings", "DeadCodeElimination", "EliminateCommonSubexpr", "FoldConstant",
+    "FuseDenseAdd", "FuseMultiplyAdd", "InferType", "Pattern", "PatternCallback",
+    "PatternRewrite", "SimplifyExpr", "bind_params", "fold_constant", "has_attr", "has_dtype",
+    "has_shape", "has_type", "is_constant", "is_expr", "is_op", "is_tuple", "is_tuple_get_item",
+    "is_var", "rewrite", "rule", "wildcard",
     "ConfigOption", "DumpIR", "FunctionPass", "ModulePass", "Pass", "PassContext", "PassInfo",
     "PassInstrument", "PassTiming", "PassTimingInstrument", "PrintIR", "Sequential",
     "function_pass", "get_pass", "list_pass_configs", "module_pass", "register_pass",

@@ -1,0 +1,232 @@
+"""SimplifyExpr: remove data movement and arithmetic that do nothing, as a table of rewrites.
+
+The rules (:data:`SIMPLIFY_RULES`): reshape-like ops, broadcast_to and tile that keep the
+shape go; chains of reshape-like ops become one reshape; identity transposes go and
+consecutive ones compose; casts to the same dtype go and a cast through a dtype that holds
+every value exactly is skipped; ``x * 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)``
+become ``x``.
+
+Every rule keeps values bit for bit and the rewritten node's type exactly (the rewriter
+checks the type). Rules only look at a node and its operands; a merged chain whose inner
+node has other users leaves that node for them (see :mod:`opfusion.transform.pattern`).
+
+Signed zeros decide two cases: ``-0.0 + 0.0`` is ``+0.0``, so for floats ``x + 0`` goes only
+when the zeros are ``-0.0`` and ``x - 0`` only when they are ``+0.0``. ``x / 1`` goes for
+floats only: the reference divides integers through float64, which is not exact for the
+largest int64 values."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..ir.expr import Call, Constant, Expr
+from ..ir.module import IRModule
+from ..ir.op import get_op
+from ..ir.types import TensorType
+from .context import PassContext
+from .pass_infra import module_pass, register_pass
+from .pattern import Bindings, Pattern, is_constant, is_op, wildcard
+from .pattern_rewrite import PatternCallback, rewrite, rule
+
+__all__ = ["SIMPLIFY_RULES", "SimplifyExpr", "simplify_expr"]
+
+#: Operators that only reinterpret the shape: same elements, same row-major order.
+RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "flatten", "nn.batch_flatten")
+#: Operators that are the identity whenever their result has their input's shape.
+SAME_SHAPE_IS_IDENTITY = (*RESHAPE_OPS, "broadcast_to", "tile")
+
+
+def _any_of(names: Sequence[str], *args: Pattern) -> Pattern:
+    """``(is_op(names[0]) | is_op(names[1]) | ...)(*args)``"""
+    return functools.reduce(operator.or_, [is_op(name) for name in names])(*args)
+
+
+def _same_type(a: Expr, b: Expr) -> bool:
+    return a.checked_type == b.checked_type
+
+
+# -- rules: data movement ----------------------------------------------------------------------
+
+def _identity_by_shape() -> PatternCallback:
+    # reshape(x) -> x    (also squeeze, expand_dims, flatten, batch_flatten, broadcast_to,
+    #                     tile: whenever the result has x's shape)
+    x = wildcard()
+
+    def drop(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        return m[x] if _same_type(post, m[x]) else None
+
+    return rule(_any_of(SAME_SHAPE_IS_IDENTITY, x), drop, "identity_reshape")
+
+
+def _merge_reshapes() -> PatternCallback:
+    # reshape(squeeze(x))  ->  reshape(x, newshape=<result shape>)    (any two reshape-like ops;
+    #                                                                  x itself if the shape is x's)
+    x = wildcard()
+
+    def merge(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        data = m[x]
+        out = post.checked_type
+        assert isinstance(out, TensorType)
+        if out == data.checked_type:
+            return data
+        if 0 in out.shape:  # newshape reads 0 as "copy the input's dimension"
+            return None
+        return Call(get_op("reshape"), [data], {"newshape": out.shape})
+
+    return rule(_any_of(RESHAPE_OPS, _any_of(RESHAPE_OPS, x)), merge, "merge_reshapes")
+
+
+def _identity_transpose() -> PatternCallback:
+    # transpose(x, axes=[0, 1, ..., n-1]) -> x
+    x = wildcard()
+
+    def drop(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        ndim = len(m[x].checked_type.shape)
+        axes = get_op("transpose").permutation(ndim, post.attrs["axes"])
+        return m[x] if axes == tuple(range(ndim)) else None
+
+    return rule(is_op("transpose")(x), drop, "identity_transpose")
+
+
+def _merge_transposes() -> PatternCallback:
+    # transpose(transpose(x, a), b) -> transpose(x, [a[i] for i in b])    (x if that is 0..n-1)
+    x = wildcard()
+    inner = is_op("transpose")(x)
+
+    def merge(pre: Expr, post: Expr, m: Bindings) -> Expr:
+        transpose = get_op("transpose")
+        ndim = len(m[x].checked_type.shape)
+        first = transpose.permutation(ndim, m[inner].attrs["axes"])
+        second = transpose.permutation(ndim, post.attrs["axes"])
+        axes = tuple(first[i] for i in second)
+        if axes == tuple(range(ndim)):
+            return m[x]
+        return Call(transpose, [m[x]], {"axes": axes})
+
+    return rule(is_op("transpose")(inner), merge, "merge_transposes")
+
+
+# -- rules: casts ------------------------------------------------------------------------------
+
+def _identity_cast() -> PatternCallback:
+    # cast(x, dtype=x.dtype) -> x
+    x = wildcard()
+
+    def drop(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        return m[x] if _same_type(post, m[x]) else None
+
+    return rule(is_op("cast")(x), drop, "identity_cast")
+
+
+def _exact_in(src: str, dst: str) -> bool:
+    """Whether every value of dtype ``src`` is represented exactly in ``dst``."""
+    if not np.can_cast(src, dst, casting="safe"):
+        return False
+    source, target = np.dtype(src), np.dtype(dst)
+    if source.kind in "iu" and target.kind == "f":
+        # NumPy calls int64 -> float64 safe, but 2**53 + 1 does not survive it.
+        value_bits = source.itemsize * 8 - (source.kind == "i")
+        return value_bits <= np.finfo(target).nmant + 1
+    return True
+
+
+def _merge_casts() -> PatternCallback:
+    # cast(cast(x, wide), t) -> cast(x, t)    when every value of x's dtype is exact in `wide`
+    x = wildcard()
+    inner = is_op("cast")(x)
+
+    def merge(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        if not _exact_in(m[x].checked_type.dtype, m[inner].attrs["dtype"]):
+            return None
+        return Call(get_op("cast"), [m[x]], {"dtype": post.attrs["dtype"]})
+
+    return rule(is_op("cast")(inner), merge, "merge_casts")
+
+
+# -- rules: arithmetic with a neutral constant -------------------------------------------------
+
+def _all_ones(const: Expr) -> bool:
+    return isinstance(const, Constant) and bool(np.all(const.data == 1))
+
+
+def _neutral_for_add(const: Expr) -> bool:
+    # -0.0 is the identity of float addition (+0.0 + -0.0 = +0.0, -0.0 + -0.0 = -0.0);
+    # +0.0 is not (-0.0 + +0.0 = +0.0).
+    data = const.data  # type: ignore[attr-defined]
+    zeros = bool(np.all(data == 0))
+    return zeros and (data.dtype.kind != "f" or bool(np.all(np.signbit(data))))
+
+
+def _neutral_for_subtract(const: Expr) -> bool:
+    # x - (+0.0) is x for every x, -0.0 included; x - (-0.0) is x + 0.0, which is not.
+    data = const.data  # type: ignore[attr-defined]
+    zeros = bool(np.all(data == 0))
+    return zeros and (data.dtype.kind != "f" or not bool(np.any(np.signbit(data))))
+
+
+def _float_ones(const: Expr) -> bool:
+    return const.data.dtype.kind == "f" and _all_ones(const)  # type: ignore[attr-defined]
+
+
+def _neutral_operand(op_name: str, neutral: Pattern, name: str) -> PatternCallback:
+    x = wildcard()
+
+    def drop(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        return m[x] if _same_type(post, m[x]) else None  # the constant must not broadcast x
+
+    return rule(is_op(op_name)(x, neutral), drop, name)
+
+
+def _double_negation() -> PatternCallback:
+    # negative(negative(x)) -> x
+    x = wildcard()
+    return rule(is_op("negative")(is_op("negative")(x)), lambda pre, post, m: m[x],
+                "double_negation")
+
+
+def _rules() -> list[PatternCallback]:
+    return [
+        _identity_by_shape(),
+        _merge_reshapes(),
+        _identity_transpose(),
+        _merge_transposes(),
+        _identity_cast(),
+        _merge_casts(),
+        # x * 1 -> x, 1 * x -> x
+        _neutral_operand("multiply", is_constant().where(_all_ones), "multiply_by_one"),
+        # x / 1 -> x    (floats)
+        _neutral_operand("divide", is_constant().where(_float_ones), "divide_by_one"),
+        # x + 0 -> x, 0 + x -> x    (integers; floats only when the zeros are -0.0)
+        _neutral_operand("add", is_constant().where(_neutral_for_add), "add_zero"),
+        # x - 0 -> x    (integers; floats when the zeros are +0.0)
+        _neutral_operand("subtract", is_constant().where(_neutral_for_subtract),
+                         "subtract_zero"),
+        _double_negation(),
+    ]
+
+
+#: The rewrite rules SimplifyExpr applies, in the order they are tried at each node.
+SIMPLIFY_RULES: list[PatternCallback] = _rules()
+
+
+def simplify_expr(expr: Expr) -> Expr:
+    """Apply :data:`SIMPLIFY_RULES` to an expression until none applies."""
+    return rewrite(SIMPLIFY_RULES, expr)
+
+
+@module_pass(opt_level=0, name="SimplifyExpr")
+class SimplifyExpr:
+    """Remove identity reshapes, transposes and casts, merge chains of reshapes, transposes
+    and value-preserving casts, and drop arithmetic with a neutral constant (``x * 1``,
+    ``x - 0``) — each only where values and the result type stay exactly the same."""
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        return rewrite(SIMPLIFY_RULES, mod,
+                       max_iterations=ctx.get_config("PatternRewrite.max_iterations"))
+
+
+register_pass("SimplifyExpr", SimplifyExpr)

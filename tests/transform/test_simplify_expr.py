@@ -1,0 +1,369 @@
+"""SimplifyExpr: rule by rule, what goes and what must stay, and random graphs that keep their
+values bit for bit."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import opfusion as opf
+from opfusion.ir import Call, Function, IRModule, assert_structural_equal, evaluate, post_order
+from opfusion.transform.simplify_expr import RESHAPE_OPS, SimplifyExpr, simplify_expr
+
+
+def _module(params, body):
+    return IRModule.from_expr(Function(params, body))
+
+
+def _check(params, body, expected_body_of, shapes=None):
+    """SimplifyExpr turns ``body`` into ``expected_body_of(*fresh params)`` and keeps the values
+    bit for bit."""
+    mod = _module(params, body)
+    fresh = [opf.var(p.name_hint, p.type_annotation) for p in params]
+    new = SimplifyExpr()(mod)
+    assert_structural_equal(new, _module(fresh, expected_body_of(*fresh)))
+    _assert_same_values(mod, new)
+    return new
+
+
+def _inputs(mod, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(p.type_annotation.shape).astype(p.type_annotation.dtype)
+            for p in mod["main"].params]
+
+
+def _assert_same_values(mod, new, seed=0):
+    inputs = _inputs(mod, seed)
+    want, got = evaluate(mod, inputs), evaluate(new, inputs)
+    if not isinstance(want, tuple):
+        want, got = (want,), (got,)
+    for w, g in zip(want, got):
+        assert w.dtype == g.dtype and w.shape == g.shape
+        assert w.tobytes() == g.tobytes(), (w, g)
+
+
+def _unchanged(params, body):
+    mod = _module(params, body)
+    assert SimplifyExpr()(mod)["main"] is mod["main"]
+
+
+# -- reshapes ----------------------------------------------------------------------------------
+
+def test_identity_reshape_is_removed():
+    x = opf.var("x", (2, 3))
+    _check([x], opf.op.exp(opf.op.reshape(x, newshape=[2, -1])), opf.op.exp)
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: opf.op.squeeze(x),                          # no size-1 axes
+    lambda x: opf.op.expand_dims(x, axis=0, num_newaxis=0),
+    lambda x: opf.op.flatten(x),
+    lambda x: opf.op.nn.batch_flatten(x),
+    lambda x: opf.op.broadcast_to(x, shape=[2, 3]),
+    lambda x: opf.op.tile(x, reps=[1, 1]),
+])
+def test_other_shape_ops_that_keep_the_shape_are_removed(build):
+    x = opf.var("x", (2, 3))
+    _check([x], opf.op.tanh(build(x)), opf.op.tanh)
+
+
+def test_a_reshape_that_changes_the_shape_stays():
+    x = opf.var("x", (2, 3))
+    _unchanged([x], opf.op.reshape(x, newshape=[3, 2]))
+    _unchanged([x], opf.op.broadcast_to(x, shape=[4, 2, 3]))
+
+
+def test_a_chain_of_reshapes_becomes_one_reshape():
+    x = opf.var("x", (2, 3, 4))
+    body = opf.op.nn.batch_flatten(opf.op.expand_dims(
+        opf.op.squeeze(opf.op.reshape(x, newshape=[1, 6, 1, 4])), axis=1))
+    _check([x], body, lambda x: opf.op.reshape(x, newshape=[6, 4]))
+
+
+def test_a_chain_of_reshapes_back_to_the_input_shape_disappears():
+    x = opf.var("x", (2, 3))
+    body = opf.op.reshape(opf.op.flatten(opf.op.expand_dims(x, axis=0)), newshape=[2, 3])
+    _check([x], opf.op.exp(body), opf.op.exp)
+
+
+def test_a_chain_with_an_empty_dimension_is_kept():
+    # newshape reads 0 as "copy the input's dimension": reshape(x, [1, 0]) would give (1, 3)
+    x = opf.var("x", (0, 3))
+    body = opf.op.expand_dims(opf.op.reshape(x, newshape=[-1]), axis=0)
+    _unchanged([x], body)
+
+
+def test_a_reshape_of_a_shared_reshape_leaves_it_to_its_other_user():
+    x = opf.var("x", (2, 3))
+    flat = opf.op.reshape(x, newshape=[6])
+    body = opf.Tuple([opf.op.reshape(flat, newshape=[3, 2]), opf.op.exp(flat)])
+    _check([x], body, lambda x: opf.Tuple([opf.op.reshape(x, newshape=[3, 2]),
+                                           opf.op.exp(opf.op.reshape(x, newshape=[6]))]))
+
+
+# -- transposes --------------------------------------------------------------------------------
+
+def test_identity_transpose_is_removed():
+    x = opf.var("x", (2, 3, 4))
+    _check([x], opf.op.exp(opf.op.transpose(x, axes=[0, 1, 2])), opf.op.exp)
+    v = opf.var("v", (5,))
+    _check([v], opf.op.exp(opf.op.transpose(v)), opf.op.exp)
+
+
+def test_a_real_transpose_stays():
+    x = opf.var("x", (2, 3, 4))
+    _unchanged([x], opf.op.transpose(x, axes=[0, 2, 1]))
+    _unchanged([x], opf.op.transpose(x))
+
+
+def test_consecutive_transposes_compose():
+    x = opf.var("x", (2, 3, 4, 5))
+    body = opf.op.transpose(opf.op.transpose(x, axes=[1, 0, 3, 2]), axes=[0, 2, 3, 1])
+    # out axis i is inner axis b[i], which is x's axis a[b[i]]
+    _check([x], body, lambda x: opf.op.transpose(x, axes=[1, 3, 2, 0]))
+
+
+def test_transposes_that_cancel_disappear():
+    x = opf.var("x", (2, 3, 4))
+    body = opf.op.transpose(opf.op.transpose(x, axes=[1, 2, 0]), axes=[2, 0, 1])
+    _check([x], opf.op.exp(body), opf.op.exp)
+    # reversed, then swapped, then reversed again: x's axes (2, 1, 0) -> (1, 2, 0) -> (0, 2, 1)
+    body = opf.op.transpose(opf.op.transpose(opf.op.transpose(x), axes=[1, 0, 2]))
+    _check([x], body, lambda x: opf.op.transpose(x, axes=[0, 2, 1]))
+
+
+# -- casts -------------------------------------------------------------------------------------
+
+def test_a_cast_to_the_same_dtype_is_removed():
+    x = opf.var("x", (3,))
+    _check([x], opf.op.exp(opf.op.cast(x, dtype="float32")), opf.op.exp)
+
+
+def test_a_cast_through_a_wider_dtype_is_merged():
+    x = opf.var("x", (3,))
+    _check([x], opf.op.cast(opf.op.cast(x, dtype="float64"), dtype="float16"),
+           lambda x: opf.op.cast(x, dtype="float16"))
+    _check([x], opf.op.exp(opf.op.cast(opf.op.cast(x, dtype="float64"), dtype="float32")),
+           opf.op.exp)
+
+
+@pytest.mark.parametrize("src, mid", [("float32", "float16"), ("float32", "int32"),
+                                      ("int64", "float64"), ("int32", "float32")])
+def test_a_cast_through_a_lossy_dtype_stays(src, mid):
+    x = opf.var("x", (3,), src)
+    _unchanged([x], opf.op.cast(opf.op.cast(x, dtype=mid), dtype=src))
+
+
+def test_a_real_cast_stays():
+    x = opf.var("x", (3,))
+    _unchanged([x], opf.op.cast(x, dtype="int32"))
+
+
+# -- neutral constants -------------------------------------------------------------------------
+
+def _const(value, shape=(), dtype="float32"):
+    return opf.const(np.full(shape, value, dtype))
+
+
+def test_multiply_by_one_is_removed_on_either_side():
+    x = opf.var("x", (2, 3))
+    _check([x], opf.op.exp(opf.op.multiply(x, _const(1.0, (3,)))), opf.op.exp)
+    _check([x], opf.op.exp(opf.op.multiply(_const(1.0), x)), opf.op.exp)
+
+
+def test_a_neutral_constant_that_broadcasts_x_stays():
+    x = opf.var("x", (3,))
+    _unchanged([x], opf.op.multiply(x, _const(1.0, (2, 3))))
+    _unchanged([x], opf.op.add(x, _const(-0.0, (2, 1))))
+
+
+def test_divide_by_one_is_removed_for_floats_only():
+    x = opf.var("x", (3,))
+    _check([x], opf.op.exp(opf.op.divide(x, _const(1.0))), opf.op.exp)
+    _unchanged([x], opf.op.divide(_const(1.0), x))
+    i = opf.var("i", (3,), "int64")
+    _unchanged([i], opf.op.divide(i, _const(1, (), "int64")))
+
+
+def test_adding_zero_is_removed_for_integers_and_negative_float_zeros():
+    i = opf.var("i", (3,), "int32")
+    _check([i], opf.op.negative(opf.op.add(_const(0, (3,), "int32"), i)), opf.op.negative)
+    x = opf.var("x", (3,))
+    _check([x], opf.op.exp(opf.op.add(x, _const(-0.0))), opf.op.exp)
+    # x + (+0.0) turns -0.0 into +0.0: not an identity
+    _unchanged([x], opf.op.add(x, _const(0.0)))
+
+
+def test_subtracting_zero_is_removed_for_positive_float_zeros():
+    x = opf.var("x", (3,))
+    _check([x], opf.op.exp(opf.op.subtract(x, _const(0.0))), opf.op.exp)
+    _unchanged([x], opf.op.subtract(x, _const(-0.0)))
+    _unchanged([x], opf.op.subtract(_const(0.0), x))
+
+
+def test_signed_zeros_survive():
+    x = opf.var("x", (2,))
+    mod = _module([x], opf.op.subtract(opf.op.multiply(x, _const(1.0)), _const(0.0)))
+    new = SimplifyExpr()(mod)
+    assert new["main"].body is new["main"].params[0]
+    data = np.array([-0.0, 0.0], np.float32)
+    assert evaluate(mod, [data]).tobytes() == evaluate(new, [data]).tobytes()
+
+
+def test_double_negation_is_removed():
+    x = opf.var("x", (3,))
+    _check([x], opf.op.exp(opf.op.negative(opf.op.negative(x))), opf.op.exp)
+
+
+# -- the pass ----------------------------------------------------------------------------------
+
+def test_pass_info():
+    pass_ = SimplifyExpr()
+    assert pass_.info.name == "SimplifyExpr" and pass_.info.opt_level == 0
+
+
+def test_simplify_expr_works_on_an_expression():
+    x = opf.var("x", (2, 3))
+    assert simplify_expr(opf.op.transpose(opf.op.transpose(x))) is x
+
+
+def test_the_pass_never_changes_its_input():
+    x = opf.var("x", (2, 3))
+    mod = _module([x], opf.op.reshape(opf.op.reshape(opf.op.cast(x, dtype="float32"),
+                                                     newshape=[6]), newshape=[3, 2]))
+    before, functions = mod.astext(), mod.functions
+    new = SimplifyExpr()(mod)
+    assert new is not mod and new["main"] is not mod["main"]
+    assert mod.astext() == before and mod.functions == functions
+
+
+def test_a_long_chain_of_transposes_simplifies_without_recursion():
+    x = opf.var("x", (2, 3, 4))
+    value = x
+    for i in range(3000):
+        value = opf.op.transpose(value, axes=[[1, 2, 0], [2, 0, 1]][i % 2])
+    new = SimplifyExpr()(_module([x], opf.op.exp(value)))
+    assert_structural_equal(new["main"].body, opf.op.exp(new["main"].params[0]))
+
+
+# -- random graphs -----------------------------------------------------------------------------
+
+_FLOATS = ("float32", "float64", "float16")
+
+
+def _factor(n):
+    factors, p = [], 2
+    while n > 1 and p * p <= n:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors + ([n] if n > 1 else [])
+
+
+@st.composite
+def _reshape_target(draw, shape):
+    """A shape with as many elements as ``shape``, sometimes with a -1."""
+    factors = _factor(math.prod(shape))
+    rank = draw(st.integers(0 if not factors else 1, 4))
+    if rank == 0:
+        return []
+    dims = [1] * rank
+    for factor in factors:
+        dims[draw(st.integers(0, rank - 1))] *= factor
+    if draw(st.booleans()):
+        dims[draw(st.integers(0, rank - 1))] = -1
+    return dims
+
+
+def _neutral(draw, ty):
+    """A constant that may be neutral for the op drawn, shaped so it may or may not broadcast x."""
+    kind = draw(st.sampled_from(["one", "zero", "negzero", "random"]))
+    value = {"one": 1.0, "zero": 0.0, "negzero": -0.0, "random": 0.5}[kind]
+    shape = draw(st.sampled_from([(), ty.shape[-1:], (2, *ty.shape)]))
+    return opf.const(np.full(shape, value, ty.dtype))
+
+
+@st.composite
+def shape_graphs(draw):
+    """``@main(%x)`` built from reshape-like ops, transposes, casts and elementwise arithmetic
+    (with constants that are sometimes neutral); it returns a tuple of two of its values."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    x = opf.var("x", shape)
+    values = [x]
+    for _ in range(draw(st.integers(1, 10))):
+        value = values[draw(st.integers(0, len(values) - 1))]
+        ty = value.checked_type
+        kind = draw(st.sampled_from(["reshape", "shape_op", "transpose", "cast", "unary",
+                                     "binary", "neutral"]))
+        if kind == "reshape":
+            value = opf.op.reshape(value, newshape=draw(_reshape_target(ty.shape)))
+        elif kind == "shape_op":
+            name = draw(st.sampled_from(RESHAPE_OPS[1:]))
+            if name == "squeeze":
+                value = opf.op.squeeze(value)
+            elif name == "expand_dims":
+                value = opf.op.expand_dims(value, axis=draw(st.integers(-ty.ndim - 1, ty.ndim)),
+                                           num_newaxis=draw(st.integers(0, 2)))
+            elif name == "flatten":
+                value = opf.op.flatten(value, axis=draw(st.integers(-ty.ndim, ty.ndim)))
+            elif ty.ndim >= 1:
+                value = opf.op.nn.batch_flatten(value)
+        elif kind == "transpose":
+            axes = draw(st.none() | st.permutations(range(ty.ndim)))
+            value = opf.op.transpose(value, axes=axes)
+        elif kind == "cast":
+            value = opf.op.cast(value, dtype=draw(st.sampled_from((*_FLOATS, "int32"))))
+        elif kind == "unary":
+            ops = [opf.op.negative, opf.op.abs, opf.op.nn.relu]
+            if ty.dtype in _FLOATS:
+                ops.append(opf.op.tanh)
+            value = draw(st.sampled_from(ops))(value)
+        elif kind == "binary":
+            others = [v for v in values if v.checked_type == ty]
+            other = others[draw(st.integers(0, len(others) - 1))]
+            value = draw(st.sampled_from([opf.op.add, opf.op.multiply, opf.op.subtract]))(
+                value, other)
+        else:
+            const = _neutral(draw, ty)
+            op = draw(st.sampled_from([opf.op.add, opf.op.multiply, opf.op.subtract,
+                                       opf.op.divide]))
+            value = op(const, value) if draw(st.booleans()) else op(value, const)
+        values.append(value)
+    other = values[draw(st.integers(0, len(values) - 1))]
+    return _module([x], opf.Tuple([values[-1], other]))
+
+
+def _leftovers(func):
+    """Nodes SimplifyExpr should have removed."""
+    found = []
+    for node in post_order(func):
+        if not isinstance(node, Call) or node.op_name not in (*RESHAPE_OPS, "transpose", "cast"):
+            continue
+        data = node.args[0]
+        if node.checked_type == data.checked_type and node.op_name != "transpose":
+            found.append(node)
+        inner = data.op_name if isinstance(data, Call) else None
+        if node.op_name in RESHAPE_OPS and inner in RESHAPE_OPS and \
+                0 not in node.checked_type.shape:
+            found.append(node)
+        if node.op_name == "transpose" and inner == "transpose":
+            found.append(node)
+    return found
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(shape_graphs())
+def test_random_graphs_keep_their_values_and_simplify_to_a_fixed_point(mod):
+    before = mod.astext()
+    new = SimplifyExpr()(mod)
+    assert mod.astext() == before
+    for seed in range(2):
+        _assert_same_values(mod, new, seed)
+    assert _leftovers(new["main"]) == []
+    again = SimplifyExpr()(new)
+    assert_structural_equal(again, new)
+    assert again["main"] is new["main"]
