@@ -11,8 +11,10 @@ from .common_subexpr import EliminateCommonSubexpr
 from .context import ConfigOption, PassContext, list_pass_configs, register_pass_config
 from .dead_code import DeadCodeElimination
 from .fold_constant import BindParams, FoldConstant, bind_params, fold_constant
+from .fold_scale_axis import BackwardFoldScaleAxis, FoldScaleAxis, ForwardFoldScaleAxis
 from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
+from .optimize import optimization_passes, optimize
 from .pass_infra import (
     FunctionPass,
     ModulePass,
@@ -42,15 +44,16 @@ from .pattern import (
 from .pattern_rewrite import PatternCallback, PatternRewrite, rewrite, rule
 from .rewrites import FuseDenseAdd, FuseMultiplyAdd
 from .simplify_expr import SimplifyExpr
+from .simplify_inference import SimplifyInference
 
 __all__ = [
-    "BindParams", "Bindings", "DeadCodeElimination", "EliminateCommonSubexpr", "FoldConstant",
-    "FuseDenseAdd", "FuseMultiplyAdd", "InferType", "Pattern", "PatternCallback",
-    "PatternRewrite", "SimplifyExpr", "bind_params", "fold_constant", "has_attr", "has_dtype",
-    "has_shape", "has_type", "is_constant", "is_expr", "is_op", "is_tuple", "is_tuple_get_item",
-    "is_var", "rewrite", "rule", "wildcard",
-    "ConfigOption", "DumpIR", "FunctionPass", "ModulePass", "Pass", "PassContext", "PassInfo",
-    "PassInstrument", "PassTiming", "PassTimingInstrument", "PrintIR", "Sequential",
-    "function_pass", "get_pass", "list_pass_configs", "module_pass", "register_pass",
-    "register_pass_config",
+    "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption", "DeadCodeElimination",
+    "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis", "ForwardFoldScaleAxis",
+    "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "InferType", "ModulePass", "Pass",
+    "PassContext", "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
+    "PatternCallback", "PatternRewrite", "PrintIR", "Sequential", "SimplifyExpr",
+    "SimplifyInference", "bind_params", "fold_constant", "function_pass", "get_pass", "has_attr",
+    "has_dtype", "has_shape", "has_type", "is_constant", "is_expr", "is_op", "is_tuple",
+    "is_tuple_get_item", "is_var", "list_pass_configs", "module_pass", "optimization_passes",
+    "optimize", "register_pass", "register_pass_config", "rewrite", "rule", "wildcard"
 ]
