@@ -9,7 +9,8 @@ Graph level::
     print(mod)
 """
 
-from . import ir, op
+from . import ir, op, te
+from .driver import build
 from .errors import (
     EvaluationError,
     OpAttributeError,
@@ -34,6 +35,9 @@ from .ir import (
     parse,
     var,
 )
+from .runtime import ndarray as nd
+from .runtime.device import cpu, device
+from .tir import lower
 
 __version__ = "0.1.0"
 
@@ -41,5 +45,5 @@ __all__ = [
     "Call", "Constant", "EvaluationError", "FuncType", "Function", "GlobalVar", "IRModule",
     "OpAttributeError", "OpfusionError", "OpfusionTypeError", "ParseError", "TensorType",
     "Tuple", "TupleGetItem", "TupleType", "UnknownOpError", "Var", "const", "ir", "op", "parse",
-    "var",
+    "var", "build", "nd", "device", "cpu", "te", "lower",
 ]

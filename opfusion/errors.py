@@ -36,3 +36,40 @@ class ParseError(OpfusionError):
 
 class EvaluationError(OpfusionError):
     """The reference interpreter was given inputs it cannot run (missing, wrong shape or dtype)."""
+
+
+class DeviceError(OpfusionError):
+    """A device that opfusion does not know, or cannot run kernels on yet (e.g. "cuda")."""
+
+
+class BuildError(OpfusionError):
+    """A kernel could not be built: unsupported target, or IR the code generator cannot emit."""
+
+
+class CompilerNotFoundError(BuildError):
+    """No C compiler was found ($CC, cc, gcc, clang); install gcc or set CC."""
+
+
+class CompileError(BuildError):
+    """The C compiler rejected generated source; the message holds its output and the source."""
+
+    def __init__(self, message: str, source_path: str = "", compiler_output: str = "") -> None:
+        self.source_path = source_path
+        self.compiler_output = compiler_output
+        super().__init__(message)
+
+
+class KernelArgumentError(OpfusionError):
+    """A compiled kernel was called with the wrong number, shape, dtype or layout of arguments."""
+
+
+class TensorExprError(OpfusionError):
+    """A tensor expression (te.placeholder, te.compute, a scalar expression) is malformed."""
+
+
+class ScheduleError(OpfusionError):
+    """A schedule primitive was asked for something illegal; the message names stage and var."""
+
+
+class LoweringError(OpfusionError):
+    """A schedule could not be lowered to loop IR (bad args, an impossible attachment, ...)."""

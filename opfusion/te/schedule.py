@@ -1,0 +1,414 @@
+"""Schedules: how to compute the operations of a tensor expression.
+
+A :class:`Schedule` holds one :class:`Stage` per operation, producers first. A stage starts
+with one loop per axis (data axes, then reduction axes) and is transformed by primitives that
+record relations between iteration variables, as in Halide and TVM:
+
+- ``split(x, factor=f)`` -> ``(x_outer, x_inner)`` records ``Split(x, outer, inner)``;
+- ``fuse(a, b)`` -> ``a_b_fused`` records ``Fuse(a, b, fused)``;
+- ``reorder``, ``tile`` (two splits and a reorder), ``parallel``, ``vectorize``, ``unroll``;
+- ``compute_inline``, ``compute_at(parent_stage, var)``, ``compute_root`` choose where the
+  stage's values are computed; ``Schedule.cache_write`` computes into a temporary first.
+
+``all_iter_vars`` lists every variable a stage ever had, ``leaf_iter_vars`` the current loops,
+outermost first. Illegal requests raise :class:`~opfusion.errors.ScheduleError` naming the
+stage and variable. Loop extents are final only once lowering knows each stage's region
+(a stage computed at a consumer's loop computes just the part that consumer needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ScheduleError
+from ..tir.expr import Var
+from ..tir.stmt import ForKind
+from .reduction import Reduce
+from .tensor import (
+    DATA_PAR,
+    REDUCE,
+    ComputeOp,
+    IterVar,
+    Operation,
+    PlaceholderOp,
+    Range,
+    Tensor,
+    _as_ops,
+    post_dfs_order,
+    substitute_axes,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """``parent`` = ``outer * factor + inner`` (by factor) or into ``nparts`` outer steps."""
+
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int | None
+    nparts: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Fuse:
+    """``fused`` = ``outer * extent(inner) + inner``."""
+
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+def _index(var: Any, items: Sequence[IterVar]) -> int:
+    for i, v in enumerate(items):
+        if v is var:
+            return i
+    return -1
+
+
+def _names(items: Sequence[IterVar]) -> str:
+    return ", ".join(v.name for v in items) or "(none)"
+
+
+def split_extents(extent: int, factor: int | None, nparts: int | None) -> tuple[int, int]:
+    """Extents of (outer, inner) when a loop of ``extent`` is split (inner * outer >= extent)."""
+    if extent <= 0:
+        return 0, 0
+    if factor is not None:
+        inner = min(factor, extent)
+        return -(-extent // inner), inner
+    assert nparts is not None
+    inner = -(-extent // nparts)
+    return -(-extent // inner), inner
+
+
+class Stage:
+    """How one operation is computed: its loop nest, loop kinds and where it is attached."""
+
+    def __init__(self, op: Operation, schedule: Schedule) -> None:
+        self.op: Operation = op
+        self.origin_op: Operation = op
+        self.schedule = schedule
+        axes: list[IterVar] = []
+        if isinstance(op, ComputeOp):
+            axes = list(op.axis) + list(op.reduce_axis)
+        self.all_iter_vars: list[IterVar] = list(axes)
+        self.leaf_iter_vars: list[IterVar] = list(axes)
+        self.relations: list[Split | Fuse] = []
+        self.iter_var_attrs: dict[IterVar, ForKind] = {}
+        self.attach_type = "root"  # "root", "inline" or "scope"
+        self.attach_stage: Stage | None = None
+        self.attach_ivar: IterVar | None = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name of the stage's operation."""
+        return self.op.name
+
+    @property
+    def is_output(self) -> bool:
+        """True if the operation is an output of the schedule."""
+        return any(self.origin_op is o or self.op is o for o in self.schedule.outputs)
+
+    def _fail(self, message: str) -> ScheduleError:
+        return ScheduleError(f"stage {self.name}: {message}")
+
+    def _need_compute(self, primitive: str) -> None:
+        if isinstance(self.op, PlaceholderOp):
+            raise self._fail(
+                f"{primitive} on a placeholder; placeholders are inputs and have no loops"
+            )
+
+    def _leaf(self, var: Any, primitive: str) -> int:
+        """The position of ``var`` among the leaf variables, or a clear error."""
+        self._need_compute(primitive)
+        if not isinstance(var, IterVar):
+            raise self._fail(
+                f"{primitive} needs an IterVar of this stage (e.g. {self.name}.op.axis[0]), got "
+                f"{var!r}"
+            )
+        pos = _index(var, self.leaf_iter_vars)
+        if pos >= 0:
+            return pos
+        if _index(var, self.all_iter_vars) >= 0:
+            by = next((r for r in self.relations
+                       if (isinstance(r, Split) and r.parent is var)
+                       or (isinstance(r, Fuse) and (r.outer is var or r.inner is var))), None)
+            how = ""
+            if isinstance(by, Split):
+                how = f" (it was split into {by.outer.name}, {by.inner.name})"
+            elif isinstance(by, Fuse):
+                how = f" (it was fused into {by.fused.name})"
+            raise self._fail(
+                f"cannot {primitive} {var.name}: it is no longer a loop of this stage{how}; "
+                f"the current loops are {_names(self.leaf_iter_vars)}"
+            )
+        raise self._fail(
+            f"cannot {primitive} {var.name}: it does not belong to this stage (its loops are "
+            f"{_names(self.leaf_iter_vars)}); did you take the axis of another tensor's op?"
+        )
+
+    # -- loop transformations ------------------------------------------------------------------
+
+    def split(self, parent: IterVar, factor: int | None = None,
+              nparts: int | None = None) -> tuple[IterVar, IterVar]:
+        """Split ``parent`` into ``(outer, inner)``: by ``factor`` (inner extent) or into
+        ``nparts`` outer iterations. A factor that does not divide the extent leaves a partial
+        last tile, handled by lowering."""
+        pos = self._leaf(parent, "split")
+        if (factor is None) == (nparts is None):
+            raise self._fail(f"split of {parent.name} needs exactly one of factor= or nparts=")
+        given = factor if factor is not None else nparts
+        if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
+            what = "factor" if factor is not None else "nparts"
+            raise self._fail(f"split of {parent.name}: {what} must be a positive int, "
+                             f"got {given!r}")
+        outer_ext, inner_ext = split_extents(parent.dom.extent, factor, nparts)
+        outer = IterVar(Range(0, outer_ext), Var(f"{parent.name}_outer"), parent.iter_type)
+        inner = IterVar(Range(0, inner_ext), Var(f"{parent.name}_inner"), parent.iter_type)
+        self.relations.append(Split(parent, outer, inner, factor, nparts))
+        self.all_iter_vars += [outer, inner]
+        self.leaf_iter_vars[pos:pos + 1] = [outer, inner]
+        return outer, inner
+
+    def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: int,
+             y_factor: int) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+        """Split two axes and order the loops ``x_outer, y_outer, x_inner, y_inner``."""
+        if x_parent is y_parent:
+            raise self._fail(f"tile needs two different axes, got {x_parent.name} twice")
+        self._leaf(x_parent, "tile")
+        self._leaf(y_parent, "tile")
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def reorder(self, *order: IterVar) -> None:
+        """Put the given loops in this order, in the positions they occupy together."""
+        if len(order) == 1 and isinstance(order[0], (list, tuple)):
+            order = tuple(order[0])
+        positions = [self._leaf(v, "reorder") for v in order]
+        for i, v in enumerate(order):
+            if _index(v, order[:i]) >= 0:
+                raise self._fail(f"reorder lists {v.name} twice")
+        for slot, v in zip(sorted(positions), order):
+            self.leaf_iter_vars[slot] = v
+
+    def fuse(self, *vars: IterVar) -> IterVar:
+        """Fuse adjacent loops, given outermost first, into one loop over their product."""
+        if len(vars) == 1 and isinstance(vars[0], (list, tuple)):
+            vars = tuple(vars[0])
+        if not vars:
+            raise self._fail("fuse needs at least one loop")
+        positions = [self._leaf(v, "fuse") for v in vars]
+        for a, b, pa, pb in zip(vars, vars[1:], positions, positions[1:]):
+            if pb != pa + 1:
+                raise self._fail(
+                    f"cannot fuse {a.name} and {b.name}: fused loops must be adjacent and given "
+                    f"outermost first; the loops are {_names(self.leaf_iter_vars)} (reorder "
+                    "first)"
+                )
+            if a.iter_type != b.iter_type:
+                raise self._fail(
+                    f"cannot fuse {a.name} and {b.name}: one is a reduction loop and the other "
+                    "is not"
+                )
+        fused = vars[0]
+        for inner in vars[1:]:
+            outer = fused
+            ext = outer.dom.extent * inner.dom.extent
+            fused = IterVar(Range(0, ext), Var(f"{outer.name}_{inner.name}_fused"),
+                            outer.iter_type)
+            self.relations.append(Fuse(outer, inner, fused))
+            self.all_iter_vars.append(fused)
+            pos = _index(outer, self.leaf_iter_vars)
+            self.leaf_iter_vars[pos:pos + 2] = [fused]
+        return fused
+
+    def _set_kind(self, var: IterVar, kind: ForKind, primitive: str) -> None:
+        pos = self._leaf(var, primitive)
+        if kind in (ForKind.PARALLEL, ForKind.VECTORIZED) and var.is_reduce:
+            raise self._fail(
+                f"cannot {primitive} {var.name}: it is a reduction loop, whose iterations "
+                "all update the same element; split it and reorder a data-parallel loop "
+                f"inward to {primitive} that one instead"
+            )
+        if kind == ForKind.PARALLEL:
+            outer_reduce = [v for v in self.leaf_iter_vars[:pos] if v.is_reduce]
+            if outer_reduce:
+                raise self._fail(
+                    f"cannot parallelize {var.name}: it is inside the reduction loop "
+                    f"{outer_reduce[0].name}, so threads would start and stop on every "
+                    "reduction step; reorder it outside the reduction loops first"
+                )
+        self.iter_var_attrs[var] = kind
+
+    def parallel(self, var: IterVar) -> None:
+        """Run the iterations of ``var`` on several threads."""
+        self._set_kind(var, ForKind.PARALLEL, "parallel")
+
+    def vectorize(self, var: IterVar) -> None:
+        """Run the iterations of ``var`` in SIMD lanes (best on the innermost loop)."""
+        self._set_kind(var, ForKind.VECTORIZED, "vectorize")
+
+    def unroll(self, var: IterVar) -> None:
+        """Unroll the loop over ``var``."""
+        self._set_kind(var, ForKind.UNROLLED, "unroll")
+
+    # -- placement -------------------------------------------------------------------------------
+
+    def compute_inline(self) -> None:
+        """Compute each value where it is read, instead of storing the tensor."""
+        self._need_compute("compute_inline")
+        if isinstance(self.op, ComputeOp) and isinstance(self.op.body, Reduce):
+            raise self._fail(
+                "cannot compute_inline a reduction: each read would redo the whole reduction; "
+                "compute_at it into its consumer instead"
+            )
+        if self.is_output:
+            raise self._fail("cannot compute_inline an output of the schedule: it must be "
+                             "stored")
+        self.attach_type = "inline"
+        self.attach_stage = None
+        self.attach_ivar = None
+
+    def compute_root(self) -> None:
+        """Compute the whole tensor before its consumers (the default)."""
+        self._need_compute("compute_root")
+        self.attach_type = "root"
+        self.attach_stage = None
+        self.attach_ivar = None
+
+    def compute_at(self, parent: Stage, scope: IterVar) -> None:
+        """Compute the part of this tensor that ``parent`` needs inside its loop ``scope``,
+        just before that part is used."""
+        self._need_compute("compute_at")
+        if not isinstance(parent, Stage):
+            raise self._fail(f"compute_at needs a Stage (s[tensor]), got {parent!r}")
+        if parent is self:
+            raise self._fail("cannot compute_at its own loop")
+        if isinstance(scope, IterVar) and _index(scope, parent.leaf_iter_vars) < 0:
+            raise self._fail(
+                f"cannot compute_at {parent.name}'s loop {scope.name}: it is not one of "
+                f"{parent.name}'s current loops ({_names(parent.leaf_iter_vars)})"
+            )
+        parent._leaf(scope, "compute_at")
+        if not _reads_transitively(parent.op, self):
+            raise self._fail(
+                f"cannot compute_at stage {parent.name}: {parent.name} does not read "
+                f"{self.name}; attach a stage inside one of its consumers"
+            )
+        self.attach_type = "scope"
+        self.attach_stage = parent
+        self.attach_ivar = scope
+
+    def __repr__(self) -> str:
+        loops = []
+        for v in self.leaf_iter_vars:
+            kind = self.iter_var_attrs.get(v)
+            loops.append(f"{v.name}:{kind.value}" if kind else v.name)
+        where = self.attach_type
+        if self.attach_type == "scope" and self.attach_stage and self.attach_ivar:
+            where = f"at {self.attach_stage.name}.{self.attach_ivar.name}"
+        return f"stage({self.name}, [{', '.join(loops)}], {where})"
+
+
+def _reads_transitively(op: Operation, producer: Stage) -> bool:
+    """Does ``op`` read ``producer``'s tensor, directly or through other operations?"""
+    targets = (producer.op, producer.origin_op)
+    seen: set[int] = set()
+    stack = [op]
+    keep: list[Operation] = []
+    while stack:
+        cur = stack.pop()
+        for t in cur.input_tensors:
+            if any(t.op is x for x in targets):
+                return True
+            if id(t.op) not in seen:
+                seen.add(id(t.op))
+                keep.append(t.op)
+                stack.append(t.op)
+    return False
+
+
+class Schedule:
+    """The stages of every operation reachable from ``outputs``, producers first."""
+
+    def __init__(self, outputs: Sequence[Operation]) -> None:
+        self.outputs: list[Operation] = list(outputs)
+        self.stages: list[Stage] = []
+        self.stage_map: dict[Operation, Stage] = {}
+        for op in post_dfs_order(self.outputs):
+            stage = Stage(op, self)
+            self.stages.append(stage)
+            self.stage_map[op] = stage
+
+    def __getitem__(self, key: Tensor | Operation) -> Stage:
+        op = key.op if isinstance(key, Tensor) else key
+        stage = self.stage_map.get(op) if isinstance(op, Operation) else None
+        if stage is None:
+            name = getattr(op, "name", repr(key))
+            raise ScheduleError(
+                f"{name} is not part of this schedule (its stages are "
+                f"{', '.join(s.name for s in self.stages)}); create the schedule from the "
+                "outputs that read it"
+            )
+        return stage
+
+    def cache_write(self, tensor: Tensor, scope: str = "local") -> Tensor:
+        """Compute ``tensor`` into a temporary first and copy it out afterwards.
+
+        Returns the temporary (``<name>.<scope>``), a new stage just before the original one;
+        the original stage becomes the copy and keeps its axes, so ``tensor.op.axis`` still
+        names its loops. Typical use: ``compute_at`` the temporary inside a tile of the copy
+        (register blocking). Call it before other primitives on ``tensor``'s stage."""
+        if scope not in ("local", "global"):
+            raise ScheduleError(f"cache_write of {tensor.name}: scope must be 'local' or "
+                                f"'global', not {scope!r}")
+        stage = self[tensor]
+        op = stage.op
+        if not isinstance(op, ComputeOp):
+            raise stage._fail("cache_write of a placeholder; only computed tensors have one")
+        if stage.relations or stage.iter_var_attrs or stage.attach_type != "root":
+            raise stage._fail(
+                "cache_write must come before other schedule primitives on this stage (it "
+                "already has splits, fuses, loop kinds or an attachment)"
+            )
+        new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), Var(iv.name), DATA_PAR)
+                    for iv in op.axis]
+        body = substitute_axes(op.body, {old.var: new.var for old, new in zip(op.axis,
+                                                                              new_axis)})
+        cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, op.attrs, new_axis, body)
+        cache = cache_op.output(0)
+        copy_op = ComputeOp(op.name, op.tag, op.attrs, op.axis,
+                            cache[tuple(iv.var for iv in op.axis)])
+        stage.op = copy_op
+        stage.all_iter_vars = list(op.axis)
+        stage.leaf_iter_vars = list(op.axis)
+        self.stage_map[copy_op] = stage
+        cache_stage = Stage(cache_op, self)
+        self.stage_map[cache_op] = cache_stage
+        self.stages.insert(self.stages.index(stage), cache_stage)
+        return cache
+
+    def __repr__(self) -> str:
+        return "schedule(\n" + "\n".join(f"  {s!r}" for s in self.stages) + "\n)"
+
+
+def create_schedule(ops: Any) -> Schedule:
+    """A default schedule for the operations (or tensors) ``ops`` and everything they read:
+    every stage computed at root, one serial loop per axis."""
+    outputs = _as_ops(ops)
+    if not outputs:
+        raise ScheduleError("create_schedule needs at least one operation")
+    for op in outputs:
+        if isinstance(op, PlaceholderOp):
+            raise ScheduleError(f"create_schedule: {op.name} is a placeholder, not a computed "
+                                "output")
+    return Schedule(outputs)
+
+
+__all__ = ["DATA_PAR", "REDUCE", "Fuse", "Schedule", "Split", "Stage", "create_schedule"]

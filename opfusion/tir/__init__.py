@@ -1,0 +1,61 @@
+"""Loop IR: scalar expressions, statements, PrimFunc, the arithmetic simplifier and lowering.
+
+:mod:`.expr` and :mod:`.stmt` list every node, its fields and the guarantees of lowered code;
+:mod:`.printer` prints them; :mod:`.simplify` is the arithmetic simplifier and :mod:`.bound`
+its symbolic intervals; :func:`lower` (:mod:`.lower`) turns a schedule into a
+:class:`PrimFunc`; :mod:`.verify` checks a PrimFunc's invariants; :mod:`.interp` runs a PrimFunc
+on NumPy arrays (the oracle of the tests)."""
+
+from .expr import (
+    EQ,
+    GE,
+    GT,
+    INTRINSICS,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    Buffer,
+    BufferLoad,
+    Call,
+    Cast,
+    Div,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Let,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    Sub,
+    Var,
+    const,
+)
+from .lower import lower  # noqa: E402  (after the node modules: lowering imports te)
+from .simplify import const_bound, prove, simplify, simplify_stmt
+from .stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+
+__all__ = [
+    "EQ", "GE", "GT", "INTRINSICS", "LE", "LT", "NE", "Add", "Allocate", "And", "Buffer",
+    "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
+    "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
+    "Not", "Or", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var", "const",
+    "const_bound", "lower", "prove", "simplify", "simplify_stmt",
+]

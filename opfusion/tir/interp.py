@@ -1,0 +1,223 @@
+"""A reference interpreter for PrimFuncs: runs loop IR on NumPy arrays, without a C compiler.
+
+The function is translated to Python source once (one Python ``for`` per loop, buffers as flat
+lists) and executed; every load and store checks its indices against the buffer's shape, so
+a missing guard shows up as :class:`~opfusion.errors.EvaluationError`, never as a silently
+wrapped negative index. Temporaries start as NaN (floats) or a sentinel (integers), so reading
+an element that was never written shows up in the result. Arithmetic is done in Python
+(float64, unbounded ints), so compare float32 results with a tolerance. It is slow: keep
+shapes small. Loops run serially whatever their kind."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EvaluationError
+from . import expr as E
+from . import stmt as S
+
+_UNINIT_INT = -123456789
+
+_BINARY = {
+    E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
+    E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=",
+}
+
+
+def _fdiv(a: float, b: float) -> float:
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _safe(fn: Any) -> Any:
+    def wrapped(*args: float) -> float:
+        try:
+            return float(fn(*args))
+        except OverflowError:
+            return math.inf
+        except ValueError:
+            return math.nan
+
+    return wrapped
+
+
+def _log(x: float) -> float:
+    if x == 0:
+        return -math.inf
+    return math.log(x) if x > 0 else math.nan
+
+
+_INTRINSICS: dict[str, Any] = {
+    "exp": _safe(math.exp), "exp2": _safe(lambda x: 2.0 ** x), "expm1": _safe(math.expm1),
+    "log": _log, "log2": _safe(lambda x: _log(x) / math.log(2)),
+    "log10": _safe(lambda x: _log(x) / math.log(10)), "log1p": _safe(lambda x: _log(1 + x)),
+    "sqrt": _safe(math.sqrt), "tanh": math.tanh, "erf": math.erf,
+    "floor": _safe(math.floor), "ceil": _safe(math.ceil), "trunc": _safe(math.trunc),
+    "round": _safe(round), "fabs": math.fabs, "sin": _safe(math.sin), "cos": _safe(math.cos),
+    "tan": _safe(math.tan), "asin": _safe(math.asin), "acos": _safe(math.acos),
+    "atan": math.atan, "sinh": _safe(math.sinh), "cosh": _safe(math.cosh),
+    "pow": _safe(math.pow), "atan2": math.atan2, "fmod": _safe(math.fmod),
+}
+
+
+def _cast_int(x: Any, bits: int, signed: bool) -> int:
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return 0
+        x = math.trunc(x)
+    x = int(x) & ((1 << bits) - 1)
+    if signed and x >= 1 << (bits - 1):
+        x -= 1 << bits
+    return x
+
+
+def _oob(buffer: str, dim: int, index: int, size: int) -> int:
+    raise EvaluationError(
+        f"index {index} out of range [0, {size}) in dimension {dim} of buffer {buffer}"
+    )
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[object, str] = {}
+
+    def name(self, obj: object, hint: str) -> str:
+        got = self.names.get(obj)
+        if got is None:
+            got = f"{'b' if isinstance(obj, E.Buffer) else 'v'}{len(self.names)}_" + "".join(
+                ch if ch.isalnum() else "_" for ch in hint)
+            self.names[obj] = got
+        return got
+
+    def expr(self, e: E.PrimExpr) -> str:
+        if isinstance(e, E.Var):
+            return self.name(e, e.name)
+        if isinstance(e, E.IntImm):
+            return ("True" if e.value else "False") if e.dtype == "bool" else repr(e.value)
+        if isinstance(e, E.FloatImm):
+            return f"float({str(e.value)!r})" if not math.isfinite(e.value) else repr(e.value)
+        op = _BINARY.get(type(e))
+        if op is not None:
+            return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+        if isinstance(e, E.Div):
+            return f"_fdiv({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, E.Min):
+            return f"min({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, E.Max):
+            return f"max({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, E.And):
+            return f"({self.expr(e.a)} and {self.expr(e.b)})"
+        if isinstance(e, E.Or):
+            return f"({self.expr(e.a)} or {self.expr(e.b)})"
+        if isinstance(e, E.Not):
+            return f"(not {self.expr(e.a)})"
+        if isinstance(e, E.Select):
+            return (f"({self.expr(e.true_value)} if {self.expr(e.condition)} "
+                    f"else {self.expr(e.false_value)})")
+        if isinstance(e, E.Cast):
+            return self.convert(self.expr(e.value), e.dtype)
+        if isinstance(e, E.Call):
+            return f"_intrin[{e.name!r}]({', '.join(self.expr(a) for a in e.args)})"
+        if isinstance(e, E.BufferLoad):
+            return f"{self.name(e.buffer, e.buffer.name)}[{self.offset(e.buffer, e.indices)}]"
+        if isinstance(e, E.Let):
+            v = self.name(e.var, e.var.name)
+            return f"(({v} := {self.expr(e.value)}), {self.expr(e.body)})[1]"
+        raise EvaluationError(f"the interpreter cannot run {type(e).__name__} ({e}); lower first")
+
+    def convert(self, text: str, dtype: str) -> str:
+        if E.is_float(dtype):
+            return f"float({text})"
+        if dtype == "bool":
+            return f"bool({text})"
+        return f"_cast_int({text}, {E.dtype_bits(dtype)}, {dtype.startswith('int')})"
+
+    def offset(self, buffer: E.Buffer, indices: Sequence[E.PrimExpr]) -> str:
+        parts = []
+        for d, (index, size, stride) in enumerate(zip(indices, buffer.shape, buffer.strides)):
+            i = self.expr(index)
+            checked = (f"(_i if 0 <= (_i := {i}) < {size} else "
+                       f"_oob({buffer.name!r}, {d}, _i, {size}))")
+            parts.append(checked if stride == 1 else f"{checked} * {stride}")
+        return " + ".join(parts) or "0"
+
+    def stmt(self, s: S.Stmt, indent: int) -> None:
+        pad = "    " * indent
+        if isinstance(s, S.SeqStmt):
+            for child in s.stmts:
+                self.stmt(child, indent)
+        elif isinstance(s, S.BufferStore):
+            target = self.name(s.buffer, s.buffer.name)
+            value = self.convert(self.expr(s.value), s.buffer.dtype)
+            self.lines.append(f"{pad}{target}[{self.offset(s.buffer, s.indices)}] = {value}")
+        elif isinstance(s, S.For):
+            v = self.name(s.loop_var, s.loop_var.name)
+            lo = self.expr(s.min)
+            self.lines.append(f"{pad}for {v} in range({lo}, {lo} + {self.expr(s.extent)}):")
+            self.stmt(s.body, indent + 1)
+        elif isinstance(s, S.IfThenElse):
+            self.lines.append(f"{pad}if {self.expr(s.condition)}:")
+            self.stmt(s.then_case, indent + 1)
+            if s.else_case is not None:
+                self.lines.append(f"{pad}else:")
+                self.stmt(s.else_case, indent + 1)
+        elif isinstance(s, S.LetStmt):
+            v = self.name(s.var, s.var.name)
+            self.lines.append(f"{pad}{v} = {self.convert(self.expr(s.value), s.var.dtype)}")
+            self.stmt(s.body, indent)
+        elif isinstance(s, S.Allocate):
+            b = s.buffer
+            fill = "math.nan" if E.is_float(b.dtype) else str(_UNINIT_INT)
+            self.lines.append(f"{pad}{self.name(b, b.name)} = [{fill}] * {b.size}")
+            self.stmt(s.body, indent)
+        elif isinstance(s, S.Evaluate):
+            self.lines.append(f"{pad}{self.expr(s.value)}")
+        else:
+            raise EvaluationError(f"the interpreter cannot run {type(s).__name__}")
+
+
+def to_python(func: S.PrimFunc) -> str:
+    """The Python source the interpreter runs for ``func`` (buffers are flat lists)."""
+    src = _Source()
+    params = [src.name(b, b.name) for b in func.params]
+    src.lines.append(f"def kernel({', '.join(params)}):")
+    src.lines.append("    pass")
+    src.stmt(func.body, 1)
+    return "\n".join(src.lines) + "\n"
+
+
+def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
+    """Run ``func`` on NumPy arrays (one per parameter, in order), writing outputs in place."""
+    if len(arrays) != len(func.params):
+        raise EvaluationError(
+            f"{func.name} takes {len(func.params)} arrays "
+            f"({', '.join(b.name for b in func.params)}), got {len(arrays)}"
+        )
+    lists = []
+    for buf, arr in zip(func.params, arrays):
+        if not isinstance(arr, np.ndarray):
+            raise EvaluationError(f"argument {buf.name} must be a NumPy array")
+        if tuple(arr.shape) != buf.shape or arr.dtype != np.dtype(buf.dtype):
+            raise EvaluationError(
+                f"argument {buf.name} must be {buf.dtype}{list(buf.shape)}, got "
+                f"{arr.dtype}{list(arr.shape)}"
+            )
+        lists.append(arr.ravel().tolist())
+    namespace: dict[str, Any] = {
+        "math": math, "_fdiv": _fdiv, "_intrin": _INTRINSICS, "_cast_int": _cast_int,
+        "_oob": _oob,
+    }
+    exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
+    namespace["kernel"](*lists)
+    for arr, values in zip(arrays, lists):
+        arr[...] = np.asarray(values, dtype=np.float64 if arr.dtype.kind == "f" else None
+                              ).astype(arr.dtype).reshape(arr.shape)

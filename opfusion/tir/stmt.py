@@ -1,0 +1,228 @@
+"""Statements of the loop IR and PrimFunc, the unit a code generator turns into one C function.
+
+Nodes and their fields (read-only attributes; expressions are :mod:`opfusion.tir.expr` nodes):
+
+================  =============================================================================
+``BufferStore``   ``buffer: Buffer``, ``value: PrimExpr``, ``indices: tuple[PrimExpr, ...]`` —
+                  ``buffer[indices] = value``; ``value.dtype == buffer.dtype``.
+``For``           ``loop_var: Var``, ``min: PrimExpr``, ``extent: PrimExpr``, ``kind: ForKind``,
+                  ``body: Stmt`` — ``for (v = min; v < min + extent; ++v) body``. ``extent``
+                  may be a non-constant expression of enclosing loop variables (a loop
+                  shortened at the edge of a non-dividing split, e.g. ``min(64, 1000 - xo*64)``)
+                  and may then be <= 0 (no iteration). ``min`` and ``extent`` have the dtype
+                  of ``loop_var``.
+``ForKind``       SERIAL; PARALLEL (iterations may run on different threads: OpenMP
+                  ``parallel for``; never nested inside another PARALLEL loop in code from
+                  :func:`opfusion.lower`); VECTORIZED (iterations are independent and may run
+                  in SIMD lanes; the body has no per-iteration guard and affine indices);
+                  UNROLLED (a hint to unroll fully; the extent is usually constant).
+``IfThenElse``    ``condition: PrimExpr`` (bool), ``then_case: Stmt``, ``else_case: Stmt | None``.
+``LetStmt``       ``var: Var``, ``value: PrimExpr``, ``body: Stmt`` — ``var`` is bound to
+                  ``value`` in ``body`` (immutable: a C ``const`` local).
+``Allocate``      ``buffer: Buffer`` (scope "local"), ``body: Stmt`` — a temporary of
+                  ``buffer.size`` elements of ``buffer.dtype``, live during ``body`` only,
+                  uninitialised. Inside a PARALLEL loop each iteration has its own copy.
+``SeqStmt``       ``stmts: tuple[Stmt, ...]`` — in order; never empty, never nested directly
+                  in another SeqStmt (the constructor flattens).
+``Evaluate``      ``value: PrimExpr`` — evaluate for side effects (not produced by lower()).
+``PrimFunc``      ``name: str``, ``params: tuple[Buffer, ...]``, ``body: Stmt``,
+                  ``attrs: dict[str, Any]`` — one kernel; params are "global" buffers in
+                  argument order, the kernel reads and writes through them.
+================  =============================================================================
+
+Guarantees of a PrimFunc from :func:`opfusion.lower`:
+
+- every Var and Buffer name is a valid C identifier (``[A-Za-z_][A-Za-z0-9_]*``) and unique
+  within the function (a code generator may still prefix them to stay clear of C keywords);
+- every Var is defined by exactly one For (or LetStmt) and used only inside it;
+- ``For.min`` is 0 except where a lower-bound guard became the loop's start
+  (``max(0, 1 - i_outer*6)``); ``For.extent`` is constant except at the edge of a
+  non-dividing split, where it is ``min(f, n - ...)``;
+- loop variables and indices are int32 (int64 only for a loop of 2**31 or more iterations);
+  use :meth:`Buffer.offset_of` for flat offsets (int64 for buffers of 2**31 or more elements);
+- FloorDiv/FloorMod made by ``fuse`` have a positive constant divisor and a non-negative
+  numerator; others come from the user's index arithmetic. ``opfusion.tir.simplify.
+  const_bound`` with the enclosing loop ranges tells when C ``/`` and ``%`` are exact;
+- Allocate holds the "local" temporaries (cache_write stages, producers computed at a loop,
+  intermediate stages at root); a temporary's size is a Python int (stack or heap is the code
+  generator's choice);
+- an empty kernel (a zero-size output) has the body ``Evaluate(IntImm(0))``;
+- :func:`opfusion.tir.verify.verify` checks the structural ones;
+- value expressions may be hundreds of levels deep after inlining, and an inlined tensor read
+  several times is one shared sub-expression (a DAG): walk them with
+  :func:`opfusion.tir.expr.post_order`, not by recursion.
+
+``str(stmt)`` and ``str(func)`` print the readable, Python-like text of
+:mod:`opfusion.tir.printer`."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import TensorExprError
+from .expr import Buffer, PrimExpr, Var, as_expr, cast
+
+__all__ = [
+    "Allocate", "Buffer", "BufferStore", "Evaluate", "For", "ForKind", "IfThenElse", "LetStmt",
+    "PrimFunc", "SeqStmt", "Stmt", "seq",
+]
+
+_set = object.__setattr__
+
+
+class ForKind(enum.Enum):
+    """How a loop's iterations may be executed."""
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+class Stmt:
+    """Base class of statements."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} nodes are immutable")
+
+    def __str__(self) -> str:
+        from .printer import stmt_to_str
+
+        return stmt_to_str(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>\n{self}"
+
+
+class BufferStore(Stmt):
+    """``buffer[indices] = value``."""
+
+    __slots__ = ("buffer", "value", "indices")
+
+    def __init__(self, buffer: Buffer, value: Any, indices: Sequence[Any]) -> None:
+        indices = tuple(as_expr(i) for i in indices)
+        if len(indices) != len(buffer.shape):
+            raise TensorExprError(
+                f"store to buffer {buffer.name} with {len(indices)} indices; it has "
+                f"{len(buffer.shape)} dimension(s)"
+            )
+        value = as_expr(value, buffer.dtype)
+        if value.dtype != buffer.dtype:
+            value = cast(value, buffer.dtype)
+        _set(self, "buffer", buffer)
+        _set(self, "value", value)
+        _set(self, "indices", indices)
+
+
+class For(Stmt):
+    """``for loop_var in [min, min + extent)``, executed as ``kind`` says."""
+
+    __slots__ = ("loop_var", "min", "extent", "kind", "body")
+
+    def __init__(self, loop_var: Var, min: Any, extent: Any, kind: ForKind, body: Stmt) -> None:
+        _set(self, "loop_var", loop_var)
+        _set(self, "min", cast(as_expr(min, loop_var.dtype), loop_var.dtype))
+        _set(self, "extent", cast(as_expr(extent, loop_var.dtype), loop_var.dtype))
+        _set(self, "kind", ForKind(kind))
+        _set(self, "body", body)
+
+
+class IfThenElse(Stmt):
+    """``if condition: then_case else: else_case``."""
+
+    __slots__ = ("condition", "then_case", "else_case")
+
+    def __init__(self, condition: PrimExpr, then_case: Stmt, else_case: Stmt | None = None) -> None:
+        condition = as_expr(condition)
+        if condition.dtype != "bool":
+            raise TensorExprError(f"if condition {condition} is {condition.dtype}, not bool")
+        _set(self, "condition", condition)
+        _set(self, "then_case", then_case)
+        _set(self, "else_case", else_case)
+
+
+class LetStmt(Stmt):
+    """``var = value`` (immutable) for the duration of ``body``."""
+
+    __slots__ = ("var", "value", "body")
+
+    def __init__(self, var: Var, value: Any, body: Stmt) -> None:
+        _set(self, "var", var)
+        _set(self, "value", cast(as_expr(value, var.dtype), var.dtype))
+        _set(self, "body", body)
+
+
+class Allocate(Stmt):
+    """A temporary "local" buffer that lives while ``body`` runs."""
+
+    __slots__ = ("buffer", "body")
+
+    def __init__(self, buffer: Buffer, body: Stmt) -> None:
+        if buffer.scope != "local":
+            raise TensorExprError(f"Allocate of buffer {buffer.name} needs scope 'local'")
+        _set(self, "buffer", buffer)
+        _set(self, "body", body)
+
+
+class SeqStmt(Stmt):
+    """Statements run in order."""
+
+    __slots__ = ("stmts",)
+
+    def __init__(self, stmts: Sequence[Stmt]) -> None:
+        flat: list[Stmt] = []
+        for s in stmts:
+            if isinstance(s, SeqStmt):
+                flat.extend(s.stmts)
+            else:
+                flat.append(s)
+        if not flat:
+            raise TensorExprError("SeqStmt needs at least one statement")
+        _set(self, "stmts", tuple(flat))
+
+
+class Evaluate(Stmt):
+    """Evaluate an expression for its side effects."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        _set(self, "value", as_expr(value))
+
+
+def seq(stmts: Sequence[Stmt | None]) -> Stmt | None:
+    """The statements in order: None if there are none, the statement itself if one."""
+    kept = [s for s in stmts if s is not None]
+    if not kept:
+        return None
+    if len(kept) == 1:
+        return kept[0]
+    return SeqStmt(kept)
+
+
+class PrimFunc:
+    """One kernel: ``name(*params)`` running ``body``."""
+
+    __slots__ = ("name", "params", "body", "attrs")
+
+    def __init__(self, name: str, params: Sequence[Buffer], body: Stmt,
+                 attrs: dict[str, Any] | None = None) -> None:
+        _set(self, "name", str(name))
+        _set(self, "params", tuple(params))
+        _set(self, "body", body)
+        _set(self, "attrs", dict(attrs or {}))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("PrimFunc is immutable")
+
+    def __str__(self) -> str:
+        from .printer import func_to_str
+
+        return func_to_str(self)
+
+    def __repr__(self) -> str:
+        return str(self)
