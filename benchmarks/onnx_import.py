@@ -4,8 +4,9 @@
 
 For each model (default: resnet50, issue 3's bar: under 3 s) prints the median import time of
 --repeat runs after one warm-up, for the shipped model (weights made by ConstantOfShape nodes)
-and for a copy whose weights are random initializers (what a real model holds), and the node
-counts: ONNX nodes by op type before; operator calls, constants and their bytes after."""
+and for its random-weight copy ``opfusion.testing.light_model`` (initializers, what a real
+model holds), and the node counts: ONNX nodes by op type before; operator calls, constants and
+their bytes after."""
 
 from __future__ import annotations
 
@@ -14,38 +15,14 @@ import statistics
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import helper, numpy_helper
 
 from opfusion.frontend import from_onnx
 from opfusion.ir import Call, Constant, IRModule, post_order
+from opfusion.testing import light_model, shipped_light_model
 
-LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 BAR_S = 3.0
-
-
-def with_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with every ConstantOfShape weight replaced by a random initializer."""
-    rng = np.random.default_rng(0)
-    graph = model.graph
-    known = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
-    nodes, weights = [], []
-    for node in graph.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in known:
-            shape = [int(d) for d in known[node.input[0]]]
-            weights.append(numpy_helper.from_array(
-                rng.standard_normal(shape).astype(np.float32), node.output[0]))
-        else:
-            nodes.append(node)
-    used = {name for node in nodes for name in node.input}
-    initializers = [t for t in graph.initializer if t.name in used] + weights
-    inputs = [value for value in graph.input if value.name not in known]
-    new_graph = helper.make_graph(nodes, graph.name, inputs, list(graph.output), initializers)
-    return helper.make_model(new_graph, opset_imports=list(model.opset_import),
-                             ir_version=max(model.ir_version, 4))
 
 
 def median_import_s(model: onnx.ModelProto, repeat: int) -> tuple[float, IRModule]:
@@ -80,9 +57,9 @@ def main() -> int:
           f"{'constants':>10} {'MiB':>7}")
     slow = []
     for name in args.names:
-        shipped = onnx.load(LIGHT_DIR / f"light_{name}.onnx")
-        for label, model in ((name, shipped), (f"{name} (initializers)",
-                                               with_initializers(shipped))):
+        shipped = onnx.load(shipped_light_model(name))
+        for label, model in ((name, shipped),
+                             (f"{name} (initializers)", onnx.load(light_model(name)))):
             seconds, mod = median_import_s(model, args.repeat)
             calls, n_constants, nbytes = ir_counts(mod)
             print(f"{label:<28} {seconds * 1e3:>13.0f} ms {len(model.graph.node):>11} "

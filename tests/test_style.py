@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
 def test_ruff_is_clean():
-    result = subprocess.run(["ruff", "check", "opfusion", "tests", "benchmarks"], cwd=ROOT,
+    result = subprocess.run(["ruff", "check", "opfusion", "tests", "benchmarks",
+                             "examples"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,6 @@
-"""Helpers for tests and benchmarks: closeness checks and one-operator evaluation.
+"""Helpers for tests and benchmarks: closeness checks, one-operator evaluation, and workloads
+whose numbers prove something (random-weight copies of the onnx light models, TVM-style
+builders of real architectures; see :mod:`.light` and :mod:`.workloads`).
 
 Closeness is measured relative to the largest magnitude of the expected output, never by an
 absolute tolerance that could be as large as the values under test."""
@@ -14,6 +16,23 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Expr, Function, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
+from .light import LIGHT_MODEL_NAMES, light_model, shipped_light_model
+from .workloads import (
+    SMALL_WORKLOAD_ARGS,
+    WORKLOADS,
+    mlp,
+    mobilenet_v2,
+    resnet,
+    squeezenet,
+    transformer_encoder,
+    workload_input,
+)
+
+__all__ = [
+    "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "WORKLOADS", "assert_close", "eval_op",
+    "light_model", "mlp", "mobilenet_v2", "resnet", "run_onnx_node", "shipped_light_model",
+    "squeezenet", "transformer_encoder", "workload_input",
+]
 
 
 def assert_close(got: Any, want: Any, rtol: float = 1e-5) -> None:

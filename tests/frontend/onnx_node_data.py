@@ -5,7 +5,7 @@ from the case definitions (``onnx.backend.test.case.node``) in every process, wi
 ``np.random`` inputs, so each run would test other numbers. Here they are generated once, in a
 subprocess with ``np.random.seed(0)``, into
 ``<cache>/onnx-node-tests/<onnx version>/generated-node``
-(``<cache>`` is ``$OPFUSION_CACHE``, else ``$XDG_CACHE_HOME/opfusion``, else
+(``<cache>`` is ``$OPFUSION_CACHE_DIR``, else ``$XDG_CACHE_HOME/opfusion``, else
 ``~/.cache/opfusion``). The tree is written beside its final place and renamed into it, so it
 is either complete or absent. It has the layout of the wheel's other on-disk kinds
 (``<test>/model.onnx``, ``<test>/test_data_set_0/{input,output}_<i>.pb``, ``data.json`` with
@@ -31,8 +31,8 @@ SEED = 0
 
 
 def cache_root() -> Path:
-    if os.environ.get("OPFUSION_CACHE"):
-        return Path(os.environ["OPFUSION_CACHE"])
+    if os.environ.get("OPFUSION_CACHE_DIR"):
+        return Path(os.environ["OPFUSION_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(xdg) / "opfusion"
 
