@@ -12,6 +12,31 @@ from .context import ConfigOption, PassContext, list_pass_configs, register_pass
 from .dead_code import DeadCodeElimination
 from .fold_constant import BindParams, FoldConstant, bind_params, fold_constant
 from .fold_scale_axis import BackwardFoldScaleAxis, FoldScaleAxis, ForwardFoldScaleAxis
+from .fuse import (
+    FuseOptions,
+    FusionGroup,
+    FusionPlan,
+    FusionRefusal,
+    FusionReport,
+    InvalidFusionError,
+    check_fused_module,
+    check_fusion_plan,
+    explain_fusion,
+    fusion_to_dot,
+    plan_fusion,
+    render_fusion_svg,
+)
+from .fuse_ops import FuseOps
+from .fusion import (
+    FusionMerge,
+    HorizontalFusePass,
+    InputFusePass,
+    RecomputeFusePass,
+    VerticalFusePass,
+    register_fusion_policy,
+    registered_policies,
+    unregister_fusion_policy,
+)
 from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
 from .optimize import optimization_passes, optimize
@@ -49,11 +74,16 @@ from .simplify_inference import SimplifyInference
 __all__ = [
     "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption", "DeadCodeElimination",
     "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis", "ForwardFoldScaleAxis",
-    "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "InferType", "ModulePass", "Pass",
-    "PassContext", "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
-    "PatternCallback", "PatternRewrite", "PrintIR", "Sequential", "SimplifyExpr",
-    "SimplifyInference", "bind_params", "fold_constant", "function_pass", "get_pass", "has_attr",
-    "has_dtype", "has_shape", "has_type", "is_constant", "is_expr", "is_op", "is_tuple",
-    "is_tuple_get_item", "is_var", "list_pass_configs", "module_pass", "optimization_passes",
-    "optimize", "register_pass", "register_pass_config", "rewrite", "rule", "wildcard"
+    "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps", "FuseOptions", "FusionGroup",
+    "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport", "HorizontalFusePass",
+    "InferType", "InputFusePass", "InvalidFusionError", "ModulePass", "Pass", "PassContext",
+    "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
+    "PatternCallback", "PatternRewrite", "PrintIR", "RecomputeFusePass", "Sequential",
+    "SimplifyExpr", "SimplifyInference", "VerticalFusePass", "bind_params", "check_fused_module",
+    "check_fusion_plan", "explain_fusion", "fold_constant", "function_pass", "fusion_to_dot",
+    "get_pass", "has_attr", "has_dtype", "has_shape", "has_type", "is_constant", "is_expr",
+    "is_op", "is_tuple", "is_tuple_get_item", "is_var", "list_pass_configs", "module_pass",
+    "optimization_passes", "optimize", "plan_fusion", "register_fusion_policy", "register_pass",
+    "register_pass_config", "registered_policies", "render_fusion_svg", "rewrite", "rule",
+    "unregister_fusion_policy", "wildcard"
 ]
