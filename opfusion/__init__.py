@@ -9,7 +9,9 @@ Graph level::
     print(mod)
 """
 
-from . import ir, op, te
+from . import frontend, ir, op, te, transform
+from .compiler.artifact import load
+from .compiler.compile import compile
 from .driver import build
 from .errors import (
     EvaluationError,
@@ -45,5 +47,6 @@ __all__ = [
     "Call", "Constant", "EvaluationError", "FuncType", "Function", "GlobalVar", "IRModule",
     "OpAttributeError", "OpfusionError", "OpfusionTypeError", "ParseError", "TensorType",
     "Tuple", "TupleGetItem", "TupleType", "UnknownOpError", "Var", "const", "ir", "op", "parse",
-    "var", "build", "nd", "device", "cpu", "te", "lower",
+    "var", "build", "nd", "device", "cpu", "te", "lower", "frontend", "transform", "compile",
+    "load",
 ]

@@ -147,6 +147,21 @@ def load_kernel(name: str, entry_name: str, params: Sequence[KernelParam],
     return Module(name, entry_name, params, source, compile_source(source))
 
 
+def load_kernels(source: str, kernels: Sequence[tuple[str, str, Sequence[KernelParam]]]
+                 ) -> list[Module]:
+    """Compile one source holding several kernels (or find it in the cache) and load each
+    ``(name, entry_name, params)`` as a :class:`Module`; all share one shared library."""
+    library = compile_source(source)
+    try:
+        return [Module(name, entry, params, source, library) for name, entry, params in kernels]
+    except _LoadError:
+        if not library.from_cache:
+            raise
+        evict(library)
+    library = compile_source(source)
+    return [Module(name, entry, params, source, library) for name, entry, params in kernels]
+
+
 class _LoadError(OpfusionError):
     pass
 

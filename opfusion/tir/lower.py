@@ -118,7 +118,7 @@ class _Lowering:
             if info is not None and st.attach_type == "root" and st not in self.arg_buffers:
                 assert info.buffer is not None
                 body = S.Allocate(info.buffer, body)
-        params = [self.arg_buffers[self.stage_of(t)] for t in self.args]
+        params = [self.arg_buffers[self._arg_key(t)] for t in self.args]
         simple = simplify_stmt(body) or S.Evaluate(E.IntImm(0))
         return _rename(S.PrimFunc(self.name, params, simple))
 
@@ -128,10 +128,18 @@ class _Lowering:
         for i, t in enumerate(self.args):
             if not isinstance(t, Tensor):
                 raise LoweringError(f"argument {i} of lower is {t!r}, not a te tensor")
-            stage = self.stage_of(t)
-            if stage in self.arg_buffers:
+            key = self._arg_key(t)
+            if key in self.arg_buffers:
                 raise LoweringError(f"tensor {t.name} appears twice in the arguments")
-            self.arg_buffers[stage] = E.Buffer(t.name, t.shape, t.dtype)
+            self.arg_buffers[key] = E.Buffer(t.name, t.shape, t.dtype)
+
+    def _arg_key(self, tensor: Tensor) -> Any:
+        """The stage of an argument; an input that nothing reads (a placeholder outside the
+        schedule, e.g. the unused bias of layer_norm(center=False)) is keyed by itself and
+        becomes a parameter the kernel ignores."""
+        if isinstance(tensor.op, PlaceholderOp) and tensor.op not in self.sch.stage_map:
+            return tensor.op
+        return self.stage_of(tensor)
 
     def _inline_bodies(self) -> None:
         for stage in self.sch.stages:

@@ -1,0 +1,118 @@
+"""Latency of whole models: opfusion fused, opfusion unfused (fusion="none"), ONNX Runtime.
+
+    python benchmarks/models.py [names...] [--repeat 20] [--no-ort]
+
+For each light model (the random-weight copies of opfusion.testing.light_model; batch 1,
+standard-normal input) it prints the median latency of each engine measured in this one
+process, the cold compile time (empty kernel cache) and the cached one, and the executor's
+planned memory against the sum of all intermediate tensors. Both cores are used by every
+engine. The last line is
+
+    geomean fused_vs_unfused <x> ort_vs_opfusion <y>
+
+(speedup of fused over unfused; ONNX Runtime's latency divided by opfusion's; higher is
+better for both)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import opfusion as opf
+from opfusion.frontend import from_onnx
+from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
+
+
+def median_seconds(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ort_session(path: str) -> Any | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def compile_times(mod: opf.IRModule, params: dict[str, np.ndarray]) -> tuple[Any, float, float]:
+    """Compile with an empty kernel cache, then again with it warm."""
+    saved = os.environ.get("OPFUSION_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["OPFUSION_CACHE_DIR"] = cache
+        try:
+            start = time.perf_counter()
+            opf.compile(mod, params=params)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            exe = opf.compile(mod, params=params)
+            cached = time.perf_counter() - start
+        finally:
+            if saved is None:
+                os.environ.pop("OPFUSION_CACHE_DIR", None)
+            else:
+                os.environ["OPFUSION_CACHE_DIR"] = saved
+    return exe, cold, cached
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=LIGHT_MODEL_NAMES)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--no-ort", action="store_true")
+    args = parser.parse_args()
+    import onnx
+
+    print(f"{'model':<14} {'fused':>9} {'unfused':>9} {'ort':>9} {'fused/unf':>9} "
+          f"{'ort/fused':>9} {'kernels':>8} {'cold':>7} {'cached':>7} {'plan MB':>8} "
+          f"{'all MB':>7}")
+    speedups, ort_ratios = [], []
+    for name in args.names:
+        path = str(light_model(name))
+        mod, params = from_onnx(onnx.load(path))
+        fused, cold, cached = compile_times(mod, params)
+        unfused = opf.compile(mod, params=params, fusion="none")
+        (input_name,) = fused.input_names
+        shape = next(v.type.shape for v in fused.values if v.input_index == 0)
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        t_fused = median_seconds(partial(fused.run, {input_name: x}), args.repeat)
+        t_unfused = median_seconds(partial(unfused.run, {input_name: x}), args.repeat)
+        session = None if args.no_ort else ort_session(path)
+        t_ort = math.nan
+        if session is not None:
+            feed_name = session.get_inputs()[0].name
+            t_ort = median_seconds(partial(session.run, None, {feed_name: x}), args.repeat)
+            ort_ratios.append(t_ort / t_fused)
+        speedups.append(t_unfused / t_fused)
+        print(f"{name:<14} {t_fused * 1e3:>7.2f}ms {t_unfused * 1e3:>7.2f}ms "
+              f"{t_ort * 1e3:>7.2f}ms {t_unfused / t_fused:>8.2f}x {t_ort / t_fused:>8.2f}x "
+              f"{fused.num_kernels:>8} {cold:>6.1f}s {cached:>6.2f}s "
+              f"{fused.plan.total_bytes / 2**20:>8.1f} {fused.plan.naive_bytes / 2**20:>7.1f}")
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+    print(f"geomean fused_vs_unfused {geomean(speedups):.3f} "
+          f"ort_vs_opfusion {geomean(ort_ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""opf.compile: a whole model to fused native kernels and an executor.
+
+    exe = opf.compile(mod, params=params)          # opt_level 3, TVM fusion by default
+    y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
+
+Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
+simplification, CSE, DCE); fusion by the chosen strategy — "tvm" (FuseOps), "cinn" (FuseOps,
+then FusionMerge with the registered policies) or "none" (every operator its own kernel);
+each fused group lowered to one kernel; C generated and compiled once (cached by content);
+a static memory plan; the executor."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..codegen.c import codegen_c_module
+from ..errors import OpfusionError
+from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ..ir.module import IRModule
+from ..ir.op import Op
+from ..ir.structural import structural_equal, structural_hash
+from ..ir.types import TensorType, TupleType
+from ..ir.visitor import post_order
+from ..runtime.module import load_kernels
+from ..transform.context import PassContext
+from ..transform.fuse_ops import FuseOps
+from ..transform.fusion import FusionMerge
+from ..transform.infer_type import InferType
+from ..transform.optimize import optimize
+from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
+from .lower_group import LoweredGroup, lower_primitive_function
+from .memory_plan import plan_memory
+
+DEFAULT_OPT_LEVEL = 3
+STRATEGIES = ("tvm", "cinn", "none")
+
+
+def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the public name
+            params: Mapping[str, Any] | None = None, opt_level: int | None = None,
+            fusion: str | None = None, verify: bool = False) -> Executor:
+    """Compile ``mod``'s ``@main`` into an :class:`Executor`.
+
+    ``params`` binds weights by parameter name. ``opt_level`` and ``fusion`` default to the
+    current PassContext's opt_level and ``fusion.strategy`` config (3 and "tvm" outside any
+    ``with PassContext``). ``verify=True`` runs every kernel once on standard-normal inputs
+    against the reference interpreter and raises naming the first kernel that differs."""
+    if target not in ("c", "llvm"):
+        raise OpfusionError(f"opf.compile: target {target!r} is not supported; use 'c' (the "
+                            f"host CPU)")
+    if isinstance(mod, Function):
+        mod = IRModule.from_expr(mod)
+    if not isinstance(mod, IRModule) or "main" not in mod:
+        raise OpfusionError("opf.compile takes an IRModule with a @main function (or a "
+                            "Function)")
+    ctx = PassContext.current()
+    in_user_context = len(PassContext._stack()) > 1
+    level = opt_level if opt_level is not None else (
+        ctx.opt_level if in_user_context else DEFAULT_OPT_LEVEL)
+    strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
+    if strategy not in STRATEGIES:
+        raise OpfusionError(f"unknown fusion strategy {strategy!r}; choose one of "
+                            f"{', '.join(STRATEGIES)}")
+    with ctx.with_opt_level(level):
+        mod = InferType(mod)
+        mod = optimize(mod, params)
+        mod = fuse(mod, strategy, level)
+    executor = build_executor(mod)
+    if verify:
+        executor.verify(random_inputs(executor))
+    return executor
+
+
+def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
+    """Standard-normal arrays (random integers for integer inputs) for every model input."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for info in sorted((v for v in executor.values if v.input_index is not None),
+                       key=lambda v: v.input_index):
+        ty = info.type
+        if np.dtype(ty.dtype).kind == "f":
+            arrays.append(rng.standard_normal(ty.shape).astype(ty.dtype))
+        elif np.dtype(ty.dtype).kind == "b":
+            arrays.append(rng.random(ty.shape) < 0.5)
+        else:
+            arrays.append(rng.integers(0, 4, ty.shape).astype(ty.dtype))
+    return arrays
+
+
+def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
+    """Group ``mod``'s operators into primitive functions by ``strategy``."""
+    if strategy == "none":
+        return FuseOps(fuse_opt_level=0)(mod)
+    mod = FuseOps(fuse_opt_level=opt_level)(mod)
+    if strategy == "cinn" and opt_level > 0:
+        mod = FusionMerge()(mod)
+    return mod
+
+
+def build_executor(mod: IRModule) -> Executor:
+    """An executor for a fused module: one kernel per primitive function called by
+    ``@main`` (identical functions share a kernel)."""
+    main = mod["main"]
+    builder = _ExecutorBuilder(main)
+    return builder.finish()
+
+
+class _ExecutorBuilder:
+    def __init__(self, main: Function) -> None:
+        self.values: list[ValueInfo] = []
+        self.steps: list[ExecStep] = []
+        self.kernels: list[tuple[Function, LoweredGroup, Any]] = []
+        self.kernel_by_hash: dict[int, list[int]] = {}
+        self.value_of: dict[Expr, Any] = {}
+        self.input_names: list[str] = []
+        for index, param in enumerate(main.params):
+            if not isinstance(param.type_annotation, TensorType):
+                raise OpfusionError(f"model input %{param.name_hint} is "
+                                    f"{param.type_annotation!r}; inputs must be tensors")
+            self.value_of[param] = self._new_value(param.type_annotation, input_index=index)
+            self.input_names.append(param.name_hint)
+        for node in post_order(main.body, into_functions=False):
+            if node not in self.value_of:
+                self.value_of[node] = self._visit(node)
+        result = self.value_of[main.body]
+        self.tuple_output = isinstance(main.body.checked_type, TupleType)
+        self.outputs = _flatten(result)
+
+    def _new_value(self, ty: TensorType, **kwargs: Any) -> int:
+        self.values.append(ValueInfo(ty, **kwargs))
+        return len(self.values) - 1
+
+    def _visit(self, node: Expr) -> Any:
+        if isinstance(node, Constant):
+            return self._new_value(node.checked_type, constant=node.data)
+        if isinstance(node, Tuple):
+            return [self.value_of[f] for f in node.fields]
+        if isinstance(node, TupleGetItem):
+            return self.value_of[node.tuple_value][node.index]
+        if isinstance(node, Call):
+            func = node.op
+            if isinstance(func, Op):
+                func = _wrap_op_call(node)
+            if not isinstance(func, Function) or not func.is_primitive:
+                raise OpfusionError(f"the fused module calls {node.op!r}; opf.compile runs "
+                                    f"operators and primitive functions only")
+            return self._call_group(func, node.args)
+        if isinstance(node, Function):
+            return None  # a primitive function value: handled at its call
+        raise OpfusionError(f"opf.compile cannot run a {type(node).__name__} here")
+
+    def _call_group(self, func: Function, args: tuple[Expr, ...]) -> Any:
+        group = self._kernel_for(func)
+        reads = [v for arg in args for v in _flatten(self.value_of[arg])]
+        reads += [self._new_value(TensorType(c.shape, c.dtype), constant=c)
+                  for c in group.constants]
+        writes = [self._new_value(ty) for ty in group.output_types]
+        self.steps.append(ExecStep(group, None, reads, writes))
+        ret = func.body.checked_type
+        return writes if isinstance(ret, TupleType) else writes[0]
+
+    def _kernel_for(self, func: Function) -> LoweredGroup:
+        key = structural_hash(func)
+        for index in self.kernel_by_hash.get(key, []):
+            known, group, _ = self.kernels[index]
+            if structural_equal(known, func):
+                return group
+        name = _kernel_name(func, len(self.kernels))
+        group = lower_primitive_function(func, name)
+        self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
+        self.kernels.append((func, group, None))
+        return group
+
+    def finish(self) -> Executor:
+        groups = [group for _, group, _ in self.kernels if group.prim_func is not None]
+        functions: dict[str, Any] = {}
+        source = ""
+        if groups:
+            source, parts = codegen_c_module([g.prim_func for g in groups])
+            modules = load_kernels(source, [(g.name, part.entry_name, part.params)
+                                            for g, part in zip(groups, parts)])
+            functions = {g.name: module for g, module in zip(groups, modules)}
+        for step in self.steps:
+            module = functions.get(step.group.name)
+            step.function = None if module is None else module._function
+            step.module = module  # type: ignore[attr-defined]
+        keep = set(self.outputs)
+        nbytes = {}
+        for step in self.steps:
+            for value in step.writes:
+                if value not in keep:
+                    ty = self.values[value].type
+                    nbytes[value] = _nbytes(ty)
+        plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
+        executor = Executor(self.input_names, self.values, self.steps, self.outputs, plan,
+                            self.tuple_output)
+        executor.modules = functions
+        executor.source_code = source
+        return executor
+
+
+def _wrap_op_call(call: Call) -> Function:
+    """A lone operator call outside any group, as a primitive function of its operands."""
+    params = [Var(f"p{i}", arg.checked_type) for i, arg in enumerate(call.args)]
+    return Function(params, Call(call.op, params, call.attrs), attrs={"Primitive": 1})
+
+
+def _flatten(value: Any) -> list[int]:
+    if isinstance(value, list):
+        return [v for item in value for v in _flatten(item)]
+    return [value]
+
+
+def _nbytes(ty: TensorType) -> int:
+    import numpy as np
+
+    count = 1
+    for dim in ty.shape:
+        count *= int(dim)
+    return count * np.dtype(ty.dtype).itemsize
+
+
+def _kernel_name(func: Function, index: int) -> str:
+    names = [n.op.name for n in post_order(func.body, into_functions=False)
+             if isinstance(n, Call) and isinstance(n.op, Op)]
+    stem = "_".join(re.sub(r"[^A-Za-z0-9]", "_", name) for name in names[:4])
+    return f"fused_{stem[:60]}_{index}"

@@ -1,0 +1,233 @@
+"""Lower one fused group (a primitive function) to one kernel: the FuseTIR step.
+
+Every operator call of the group becomes its TE compute, chained through the group's
+dataflow; then one schedule covers them all:
+
+* elementwise, broadcast and injective stages that are not results are inlined into their
+  readers — materialising them would cost a round trip through memory and buy nothing;
+* the group's anchor (its conv2d, dense, pooling, reduction or softmax) gets the schedule
+  registered for its operator, which also attaches the elementwise epilogue to the anchor's
+  tiles;
+* without an anchor schedule every remaining stage gets the default: the outer loops fused and
+  run in parallel, the innermost loop split and vectorized.
+
+Operators with no TE compute (sort, topk: truly opaque) cannot be lowered; a group holding one
+must be that one call, and the executor runs its NumPy reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..errors import OpfusionError
+from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ..ir.op import Op, OpPatternKind
+from ..ir.types import TensorType, TupleType
+from ..ir.visitor import post_order
+from ..tir.lower import lower
+from ..tir.stmt import PrimFunc
+from ..topi import get_compute, get_schedule
+
+K = OpPatternKind
+
+#: Elements below which a kernel's loops stay serial (starting threads costs more).
+PARALLEL_MIN_ELEMENTS = 1 << 14
+VECTOR_LANES = 16
+
+
+class LoweringUnsupportedError(OpfusionError):
+    """A group cannot become a kernel (an operator without a TE compute inside a larger group,
+    or a value kind the kernel interface does not take)."""
+
+
+@dataclass
+class LoweredGroup:
+    """One fused group ready to run.
+
+    ``prim_func`` takes the group's parameters, then ``constants`` (large constants kept in
+    the function), then one buffer per output. ``reference_function`` is set instead for a
+    lone operator without a TE compute: the executor evaluates it with the reference
+    interpreter. ``op_names`` lists the fused operators (for profiles)."""
+
+    name: str
+    prim_func: PrimFunc | None
+    output_types: list[TensorType]
+    constants: list[np.ndarray] = field(default_factory=list)
+    reference_function: Function | None = None
+    op_names: list[str] = field(default_factory=list)
+    function: Function | None = None  # the primitive function (absent after opf.load)
+
+
+def lower_primitive_function(func: Function, name: str) -> LoweredGroup:
+    """Turn the primitive function ``func`` into one kernel named ``name``."""
+    output_types = _output_types(func)
+    calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
+    op_names = [c.op.name if isinstance(c.op, Op) else "call" for c in calls]
+    missing = [c for c in calls if not isinstance(c.op, Op) or get_compute(c.op.name) is None]
+    if missing:
+        only = missing[0]
+        if len(calls) == 1 and isinstance(only.op, Op):
+            return LoweredGroup(name, None, output_types, reference_function=func,
+                                op_names=op_names, function=func)
+        what = only.op.name if isinstance(only.op, Op) else type(only.op).__name__
+        raise LoweringUnsupportedError(
+            f"fused group {name}: {what} has no TE compute and is fused with other operators; "
+            f"opaque operators must form groups of their own")
+    builder = _TEBuilder(func, name)
+    outputs = builder.outputs
+    schedule = te.create_schedule([t.op for t in outputs])
+    _inline_injective_stages(schedule, builder, outputs)
+    anchor = _anchor(builder)
+    schedule_fn = get_schedule(anchor[0].op.name) if anchor else None
+    if schedule_fn is not None and len(outputs) == 1:
+        schedule_fn(schedule, anchor[1], outputs[0])
+    else:
+        default_schedule(schedule)
+    args = builder.placeholders + builder.constant_placeholders + outputs
+    prim = lower(schedule, args, name=name)
+    return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
+                        function=func)
+
+
+def _output_types(func: Function) -> list[TensorType]:
+    ty = func.body.checked_type
+    fields = ty.fields if isinstance(ty, TupleType) else [ty]
+    for item in fields:
+        if not isinstance(item, TensorType):
+            raise LoweringUnsupportedError(f"a fused group returns {item!r}; kernels return "
+                                           f"tensors (or a flat tuple of tensors)")
+    return list(fields)
+
+
+class _TEBuilder:
+    """The TE graph of a primitive function: placeholders for its parameters and its large
+    constants, one compute chain per call, and the result tensors."""
+
+    def __init__(self, func: Function, name: str) -> None:
+        self.placeholders: list[te.Tensor] = []
+        self.constant_placeholders: list[te.Tensor] = []
+        self.constants: list[np.ndarray] = []
+        self.call_of: dict[Any, tuple[Call, te.Tensor]] = {}  # te op -> (call, its tensor)
+        value: dict[Expr, Any] = {}
+        for param in func.params:
+            value[param] = self._parameter(param, name)
+        for node in post_order(func.body, into_functions=False):
+            if node in value:
+                continue
+            value[node] = self._convert(node, value)
+        result = value[func.body]
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        self.outputs = _distinct_computed(outputs)
+
+    def _parameter(self, param: Var, name: str) -> te.Tensor | list[te.Tensor]:
+        """A tensor parameter becomes one placeholder; a tuple of tensors (an unfused tuple
+        passed to concatenate) one placeholder per field."""
+        ty = param.type_annotation
+        fields = ty.fields if isinstance(ty, TupleType) else [ty]
+        holders = []
+        for field_type in fields:
+            if not isinstance(field_type, TensorType):
+                raise LoweringUnsupportedError(f"fused group {name}: parameter "
+                                               f"%{param.name_hint} is {ty!r}")
+            holder = te.placeholder(field_type.shape, field_type.dtype,
+                                    name=f"p{len(self.placeholders)}")
+            self.placeholders.append(holder)
+            holders.append(holder)
+        return holders if isinstance(ty, TupleType) else holders[0]
+
+    def _convert(self, node: Expr, value: dict[Expr, Any]) -> Any:
+        if isinstance(node, Constant):
+            return self._constant(node)
+        if isinstance(node, Tuple):
+            return [value[f] for f in node.fields]
+        if isinstance(node, TupleGetItem):
+            return value[node.tuple_value][node.index]
+        if isinstance(node, Call) and isinstance(node.op, Op):
+            inputs = [value[a] for a in node.args]
+            out = get_compute(node.op.name)(inputs, node.attrs, node.checked_type)
+            for tensor in (out if isinstance(out, (list, tuple)) else [out]):
+                self.call_of[tensor.op] = (node, tensor)
+            return list(out) if isinstance(out, tuple) else out
+        raise LoweringUnsupportedError(f"a fused group holds {node!r}, which has no kernel form")
+
+    def _constant(self, node: Constant) -> te.Tensor:
+        data = node.data
+        if data.ndim == 0:  # small enough to live in the code
+            scalar = data.item()
+            return te.compute((), lambda: te.const(scalar, str(data.dtype)), name="scalar")
+        holder = te.placeholder(data.shape, str(data.dtype),
+                                name=f"c{len(self.constant_placeholders)}")
+        self.constant_placeholders.append(holder)
+        self.constants.append(data)
+        return holder
+
+
+def _distinct_computed(outputs: list[te.Tensor]) -> list[te.Tensor]:
+    """Kernel outputs must be distinct computed tensors: a parameter returned as is, or a
+    tensor returned twice, gets a copy stage."""
+    seen: list[Any] = []
+    result = []
+    for tensor in outputs:
+        if isinstance(tensor.op, te.PlaceholderOp) or any(tensor.op is op for op in seen):
+            source = tensor
+            tensor = te.compute(source.shape, lambda *i, src=source: src[i], name="copy")
+        seen.append(tensor.op)
+        result.append(tensor)
+    return result
+
+
+def _inline_injective_stages(s: te.Schedule, builder: _TEBuilder,
+                             outputs: list[te.Tensor]) -> None:
+    output_ops = [t.op for t in outputs]
+    for stage in list(s.stages):
+        op = stage.op
+        if not isinstance(op, te.ComputeOp) or any(op is o for o in output_ops):
+            continue
+        if op.reduce_axis:
+            continue
+        entry = builder.call_of.get(op)
+        if entry is None:
+            if not op.axis:  # an inline scalar constant
+                stage.compute_inline()
+            continue
+        call = entry[0]
+        if call.op.pattern <= K.kInjective:
+            stage.compute_inline()
+
+
+def _anchor(builder: _TEBuilder) -> tuple[Call, te.Tensor] | None:
+    """The call whose schedule shapes the kernel: the most complex pattern, last in order."""
+    best: tuple[Call, te.Tensor] | None = None
+    for call, tensor in builder.call_of.values():
+        if call.op.pattern < K.kCommReduce:
+            continue
+        if best is None or call.op.pattern >= best[0].op.pattern:
+            best = (call, tensor)
+    return best
+
+
+def default_schedule(s: te.Schedule) -> None:
+    """Every root stage not yet arranged: the innermost data axis split and vectorized when
+    no reduction runs inside it, and the loops outside fused into one, parallel when the
+    stage is big enough."""
+    for stage in s.stages:
+        op = stage.op
+        if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
+            continue
+        if stage.relations or stage.iter_var_attrs:
+            continue  # an anchor schedule already arranged it
+        axes = list(op.axis)
+        size = 1
+        for iv in axes:
+            size *= int(iv.dom.extent)
+        outer = axes
+        if not op.reduce_axis and int(axes[-1].dom.extent) >= VECTOR_LANES:
+            xo, xi = stage.split(axes[-1], factor=VECTOR_LANES)
+            stage.vectorize(xi)
+            outer = axes[:-1] + [xo]
+        fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+        if size >= PARALLEL_MIN_ELEMENTS:
+            stage.parallel(fused)

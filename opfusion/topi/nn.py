@@ -1,0 +1,504 @@
+"""TE computes of the nn.* operators: convolution (strided, padded, dilated, grouped, depthwise,
+transposed), dense and the matrix products, the per-channel layers (bias_add, prelu), pad,
+batch_flatten, dropout, and einsum.
+
+The computes are shaped for the CPU schedules of :mod:`.schedules`, which find their stages by
+tag. A convolution is three stages: ``conv2d_pad`` (the zero-padded input, split into
+``stride`` column phases so that every kernel tap reads consecutive columns), ``conv2d_acc``
+(the reduction, its columns in blocks of one vector, the last block padded) and the op's
+result, a crop of the accumulator. A product whose operands both run along the contracted
+axis (dense, ``transpose_b`` products) sums ``lanes`` interleaved partial dot products
+(``matmul_partial``) and then the lanes (``matmul_dot``); any other product is one reduction
+(``matmul``). Every product accumulates in the result dtype, as TVM does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import te
+from ..ops.einsum import parse_equation
+from .registry import register_compute
+
+#: Lanes of one AVX2 vector of float32; the accumulator widths are rounded to it.
+LANES = 8
+
+CONV_PAD = "conv2d_pad"
+CONV_ACC = "conv2d_acc"
+CONV_OUT = "conv2d_out"
+MATMUL = "matmul"
+MATMUL_PARTIAL = "matmul_partial"
+MATMUL_DOT = "matmul_dot"
+MATMUL_PACK = "matmul_pack"
+
+Index = Sequence[Any]
+
+
+def _zero(dtype: str) -> te.PrimExpr:
+    return te.const(0, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+
+def width_blocks(out_width: int) -> tuple[int, int]:
+    """How a convolution lays out its output columns while accumulating: ``(blocks, lanes)``
+    with ``blocks * lanes >= out_width``. Columns go in blocks of one vector (the last block
+    padded with columns that read zero padding and are cropped), unless the row is so narrow
+    that padding it would waste more than vectors gain."""
+    if out_width < LANES // 2:
+        return 1, out_width
+    return -(-out_width // LANES), LANES
+
+
+def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_channels: int,
+                 kernel: Sequence[int], strides: Sequence[int], padding: Sequence[int],
+                 dilation: Sequence[int], groups: int, out_hw: Sequence[int], out_dtype: str,
+                 name: str) -> te.Tensor:
+    """``out[n, o, y, x] = sum(pad(data)[n, c, y*sh + i*dh, x*sw + j*dw] * weight_at(o, c', i,
+    j))`` over the input channels ``c`` of ``o``'s group (``c'`` its index in the group).
+
+    The sum is accumulated in ``acc[n, o, y, x // lanes, x % lanes]`` (see
+    :func:`width_blocks`), which the result crops."""
+    batch, channels, height, width = data.shape
+    kh, kw = kernel
+    sh, sw = strides
+    dh, dw = dilation
+    top, left = padding[0], padding[1]
+    out_h, out_w = out_hw
+    blocks, lanes = width_blocks(out_w)
+    per_group_in = channels // groups
+    per_group_out = out_channels // groups
+    rows = (out_h - 1) * sh + (kh - 1) * dh + 1
+    phase_w = blocks * lanes + (kw - 1) * dw // sw  # columns per phase
+    cols = phase_w * sw
+    read: Callable[..., te.PrimExpr]
+    if top == 0 and left == 0 and sw == 1 and rows <= height and cols <= width:
+        def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
+            return data[n, c, y, x + j * dw]
+    else:
+        def padded(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
+            inside = []
+            if top:
+                inside.append(y >= top)
+            if rows > top + height:
+                inside.append(y < top + height)
+            if left:
+                inside.append(x >= left)
+            if cols > left + width:
+                inside.append(x < left + width)
+            value = data[n, c, y - top, x - left]
+            return te.if_then_else(te.all(*inside), value, _zero(data.dtype)) if inside else value
+
+        if sw == 1:
+            pad = te.compute((batch, channels, rows, cols), padded, name=f"{name}_pad",
+                             tag=CONV_PAD)
+
+            def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
+                return pad[n, c, y, x + j * dw]
+        else:
+            # Column phases: pad[n, c, y, r, x] holds padded column x*sw + r, so the taps of
+            # consecutive outputs (x*sw + j*dw) are consecutive within phase (j*dw) % sw.
+            pad = te.compute((batch, channels, rows, sw, phase_w),
+                             lambda n, c, y, r, x: padded(n, c, y, x * sw + r),
+                             name=f"{name}_pad", tag=CONV_PAD)
+
+            def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
+                return pad[n, c, y, j * dw % sw, x + j * dw // sw]
+
+    rc = te.reduce_axis((0, per_group_in), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def channel(o: Any) -> Any:
+        return rc if groups == 1 else o // per_group_out * per_group_in + rc
+
+    acc = te.compute(
+        (batch, out_channels, out_h, blocks, lanes),
+        lambda n, o, y, b, x: te.sum(
+            te.cast(read(n, channel(o), y * sh + ry * dh, b * lanes + x, rx), out_dtype)
+            * te.cast(weight_at(o, rc, ry, rx), out_dtype), axis=[rc, ry, rx]),
+        name=f"{name}_acc", tag=CONV_ACC)
+    if lanes == out_w:
+        return te.compute((batch, out_channels, out_h, out_w),
+                          lambda n, o, y, x: acc[n, o, y, 0, x], name=name, tag=CONV_OUT)
+    # (The lane as x % lanes also makes the region a stage computed at a tile of this one
+    # needs whole blocks, even when the row is narrower than a block.)
+    return te.compute((batch, out_channels, out_h, out_w),
+                      lambda n, o, y, x: acc[n, o, y, x // lanes, x % lanes], name=name,
+                      tag=CONV_OUT)
+
+
+@register_compute("nn.conv2d")
+def conv2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """NCHW x OIHW convolution; groups and depthwise (groups == channels) included."""
+    data, weight = inputs
+    _, _, out_h, out_w = out_type.shape
+    return _conv2d_nchw(data, lambda o, c, i, j: weight[o, c, i, j], weight.shape[0],
+                        weight.shape[2:], attrs.strides, attrs.padding, attrs.dilation,
+                        attrs.groups, (out_h, out_w), out_type.dtype, "conv2d")
+
+
+@register_compute("nn.conv2d_transpose")
+def conv2d_transpose(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Transposed convolution as a stride-1 convolution of the zero-inserted, padded input
+    with the flipped kernel (IOHW read as OIHW per group)."""
+    data, weight = inputs
+    batch, channels, height, width = data.shape
+    _, per_group_out, kh, kw = weight.shape
+    groups = attrs.groups
+    per_group_in = channels // groups
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    top, left = attrs.padding[0], attrs.padding[1]
+    _, out_channels, out_h, out_w = out_type.shape
+    # Output row y takes its taps from row y + top - (kh-1-i)*dh of the (uncropped) full
+    # result, i.e. row y + i*dh of the inserted input shifted by (kh-1)*dh - top.
+    shift_h, shift_w = (kh - 1) * dh - top, (kw - 1) * dw - left
+    blocks, lanes = width_blocks(out_w)
+    rows = out_h + (kh - 1) * dh
+    cols = blocks * lanes + (kw - 1) * dw
+
+    def inserted(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
+        u, v = y - shift_h, x - shift_w
+        inside = []
+        for pos, shift, stride, size, extent in ((u, shift_h, sh, height, rows),
+                                                  (v, shift_w, sw, width, cols)):
+            if shift > 0:
+                inside.append(pos >= 0)
+            if stride > 1:
+                inside.append(pos % stride == 0)
+            if extent - 1 - shift > (size - 1) * stride:
+                inside.append(pos <= (size - 1) * stride)
+        value = data[n, c, u // sh, v // sw]
+        return te.if_then_else(te.all(*inside), value, _zero(data.dtype)) if inside else value
+
+    source = te.compute((batch, channels, rows, cols), inserted, name="conv2d_transpose_pad",
+                        tag=CONV_PAD)
+
+    def weight_at(o: Any, c: Any, i: Any, j: Any) -> te.PrimExpr:
+        first = o // per_group_out * per_group_in if groups > 1 else 0
+        return weight[first + c, o % per_group_out, kh - 1 - i, kw - 1 - j]
+
+    return _conv2d_nchw(source, weight_at, out_channels, (kh, kw), (1, 1), (0, 0, 0, 0),
+                        (dh, dw), groups, (out_h, out_w), out_type.dtype, "conv2d_transpose")
+
+
+# ---------------------------------------------------------------------------------------------
+# dense and matrix products
+
+
+#: A contraction this deep (or with fewer output rows than PACK_MIN_ROWS) uses the dot form
+#: when both operands run along it; shallower ones pay too much for summing the lanes.
+DOT_MIN_DEPTH = 128
+#: Output rows from which packing the right operand into column panels pays for itself.
+PACK_MIN_ROWS = 8
+
+
+def dot_lanes(depth: int) -> int:
+    """Interleaved partial sums for a contraction of ``depth`` values read consecutively from
+    both operands: 8 (or 4) when they divide it, 0 for a plain reduction."""
+    for lanes in (LANES, LANES // 2):
+        if depth % lanes == 0 and depth >= 2 * lanes:
+            return lanes
+    return 0
+
+
+def panel_width(rows: int, depth: int, width: int, along_k: bool) -> int:
+    """Columns per panel when the right operand is packed, or 0 to read it in place.
+
+    ``rows``: output rows sharing the right operand; ``along_k``: both operands are
+    contiguous along the contraction (the dot form applies)."""
+    if along_k and dot_lanes(depth) and (depth >= DOT_MIN_DEPTH or rows < PACK_MIN_ROWS):
+        return 0
+    if rows < PACK_MIN_ROWS or width % LANES:
+        return 0
+    return 2 * LANES if width % (2 * LANES) == 0 else LANES
+
+
+def _panels(batch: Sequence[int], depth: int, width: int, cols: int,
+            value: Callable[[Index, Any, Any], te.PrimExpr], name: str) -> te.Tensor:
+    """The right operand (``value(batch_index, k, n)``) packed as ``(*batch, width / cols,
+    depth, cols)``: the columns of one output tile, row after row, in one contiguous panel."""
+    return te.compute((*batch, width // cols, depth, cols),
+                      lambda *i: value(i[:-3], i[-2], i[-3] * cols + i[-1]),
+                      name=f"{name}_pack", tag=MATMUL_PACK)
+
+
+def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr],
+              b_at: Callable[[Index, Any], te.PrimExpr], depth: int, out_dtype: str,
+              along_k: bool, name: str) -> te.Tensor:
+    """``out[idx] = sum_k a_at(idx, k) * b_at(idx, k)``, accumulated in ``out_dtype``.
+
+    ``along_k``: both operands are contiguous along k, so the sum is split into interleaved
+    lanes (one vector of partial sums per output element) and the lanes summed last."""
+
+    def product(idx: Index, k: Any) -> te.PrimExpr:
+        return te.cast(a_at(idx, k), out_dtype) * te.cast(b_at(idx, k), out_dtype)
+
+    lanes = dot_lanes(depth) if along_k else 0
+    if lanes:
+        ko = te.reduce_axis((0, depth // lanes), name="ko")
+        partial = te.compute(
+            (*out_shape, lanes),
+            lambda *i: te.sum(product(i[:-1], ko * lanes + i[-1]), axis=ko),
+            name=f"{name}_partial", tag=MATMUL_PARTIAL)
+        lane = te.reduce_axis((0, lanes), name="lane")
+        return te.compute(out_shape, lambda *i: te.sum(partial[(*i, lane)], axis=lane),
+                          name=name, tag=MATMUL_DOT)
+    if depth == 0:
+        return te.compute(out_shape, lambda *i: _zero(out_dtype), name=name, tag=MATMUL)
+    k = te.reduce_axis((0, depth), name="k")
+    return te.compute(out_shape, lambda *i: te.sum(product(i, k), axis=k), name=name,
+                      tag=MATMUL)
+
+
+def _product(dims: Sequence[int]) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count
+
+
+@register_compute("nn.dense")
+def dense(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``out[..., n] = sum_k data[..., k] * weight[n, k]``."""
+    data, weight = inputs
+    units, depth = weight.shape
+    cols = panel_width(_product(data.shape[:-1]), depth, units, True)
+    b_at: Callable[[Index, Any], te.PrimExpr]
+    if cols:
+        packed = _panels((), depth, units, cols, lambda _, k, n: weight[n, k], "dense")
+
+        def b_at(i: Index, k: Any) -> te.PrimExpr:
+            return packed[i[-1] // cols, k, i[-1] % cols]
+    else:
+        def b_at(i: Index, k: Any) -> te.PrimExpr:
+            return weight[i[-1], k]
+
+    return _contract(out_type.shape, lambda i, k: data[(*i[:-1], k)], b_at, depth,
+                     out_type.dtype, not cols, "dense")
+
+
+def _batch_index(idx: Index, batch: Sequence[int], shape: Sequence[int]) -> list[Any]:
+    """An operand's batch indices from the result's (NumPy broadcasting: size-1 axes read 0,
+    missing leading axes are dropped)."""
+    lead = len(batch) - len(shape)
+    return [0 if size == 1 and batch[lead + d] != 1 else idx[lead + d]
+            for d, size in enumerate(shape)]
+
+
+@register_compute("nn.matmul")
+def matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """NumPy matmul with transpose flags: broadcast batch axes, 1-D operands as vectors."""
+    a, b = inputs
+    ta = attrs.transpose_a and a.ndim > 1
+    tb = attrs.transpose_b and b.ndim > 1
+    depth = a.shape[-2] if ta else a.shape[-1]
+    has_m = a.ndim > 1  # the result has an m axis
+    has_n = b.ndim > 1  # the result has an n axis
+    batch = out_type.shape[:len(out_type.shape) - has_m - has_n]
+    along_k = not ta and (tb or not has_n)
+
+    def a_at(idx: Index, k: Any) -> te.PrimExpr:
+        if not has_m:
+            return a[k]
+        m = idx[len(batch)]
+        lead = _batch_index(idx, batch, a.shape[:-2])
+        return a[(*lead, k, m)] if ta else a[(*lead, m, k)]
+
+    def b_value(lead: Index, k: Any, n: Any) -> te.PrimExpr:
+        return b[(*lead, n, k)] if tb else b[(*lead, k, n)]
+
+    width = out_type.shape[-1] if has_n else 1
+    # Rows sharing one right operand: the result's, divided by b's batch elements.
+    rows = _product(out_type.shape[:-1]) // max(1, _product(b.shape[:-2]))
+    cols = panel_width(rows, depth, width, along_k) if has_n else 0
+    b_at: Callable[[Index, Any], te.PrimExpr]
+    if cols:
+        packed = _panels(b.shape[:-2], depth, width, cols, b_value, "matmul")
+
+        def b_at(idx: Index, k: Any) -> te.PrimExpr:
+            lead = _batch_index(idx, batch, b.shape[:-2])
+            return packed[(*lead, idx[-1] // cols, k, idx[-1] % cols)]
+    else:
+        def b_at(idx: Index, k: Any) -> te.PrimExpr:
+            if not has_n:
+                return b[k]
+            return b_value(_batch_index(idx, batch, b.shape[:-2]), k, idx[-1])
+
+    return _contract(out_type.shape, a_at, b_at, depth, out_type.dtype, along_k and not cols,
+                     "matmul")
+
+
+@register_compute("nn.batch_matmul")
+def batch_matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """(B, M, K) x (B, N, K) -> (B, M, N), either operand transposed, batch 1 broadcast."""
+    x, y = inputs
+    ta, tb = attrs.transpose_a, attrs.transpose_b
+    depth = x.shape[1] if ta else x.shape[2]
+    batch, rows, width = out_type.shape
+    along_k = tb and not ta
+
+    def x_at(idx: Index, k: Any) -> te.PrimExpr:
+        bi = 0 if x.shape[0] == 1 else idx[0]
+        return x[bi, k, idx[1]] if ta else x[bi, idx[1], k]
+
+    def y_value(lead: Index, k: Any, n: Any) -> te.PrimExpr:
+        return y[lead[0], n, k] if tb else y[lead[0], k, n]
+
+    shared = rows * (batch if y.shape[0] == 1 else 1)
+    cols = panel_width(shared, depth, width, along_k)
+    y_at: Callable[[Index, Any], te.PrimExpr]
+    if cols:
+        packed = _panels(y.shape[:1], depth, width, cols, y_value, "batch_matmul")
+
+        def y_at(idx: Index, k: Any) -> te.PrimExpr:
+            bi = 0 if y.shape[0] == 1 else idx[0]
+            return packed[bi, idx[2] // cols, k, idx[2] % cols]
+    else:
+        def y_at(idx: Index, k: Any) -> te.PrimExpr:
+            return y_value((0 if y.shape[0] == 1 else idx[0],), k, idx[2])
+
+    return _contract(out_type.shape, x_at, y_at, depth, out_type.dtype, along_k and not cols,
+                     "batch_matmul")
+
+
+# ---------------------------------------------------------------------------------------------
+# per-channel layers, layout and identity
+
+
+@register_compute("nn.bias_add")
+def bias_add(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``data + bias`` with the bias along ``axis``."""
+    data, bias = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    return te.compute(data.shape, lambda *i: data[i] + bias[i[axis]], name="bias_add")
+
+
+@register_compute("nn.prelu")
+def prelu(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``x`` where positive, ``alpha[c] * x`` elsewhere, alpha along ``axis``."""
+    data, alpha = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    return te.compute(data.shape,
+                      lambda *i: te.select(data[i] > _zero(data.dtype), data[i],
+                                           data[i] * alpha[i[axis]]),
+                      name="prelu")
+
+
+def normalize_axis_of(axis: int, ndim: int) -> int:
+    """``axis`` in 0..ndim-1 (type inference has already checked its range)."""
+    return axis % ndim if ndim else 0
+
+
+@register_compute("nn.pad")
+def pad(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Constant, edge or reflect padding of every axis."""
+    data, value = inputs
+    widths = attrs.pad_width
+    mode = attrs.pad_mode
+
+    def source(axis: int, i: Any) -> Any:
+        before, size = widths[2 * axis], data.shape[axis]
+        j = i - before
+        if mode == "edge":
+            return te.min(te.max(j, 0), size - 1)
+        if mode == "reflect":
+            return te.select(j < 0, 0 - j, te.select(j >= size, 2 * (size - 1) - j, j))
+        return j
+
+    def body(*i: Any) -> te.PrimExpr:
+        load = data[tuple(source(axis, x) for axis, x in enumerate(i))]
+        if mode != "constant":
+            return load
+        inside = []
+        for axis, x in enumerate(i):
+            before, after = widths[2 * axis], widths[2 * axis + 1]
+            if before:
+                inside.append(x >= before)
+            if after:
+                inside.append(x < before + data.shape[axis])
+        return te.if_then_else(te.all(*inside), load, value[()]) if inside else load
+
+    return te.compute(out_type.shape, body, name="pad")
+
+
+@register_compute("nn.batch_flatten")
+def batch_flatten(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """(N, d1, d2, ...) -> (N, d1*d2*...), row-major."""
+    (data,) = inputs
+
+    def body(n: Any, j: Any) -> te.PrimExpr:
+        index = []
+        for size in reversed(data.shape[1:]):
+            index.append(j % size)
+            j = j // size
+        return data[(n, *reversed(index))]
+
+    return te.compute(out_type.shape, body, name="batch_flatten")
+
+
+@register_compute("nn.dropout")
+def dropout(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Dropout at inference: a copy."""
+    (data,) = inputs
+    return te.compute(data.shape, lambda *i: data[i], name="dropout")
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum
+
+
+@register_compute("einsum")
+def einsum(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Any equation np.einsum accepts: repeated letters read diagonals, letters missing from
+    the output are summed, ``...`` and size-1 axes broadcast."""
+    (operands,) = inputs
+    terms, out = parse_equation(attrs.equation)
+    dtype = out_type.dtype
+    batch_ndim = max((t.ndim - len(term) + 1 for t, term in zip(operands, terms)
+                      if "." in term), default=0)
+    sizes: dict[str, int] = {}
+    for tensor, term in zip(operands, terms):
+        dims = _einsum_dims(term, tensor.ndim)
+        for letter, size in zip(dims, tensor.shape):
+            if not letter.startswith("."):
+                sizes[letter] = max(sizes.get(letter, 1), size)
+    summed = [c for c in dict.fromkeys("".join(terms)) if c != "." and c not in out]
+    axes = {c: te.reduce_axis((0, sizes[c]), name=f"r{c}") for c in summed}
+    out_dims = _einsum_dims(out, batch_ndim + len(out) - (1 if "." in out else 0))
+
+    def product(i: Index) -> te.PrimExpr:
+        where = {**dict(zip(out_dims, i)), **axes}
+        value = None
+        for tensor, term in zip(operands, terms):
+            dims = _einsum_dims(term, tensor.ndim)
+            index = [0 if size == 1 else where[d] for d, size in zip(dims, tensor.shape)]
+            load = te.cast(tensor[tuple(index)], dtype)
+            value = load if value is None else value * load
+        assert value is not None
+        return value
+
+    if any(sizes[c] == 0 for c in summed):
+        return te.compute(out_type.shape, lambda *i: _zero(dtype), name="einsum")
+    if not summed:
+        return te.compute(out_type.shape, lambda *i: product(i), name="einsum")
+    return te.compute(out_type.shape,
+                      lambda *i: te.sum(product(i), axis=[axes[c] for c in summed]),
+                      name="einsum")
+
+
+def _einsum_dims(term: str, ndim: int) -> list[str]:
+    """One name per axis of an operand: its letter, or ``.k`` for the k-th from last of the
+    broadcast axes that ``...`` stands for (right-aligned across operands, as NumPy does)."""
+    if "." not in term:
+        return list(term)
+    at = term.index(".")
+    count = ndim - (len(term) - 1)
+    return [*term[:at], *(f".{count - e}" for e in range(count)), *term[at + 1:]]
+
+
+__all__ = ["CONV_ACC", "CONV_OUT", "CONV_PAD", "LANES", "MATMUL", "MATMUL_DOT", "MATMUL_PACK",
+           "MATMUL_PARTIAL", "panel_width", "width_blocks", "dot_lanes", "normalize_axis_of"]

@@ -1,0 +1,152 @@
+"""TE computes of the normalization operators: softmax, log_softmax, layer_norm, batch_norm
+(inference form), lrn.
+
+The row operators are several stages, each a reduction along ``axis`` over the other axes:
+softmax is ``norm_max`` (the row maximum), ``norm_exp`` (exp(x - max)), ``norm_sum`` (their
+row sum) and the result; log_softmax the same without ``norm_exp``; layer_norm is
+``norm_mean`` (the row sum), ``norm_sum`` (the sum of squared deviations) and the result.
+:mod:`.schedules` finds them by tag, and the axis in the result's ``attrs["axis"]``. As in
+the references, a row whose maximum is infinite is not shifted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import te
+from .nn import normalize_axis_of
+from .registry import register_compute
+
+NORM_MAX = "norm_max"
+NORM_EXP = "norm_exp"
+NORM_MEAN = "norm_mean"
+NORM_SUM = "norm_sum"
+NORM_OUT = "norm_out"
+
+
+def _insert(index: Sequence[Any], axis: int, value: Any) -> tuple[Any, ...]:
+    """A full index from the index of a row (``axis`` removed) and a position along it."""
+    return (*index[:axis], value, *index[axis:])
+
+
+def _drop(index: Sequence[Any], axis: int) -> tuple[Any, ...]:
+    return (*index[:axis], *index[axis + 1:])
+
+
+def _row_reduce(data: te.Tensor, axis: int, reducer: Any, value: Any, name: str,
+                tag: str) -> te.Tensor:
+    """``reducer(value(row_index, x[...]), axis=r)`` along ``axis``: one value per row."""
+    r = te.reduce_axis((0, data.shape[axis]), name="r")
+    shape = _drop(data.shape, axis)
+    return te.compute(shape, lambda *i: reducer(value(i, data[_insert(i, axis, r)]), axis=r),
+                      name=name, tag=tag)
+
+
+def _shift(peak: te.Tensor, row: Sequence[Any]) -> te.PrimExpr:
+    """The row maximum, or 0 where it is infinite (m - m is then NaN, not 0)."""
+    m = peak[tuple(row)]
+    zero = te.const(0, peak.dtype)
+    return te.select(m - m == zero, m, zero)
+
+
+@register_compute("nn.softmax")
+def softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """exp(x - max) / sum(exp(x - max)) along ``axis``; the exponentials are a stage of their
+    own (``norm_exp``), read by the sum and the result: exp costs more than a memory pass."""
+    (data,) = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    peak = _row_reduce(data, axis, te.max, lambda i, x: x, "softmax_max", NORM_MAX)
+    exps = te.compute(data.shape,
+                      lambda *i: te.exp(data[i] - _shift(peak, _drop(i, axis))),
+                      name="softmax_exp", tag=NORM_EXP)
+    total = _row_reduce(exps, axis, te.sum, lambda i, x: x, "softmax_sum", NORM_SUM)
+    return te.compute(data.shape, lambda *i: exps[i] * (1.0 / total[_drop(i, axis)]),
+                      name="softmax", tag=NORM_OUT, attrs={"axis": axis})
+
+
+@register_compute("nn.log_softmax")
+def log_softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """x - max - log(sum(exp(x - max))) along ``axis``."""
+    (data,) = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    peak = _row_reduce(data, axis, te.max, lambda i, x: x, "log_softmax_max", NORM_MAX)
+    total = _row_reduce(data, axis, te.sum, lambda i, x: te.exp(x - _shift(peak, i)),
+                        "log_softmax_sum", NORM_SUM)
+    return te.compute(
+        data.shape,
+        lambda *i: data[i] - _shift(peak, _drop(i, axis)) - te.log(total[_drop(i, axis)]),
+        name="log_softmax", tag=NORM_OUT, attrs={"axis": axis})
+
+
+def _affine(value: te.PrimExpr, gamma: te.Tensor, beta: te.Tensor, channel: Any,
+            attrs: Any) -> te.PrimExpr:
+    if attrs.scale:
+        value = value * gamma[channel]
+    if attrs.center:
+        value = value + beta[channel]
+    return value
+
+
+@register_compute("nn.layer_norm")
+def layer_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """(x - mean) / sqrt(variance + epsilon) * gamma + beta along ``axis`` (two passes: the
+    mean, then the squared deviations from it)."""
+    data, gamma, beta = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    size = data.shape[axis]
+    inv_size = 1.0 / size if size else float("nan")
+    total = _row_reduce(data, axis, te.sum, lambda i, x: x, "layer_norm_mean", NORM_MEAN)
+
+    def mean(row: Sequence[Any]) -> te.PrimExpr:
+        return total[tuple(row)] * inv_size
+
+    squares = _row_reduce(data, axis, te.sum, lambda i, x: (x - mean(i)) * (x - mean(i)),
+                          "layer_norm_var", NORM_SUM)
+
+    def body(*i: Any) -> te.PrimExpr:
+        row = _drop(i, axis)
+        normed = (data[i] - mean(row)) / te.sqrt(squares[row] * inv_size + attrs.epsilon)
+        return _affine(normed, gamma, beta, i[axis], attrs)
+
+    return te.compute(data.shape, body, name="layer_norm", tag=NORM_OUT, attrs={"axis": axis})
+
+
+@register_compute("nn.batch_norm")
+def batch_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """(x - moving_mean) / sqrt(moving_var + epsilon) * gamma + beta along ``axis``."""
+    data, gamma, beta, moving_mean, moving_var = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+
+    def body(*i: Any) -> te.PrimExpr:
+        c = i[axis]
+        normed = (data[i] - moving_mean[c]) / te.sqrt(moving_var[c] + attrs.epsilon)
+        return _affine(normed, gamma, beta, c, attrs)
+
+    return te.compute(data.shape, body, name="batch_norm")
+
+
+@register_compute("nn.lrn")
+def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """x / (bias + alpha / size * sum of x^2 over ``size`` neighbours along ``axis``) ** beta;
+    the window runs from (size-1)//2 before to the rest after, clipped at the edges."""
+    (data,) = inputs
+    axis = normalize_axis_of(attrs.axis, data.ndim)
+    size, extent = attrs.size, data.shape[axis]
+    before = (size - 1) // 2
+    j = te.reduce_axis((0, size), name="j")
+
+    def square(*i: Any) -> te.PrimExpr:
+        pos = i[axis] - before + j
+        value = data[_insert(_drop(i, axis), axis, pos)]
+        inside = te.all(pos >= 0, pos < extent)
+        return te.sum(te.if_then_else(inside, value * value, te.const(0, data.dtype)), axis=j)
+
+    sums = te.compute(data.shape, square, name="lrn_sum", tag=NORM_SUM)
+    scale = attrs.alpha / size
+    return te.compute(
+        data.shape,
+        lambda *i: data[i] / te.power(sums[i] * scale + attrs.bias, attrs.beta),
+        name="lrn", tag=NORM_OUT)
+
+
+__all__ = ["NORM_EXP", "NORM_MAX", "NORM_MEAN", "NORM_OUT", "NORM_SUM"]

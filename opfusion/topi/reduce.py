@@ -1,0 +1,194 @@
+"""TE computes of the reductions (opfusion/ops/reduce.py): sum, prod, max, min, mean, variance,
+argmax and argmin.
+
+Axes follow the declarations (``axis=None`` every axis, ``exclude`` the complement,
+``keepdims``). sum, prod, max and min are one stage whose body is the reduction (tag
+"comm_reduce"). The others are short chains whose *last* stage is the op's result:
+
+* mean: a sum stage, then ``sum / count`` (tag "elemwise");
+* variance: the mean's two stages, the sum of squared deviations, then the division;
+* argmax/argmin: the extreme value (a max or min stage), then the smallest (largest, with
+  ``select_last_index``) flat index holding it (tag "comm_reduce_idx"). te reducers combine
+  one value, not (index, value) pairs, hence two passes; a NaN counts as the extreme, as in
+  NumPy.
+
+float16 data is summed in float32 and cast back (the references sum in float64); max and min
+propagate NaN through the C code generator's max/min helpers, as np.max does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import te
+from ..tir.expr import PrimExpr, is_float
+from ._util import accumulator_dtype, reduced_axes, shape_of, stage_name
+from .registry import register_compute
+
+Reducer = Callable[..., PrimExpr]
+
+prod = te.comm_reducer(lambda acc, value: acc * value, lambda dtype: te.const(1, dtype),
+                       name="prod")
+
+
+class Reduction:
+    """Which axes of ``data`` a reduction runs over, and how the output (with or without
+    ``keepdims``) indexes the data."""
+
+    def __init__(self, op_name: str, data: te.Tensor, axis: Sequence[int] | None,
+                 keepdims: bool, exclude: bool = False) -> None:
+        self.op_name = op_name
+        self.data = data
+        self.axes = reduced_axes(op_name, axis, data.ndim, exclude)
+        self.kept = [d for d in range(data.ndim) if d not in self.axes]
+        self.keepdims = keepdims
+        self.count = 1
+        for d in self.axes:
+            self.count *= data.shape[d]
+
+    @property
+    def kept_shape(self) -> tuple[int, ...]:
+        """The result's shape without keepdims (the shape of intermediate stages)."""
+        return tuple(self.data.shape[d] for d in self.kept)
+
+    def kept_indices(self, out: Sequence[PrimExpr], keepdims: bool) -> list[PrimExpr]:
+        """The indices of the kept axes within an output index ``out``."""
+        return [out[d] for d in self.kept] if keepdims else list(out)
+
+    def reduce(self, name: str, out_shape: Sequence[int], keepdims: bool, reducer: Reducer,
+               body: Callable[[list[Any], list[PrimExpr], list[te.IterVar]], PrimExpr],
+               tag: str = "comm_reduce") -> te.Tensor:
+        """A stage of ``out_shape`` whose element is ``reducer(body(data_index, kept, axes))``
+        over the reduced axes; ``data_index`` indexes ``data`` (kept axes from the output,
+        reduced ones from the reduction axes). With nothing to reduce it is ``body`` itself."""
+
+        def element(*out: PrimExpr) -> PrimExpr:
+            kept = self.kept_indices(out, keepdims)
+            axes = [te.reduce_axis((0, self.data.shape[d]), name=f"k{d}") for d in self.axes]
+            index: list[Any] = [0] * self.data.ndim
+            for d, i in zip(self.kept, kept):
+                index[d] = i
+            for d, r in zip(self.axes, axes):
+                index[d] = r
+            value = body(index, kept, axes)
+            return reducer(value, axis=axes) if axes else value
+
+        return te.compute(tuple(out_shape), element, name=name, tag=tag)
+
+    def finish(self, name: str, out_type: Any, source: te.Tensor,
+               fn: Callable[[PrimExpr], PrimExpr]) -> te.Tensor:
+        """The result stage: ``fn`` of the kept-shape stage ``source``, cast to the result
+        dtype, in the result's shape (tag "elemwise")."""
+        dtype = out_type.dtype
+
+        def element(*out: PrimExpr) -> PrimExpr:
+            kept = self.kept_indices(out, self.keepdims)
+            return te.cast(fn(source[tuple(kept)]), dtype)
+
+        return te.compute(shape_of(out_type), element, name=name, tag="elemwise")
+
+
+def _simple(op_name: str, reducer: Reducer, accumulate: bool) -> None:
+    @register_compute(op_name)
+    def compute(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+        data = inputs[0]
+        red = Reduction(op_name, data, attrs.axis, attrs.keepdims, attrs.exclude)
+        acc = accumulator_dtype(data.dtype) if accumulate else data.dtype
+        name = stage_name(op_name)
+        if acc == data.dtype:
+            return red.reduce(name, shape_of(out_type), red.keepdims, reducer,
+                              lambda index, kept, axes: data[tuple(index)])
+        partial = red.reduce(f"{name}_{acc}", red.kept_shape, False, reducer,
+                             lambda index, kept, axes: te.cast(data[tuple(index)], acc))
+        return red.finish(name, out_type, partial, lambda s: s)
+
+    compute.__name__ = f"compute_{op_name}"
+    compute.__doc__ = f"TE compute of {op_name}."
+
+
+_simple("sum", te.sum, True)
+_simple("prod", prod, True)
+_simple("max", te.max, False)
+_simple("min", te.min, False)
+
+
+def _sum_stage(red: Reduction, name: str) -> te.Tensor:
+    """The sum over the reduced axes in the accumulation dtype, in the kept shape."""
+    data = red.data
+    acc = accumulator_dtype(data.dtype)
+    return red.reduce(name, red.kept_shape, False, te.sum,
+                      lambda index, kept, axes: te.cast(data[tuple(index)], acc))
+
+
+def _divide_by(count: int) -> Callable[[PrimExpr], PrimExpr]:
+    # A division, not a multiplication by 1/count, as the reference does it; count 0 gives
+    # NaN (0/0) or inf, as in NumPy.
+    return lambda s: s / te.const(float(count), s.dtype)
+
+
+@register_compute("mean")
+def compute_mean(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """sum / count over the reduced axes."""
+    red = Reduction("mean", inputs[0], attrs.axis, attrs.keepdims, attrs.exclude)
+    total = _sum_stage(red, "mean_sum")
+    return red.finish("mean", out_type, total, _divide_by(red.count))
+
+
+@register_compute("variance")
+def compute_variance(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Two passes as the reference: the mean, then the mean square deviation from it (divided
+    by count - 1 when ``unbiased``)."""
+    data = inputs[0]
+    red = Reduction("variance", data, attrs.axis, attrs.keepdims, attrs.exclude)
+    acc = accumulator_dtype(data.dtype)
+    total = _sum_stage(red, "variance_sum")
+    mean = te.compute(red.kept_shape, lambda *i: total[i] / te.const(float(red.count), acc),
+                      name="variance_mean", tag="elemwise")
+
+    def square(index: list[Any], kept: list[PrimExpr], axes: list[te.IterVar]) -> PrimExpr:
+        deviation = te.cast(data[tuple(index)], acc) - mean[tuple(kept)]
+        return deviation * deviation
+
+    squares = red.reduce("variance_squares", red.kept_shape, False, te.sum, square)
+    return red.finish("variance", out_type, squares,
+                      _divide_by(red.count - 1 if attrs.unbiased else red.count))
+
+
+def _arg_reduce(op_name: str, extreme: Reducer, pick_first: Reducer,
+                pick_last: Reducer) -> None:
+    @register_compute(op_name)
+    def compute(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+        data = inputs[0]
+        red = Reduction(op_name, data, attrs.axis, attrs.keepdims)
+        name = stage_name(op_name)
+        value = red.reduce(f"{name}_value", red.kept_shape, False, extreme,
+                           lambda index, kept, axes: data[tuple(index)])
+        strides = []
+        stride = 1
+        for d in reversed(red.axes):
+            strides.append(stride)
+            stride *= data.shape[d]
+        strides.reverse()
+        last = attrs.select_last_index
+        miss = te.const(-1 if last else 2**63 - 1, "int64")
+
+        def position(index: list[Any], kept: list[PrimExpr], axes: list[te.IterVar]
+                     ) -> PrimExpr:
+            x = data[tuple(index)]
+            hit = x == value[tuple(kept)]
+            if is_float(x.dtype):
+                hit = hit | (x != x)  # a NaN is the extreme (np.argmax finds the first NaN)
+            flat = te.const(0, "int64")
+            for axis, s in zip(axes, strides):
+                flat = flat + te.cast(axis, "int64") * s
+            return te.select(hit, flat, miss)
+
+        return red.reduce(name, shape_of(out_type), red.keepdims,
+                          pick_last if last else pick_first, position, tag="comm_reduce_idx")
+
+    compute.__name__ = f"compute_{op_name}"
+    compute.__doc__ = f"TE compute of {op_name}: the value pass, then the index pass."
+
+
+_arg_reduce("argmax", te.max, te.min, te.max)
+_arg_reduce("argmin", te.min, te.min, te.max)

@@ -1,0 +1,184 @@
+"""opf.compile end to end: fused and unfused executors match the reference interpreter on
+real workloads; inputs are checked; kernels can be verified, profiled, exported and loaded."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.compile import random_inputs
+from opfusion.compiler.executor import InputError, KernelMismatchError
+from opfusion.compiler.memory_plan import PlannedStep, plan_memory
+from opfusion.runtime import have_c_compiler
+from opfusion.testing import assert_close
+from opfusion.testing.examples import seed_example
+from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS, workload_input
+
+pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
+
+SEED_X = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+SEED_W = np.random.default_rng(1).standard_normal((3, 3, 3, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("fusion", ["tvm", "cinn", "none"])
+def test_the_seed_example_compiles_under_every_strategy(fusion):
+    mod = seed_example()
+    exe = opf.compile(mod, fusion=fusion)
+    want = opf.ir.evaluate(mod, [SEED_X, SEED_W])
+    assert_close(exe(SEED_X, SEED_W), want, rtol=1e-5)
+    assert exe.num_kernels == (5 if fusion == "none" else 1)
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet18", "mobilenet_v2", "squeezenet",
+                                  "transformer_encoder"])
+def test_workloads_compile_fused_and_unfused_to_the_reference_numbers(name):
+    mod, params = WORKLOADS[name](**SMALL_WORKLOAD_ARGS.get(name, {}))
+    inputs = workload_input(mod, params, seed=3)
+    want = opf.ir.evaluate(mod, {**inputs, **params})
+    fused = opf.compile(mod, params=params)
+    unfused = opf.compile(mod, params=params, fusion="none")
+    assert fused.num_kernels < unfused.num_kernels
+    assert_close(fused(**inputs), want, rtol=1e-4)
+    assert_close(unfused(**inputs), want, rtol=1e-4)
+
+
+def test_run_returns_a_list_and_call_returns_the_array():
+    exe = opf.compile(seed_example())
+    outs = exe.run({"x": SEED_X, "weight": SEED_W})
+    assert isinstance(outs, list) and len(outs) == 1
+    np.testing.assert_array_equal(outs[0], exe(x=SEED_X, weight=SEED_W))
+    np.testing.assert_array_equal(outs[0], exe(SEED_X, weight=SEED_W))
+
+
+def test_several_outputs_come_back_as_a_tuple():
+    x = opf.var("x", (4, 8))
+    mod = opf.IRModule.from_expr(opf.Function([x], opf.Tuple([opf.op.exp(x),
+                                                              opf.op.sum(x, axis=1)])))
+    xv = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    got = opf.compile(mod)(xv)
+    assert isinstance(got, tuple) and len(got) == 2
+    assert_close(got, opf.ir.evaluate(mod, [xv]))
+
+
+def test_inputs_are_checked_with_clear_errors():
+    exe = opf.compile(seed_example())
+    with pytest.raises(InputError, match="input 'weight' is missing"):
+        exe.run({"x": SEED_X})
+    with pytest.raises(InputError, match="unknown input 'y'"):
+        exe.run({"x": SEED_X, "weight": SEED_W, "y": SEED_X})
+    with pytest.raises(InputError, match=r"'x' must have shape \(1, 3, 16, 16\)"):
+        exe(SEED_X[:, :2], SEED_W)
+    with pytest.raises(InputError, match="must be float32, got float64"):
+        exe(SEED_X.astype(np.float64), SEED_W)
+    with pytest.raises(InputError, match="takes 2 input"):
+        exe(SEED_X)
+
+
+def test_bad_strategy_and_target_are_errors():
+    with pytest.raises(opf.OpfusionError, match="unknown fusion strategy 'fast'.*tvm, cinn"):
+        opf.compile(seed_example(), fusion="fast")
+    with pytest.raises(opf.OpfusionError, match="target 'cuda' is not supported"):
+        opf.compile(seed_example(), target="cuda")
+
+
+def test_strategy_and_level_come_from_the_pass_context():
+    with opf.transform.PassContext(opt_level=3, config={"fusion.strategy": "none"}):
+        assert opf.compile(seed_example()).num_kernels == 5
+    with opf.transform.PassContext(opt_level=0):
+        assert opf.compile(seed_example()).num_kernels == 5
+    assert opf.compile(seed_example()).num_kernels == 1
+
+
+def test_memory_plan_reuses_blocks_of_dead_tensors():
+    mod, params = WORKLOADS["resnet18"](**SMALL_WORKLOAD_ARGS["resnet18"])
+    exe = opf.compile(mod, params=params, fusion="none")
+    assert exe.plan.total_bytes < exe.plan.naive_bytes / 3
+
+
+def test_memory_plan_never_gives_a_step_its_input_block():
+    steps = [PlannedStep((0,), (1,)), PlannedStep((1,), (2,)), PlannedStep((2,), (3,))]
+    plan = plan_memory(steps, {1: 400, 2: 400, 3: 400}, keep=[3])
+    assert plan.block_of[1] != plan.block_of[2] and plan.block_of[2] != plan.block_of[3]
+    assert plan.block_of[3] == plan.block_of[1]  # 1 is dead once step 1 has run
+    assert plan.total_bytes == 2 * 448 - 0 or plan.total_bytes == 2 * 400 + 2 * 48
+
+
+def test_verify_names_a_kernel_that_computes_wrong_numbers():
+    exe = opf.compile(seed_example(), fusion="none")
+    assert all(line.endswith(": ok") for line in exe.verify(random_inputs(exe)))
+    relu = next(step for step in exe.steps if step.group.op_names == ["nn.relu"])
+    relu.group.function = opf.Function(relu.group.function.params,
+                                       opf.op.negative(relu.group.function.params[0]),
+                                       attrs={"Primitive": 1})
+    with pytest.raises(KernelMismatchError, match=r"kernel fused_nn_relu_\d+ \(nn.relu\)"):
+        exe.verify(random_inputs(exe))
+
+
+def test_profile_names_the_fused_operators():
+    exe = opf.compile(seed_example())
+    report = exe.profile([SEED_X, SEED_W], repeat=3)
+    text = str(report)
+    assert "nn.conv2d, add, nn.relu, multiply, add" in text
+    assert report.total_seconds > 0
+    assert "int32_t fused_nn_conv2d" in exe.source()
+
+
+def test_export_then_load_in_a_fresh_process_gives_identical_outputs(tmp_path):
+    mod, params = WORKLOADS["mlp"](**SMALL_WORKLOAD_ARGS.get("mlp", {}))
+    inputs = workload_input(mod, params, seed=5)
+    exe = opf.compile(mod, params=params)
+    path = tmp_path / "mlp.opf"
+    exe.export(path)
+    name, array = next(iter(inputs.items()))
+    np.save(tmp_path / "x.npy", array)
+    np.save(tmp_path / "y.npy", exe(**inputs))
+    code = ("import numpy as np, opfusion as opf, sys\n"
+            f"exe = opf.load({str(path)!r})\n"
+            f"y = exe({name}=np.load({str(tmp_path / 'x.npy')!r}))\n"
+            f"sys.exit(0 if np.array_equal(y, np.load({str(tmp_path / 'y.npy')!r})) else 3)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_loading_a_foreign_or_corrupt_file_is_a_clear_error(tmp_path):
+    from opfusion.compiler.artifact import ArtifactError
+
+    bogus = tmp_path / "model.opf"
+    bogus.write_bytes(b"not a zip at all")
+    with pytest.raises(ArtifactError, match="is not an opfusion artifact"):
+        opf.load(bogus)
+    with pytest.raises(ArtifactError, match="no such file"):
+        opf.load(tmp_path / "missing.opf")
+
+
+def test_an_artifact_for_a_cpu_with_other_features_is_refused_before_loading(tmp_path):
+    import json
+    import zipfile
+
+    from opfusion.compiler.artifact import ArtifactError
+
+    path = tmp_path / "seed.opf"
+    opf.compile(seed_example()).export(path)
+    forged = tmp_path / "forged.opf"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(forged, "w") as dst:
+        for item in src.namelist():
+            data = src.read(item)
+            if item == "manifest.json":
+                manifest = json.loads(data)
+                manifest["cpu_features"] += " avx512_imaginary"
+                data = json.dumps(manifest).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ArtifactError, match="features this one lacks \\(avx512_imaginary\\)"):
+        opf.load(forged)
+
+
+def test_inputs_a_kernel_never_reads_are_accepted():
+    # layer_norm without centering ignores its beta; the kernel still takes it.
+    x, g, b = opf.var("x", (4, 8)), opf.var("g", (8,)), opf.var("b", (8,))
+    mod = opf.IRModule.from_expr(opf.Function(
+        [x, g, b], opf.op.nn.layer_norm(x, g, b, center=False)))
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(4, 8), (8,), (8,)]]
+    assert_close(opf.compile(mod)(*arrays), opf.ir.evaluate(mod, arrays))

@@ -1,0 +1,273 @@
+"""The TE computes of the nn.* operators (convolutions, products, per-channel layers, pad,
+batch_flatten, dropout) and einsum agree with their NumPy references, run by the loop-IR
+interpreter on small random inputs."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import te
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function
+from opfusion.ir.module import IRModule
+from opfusion.testing import assert_close
+from opfusion.tir.interp import run
+from opfusion.tir.lower import lower
+from opfusion.topi import get_compute
+from opfusion.topi.nn import CONV_ACC, CONV_PAD, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from opfusion.topi.testing import call_over_arrays, check_compute
+
+nn = opf.op.nn
+
+
+def normal(*shape, dtype="float32", seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def stage_tags(builder, *arrays, **attrs):
+    """The tags of every computed stage the compute of ``builder(*arrays)`` makes."""
+    call, params, _ = call_over_arrays(builder, arrays, attrs)
+    holders = [te.placeholder(p.type_annotation.shape, p.type_annotation.dtype) for p in params]
+    out = get_compute(call.op.name)(holders, call.attrs, call.checked_type)
+    return [op.tag for op in te.post_dfs_order(out) if isinstance(op, te.ComputeOp)]
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d
+
+CONV2D_CASES = [
+    # (data shape, weight shape, attrs)
+    ((1, 3, 6, 6), (4, 3, 3, 3), {}),
+    ((1, 3, 6, 6), (4, 3, 3, 3), {"padding": 1}),
+    ((1, 2, 7, 6), (3, 2, 3, 2), {"padding": (1, 0, 2, 1)}),
+    ((1, 2, 7, 7), (3, 2, 3, 3), {"strides": 2, "padding": 1}),
+    ((1, 2, 7, 9), (3, 2, 3, 3), {"strides": (1, 2), "padding": (0, 1)}),
+    ((1, 2, 9, 7), (3, 2, 2, 3), {"strides": (2, 1)}),
+    ((1, 2, 9, 9), (3, 2, 3, 3), {"strides": 3, "padding": (2, 1, 0, 2)}),
+    ((1, 2, 9, 9), (3, 2, 3, 3), {"dilation": 2, "padding": 2}),
+    ((1, 2, 9, 9), (2, 2, 3, 2), {"dilation": (2, 1), "strides": (1, 2), "padding": 1}),
+    ((1, 4, 6, 6), (6, 2, 3, 3), {"groups": 2, "padding": 1}),
+    ((2, 4, 5, 5), (4, 1, 3, 3), {"groups": 4, "padding": 1}),  # depthwise
+    ((1, 3, 6, 6), (6, 1, 3, 3), {"groups": 3, "strides": 2}),  # depthwise, multiplier 2
+    ((1, 4, 5, 5), (3, 4, 1, 1), {}),
+    ((1, 2, 4, 3), (2, 2, 2, 2), {}),  # output width 2: no padded block
+    ((1, 2, 6, 14), (3, 2, 3, 3), {"padding": 1}),  # width 14: two blocks, the last padded
+    ((1, 2, 4, 16), (3, 2, 1, 3), {"padding": (0, 1)}),  # width 16: whole blocks
+    ((2, 2, 5, 5), (3, 2, 5, 5), {"padding": 2, "channels": 3, "kernel_size": (5, 5)}),
+]
+
+
+@pytest.mark.parametrize("data, weight, attrs", CONV2D_CASES, ids=str)
+def test_conv2d(data, weight, attrs):
+    check_compute(nn.conv2d, normal(*data), normal(*weight, seed=1), **attrs)
+
+
+def test_conv2d_int32_accumulates_exactly():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-20, 20, (1, 3, 6, 6)).astype("int32")
+    w = rng.integers(-20, 20, (4, 3, 3, 3)).astype("int32")
+    check_compute(nn.conv2d, x, w, padding=1, strides=2)
+
+
+def test_conv2d_out_dtype_widens_before_multiplying():
+    rng = np.random.default_rng(4)
+    x = rng.integers(-100, 100, (1, 2, 5, 5)).astype("int8")
+    w = rng.integers(-100, 100, (3, 2, 3, 3)).astype("int8")
+    check_compute(nn.conv2d, x, w, padding=1, out_dtype="int32")
+
+
+def test_conv2d_float64():
+    check_compute(nn.conv2d, normal(1, 2, 6, 6, dtype="float64"),
+                  normal(3, 2, 3, 3, dtype="float64", seed=1), padding=1, rtol=1e-12)
+
+
+def test_conv2d_is_padded_input_accumulator_and_crop():
+    tags = stage_tags(nn.conv2d, normal(1, 2, 6, 6), normal(3, 2, 3, 3), padding=1)
+    assert tags == [CONV_PAD, CONV_ACC, "conv2d_out"]
+
+
+def test_conv2d_without_padding_reads_the_input_in_place():
+    tags = stage_tags(nn.conv2d, normal(1, 2, 6, 10), normal(3, 2, 3, 3))
+    assert CONV_PAD not in tags
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d_transpose
+
+CONV2D_TRANSPOSE_CASES = [
+    ((1, 2, 4, 4), (2, 3, 3, 3), {}),
+    ((1, 2, 4, 4), (2, 3, 3, 3), {"padding": 1}),
+    ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": 2, "padding": 1, "output_padding": 1}),
+    ((1, 2, 3, 3), (2, 2, 2, 3), {"strides": (2, 3), "padding": (0, 1, 1, 0)}),
+    ((1, 2, 3, 3), (2, 2, 3, 2), {"dilation": (2, 1), "output_padding": (1, 0)}),
+    ((2, 4, 3, 3), (4, 1, 2, 3), {"groups": 2, "strides": (1, 2), "dilation": (2, 1),
+                                  "padding": (0, 1, 1, 0)}),
+    ((1, 4, 3, 3), (4, 1, 3, 3), {"groups": 4, "strides": 2, "padding": 1}),  # depthwise
+    ((1, 2, 4, 4), (2, 2, 3, 3), {"padding": (3, 0, 0, 2)}),  # cropping past the kernel
+]
+
+
+@pytest.mark.parametrize("data, weight, attrs", CONV2D_TRANSPOSE_CASES, ids=str)
+def test_conv2d_transpose(data, weight, attrs):
+    check_compute(nn.conv2d_transpose, normal(*data), normal(*weight, seed=1), **attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# dense, matmul, batch_matmul
+
+
+@pytest.mark.parametrize("data, units", [
+    ((3, 16), 5),  # dot form: 8 lanes
+    ((2, 12), 3),  # dot form: 4 lanes
+    ((3, 5), 4),  # plain reduction
+    ((8, 4), 16),  # enough rows to pack the weight into 16-column panels
+    ((2, 4, 6), 8),  # 8 rows over two axes, packed into 8-column panels
+    ((2, 3, 16), 4),
+    ((16,), 3),
+])
+def test_dense(data, units):
+    check_compute(nn.dense, normal(*data), normal(units, data[-1], seed=1))
+
+
+def test_dense_int32_with_units():
+    rng = np.random.default_rng(5)
+    check_compute(nn.dense, rng.integers(-9, 9, (3, 16)).astype("int32"),
+                  rng.integers(-9, 9, (4, 16)).astype("int32"), units=4)
+
+
+def test_dense_forms_follow_the_shapes():
+    assert MATMUL_DOT in stage_tags(nn.dense, normal(3, 16), normal(5, 16))
+    assert MATMUL_PACK in stage_tags(nn.dense, normal(8, 4), normal(16, 4))
+    assert MATMUL_PARTIAL not in stage_tags(nn.dense, normal(3, 5), normal(4, 5))
+
+
+@pytest.mark.parametrize("a, b, attrs", [
+    ((3, 5), (5, 4), {}),
+    ((2, 3, 16), (16, 4), {}),
+    ((2, 1, 3, 8), (3, 8, 5), {}),  # broadcast batch axes
+    ((16,), (2, 16, 3), {}),  # 1-D on the left
+    ((2, 5, 16), (16,), {}),  # 1-D on the right
+    ((16,), (16,), {}),  # a dot product
+    ((5,), (5,), {}),
+    ((8, 3), (8,), {"transpose_a": True}),
+    ((2, 1, 3, 8), (3, 5, 8), {"transpose_b": True}),
+    ((2, 4, 3), (2, 5, 4), {"transpose_a": True, "transpose_b": True}),
+    ((8, 4), (4, 16), {}),  # packed panels
+    ((2, 8, 4), (4, 8), {}),  # packed, the right operand shared by the batch
+    ((3, 8, 4), (3, 16, 4), {"transpose_b": True}),  # packed, one panel set per batch
+])
+def test_matmul(a, b, attrs):
+    check_compute(nn.matmul, normal(*a), normal(*b, seed=1), **attrs)
+
+
+@pytest.mark.parametrize("x, y, attrs", [
+    ((2, 3, 16), (2, 4, 16), {}),
+    ((2, 3, 16), (1, 4, 16), {}),
+    ((1, 3, 5), (2, 4, 5), {}),
+    ((2, 5, 3), (2, 5, 4), {"transpose_a": True, "transpose_b": False}),
+    ((2, 3, 5), (2, 5, 4), {"transpose_b": False}),
+    ((2, 5, 3), (2, 4, 5), {"transpose_a": True}),
+    ((2, 8, 4), (2, 8, 4), {}),  # packed
+    ((2, 8, 4), (1, 4, 16), {"transpose_b": False}),  # packed, shared
+])
+def test_batch_matmul(x, y, attrs):
+    check_compute(nn.batch_matmul, normal(*x), normal(*y, seed=1), **attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-channel layers, layout and identity
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 3, 4), 0),
+                                         ((5,), 0)])
+def test_bias_add(shape, axis):
+    check_compute(nn.bias_add, normal(*shape), normal(shape[axis], seed=1), axis=axis)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4), 1), ((2, 3, 4), -1)])
+def test_prelu(shape, axis):
+    check_compute(nn.prelu, normal(*shape), normal(shape[axis], seed=1), axis=axis)
+
+
+@pytest.mark.parametrize("pad_width", [(1, 2, 2, 0), (0, 0, 1, 1)])
+def test_pad_constant(pad_width):
+    check_compute(nn.pad, normal(3, 4), np.float32(1.5), pad_width=pad_width)
+
+
+def check_unread_inputs(builder, *arrays, **attrs):
+    """check_compute for a call whose compute ignores some inputs (``nn.pad``'s pad_value
+    outside constant mode): ``lower`` rejects an argument the schedule never reads, so only
+    the inputs the compute reads become arguments."""
+    call, params, values = call_over_arrays(builder, arrays, attrs)
+    want = evaluate(IRModule.from_expr(Function(params, call)), values)
+    holders = [te.placeholder(p.type_annotation.shape, p.type_annotation.dtype) for p in params]
+    out = get_compute(call.op.name)(holders, call.attrs, call.checked_type)
+    schedule = te.create_schedule(out.op)
+    read = [i for i, h in enumerate(holders) if h.op in schedule.stage_map]
+    got = np.empty(want.shape, want.dtype)
+    run(lower(schedule, [holders[i] for i in read] + [out]), *[values[i] for i in read], got)
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("pad_mode", ["edge", "reflect"])
+@pytest.mark.parametrize("pad_width", [(1, 2, 2, 0), (2, 2, 3, 3), (0, 0, 1, 0)])
+def test_pad_edge_and_reflect(pad_mode, pad_width):
+    check_unread_inputs(nn.pad, normal(3, 4), np.float32(0), pad_width=pad_width,
+                        pad_mode=pad_mode)
+
+
+def test_pad_by_nothing_is_a_copy():
+    check_unread_inputs(nn.pad, normal(3, 4), np.float32(0), pad_width=(0, 0, 0, 0))
+
+
+def test_pad_integer_constant():
+    x = np.arange(12, dtype="int32").reshape(3, 4)
+    check_compute(nn.pad, x, np.int32(-7), pad_width=(1, 0, 0, 2))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (2, 5), (3,), (2, 1, 3, 2)])
+def test_batch_flatten(shape):
+    check_compute(nn.batch_flatten, normal(*shape))
+
+
+def test_dropout_is_the_identity():
+    check_compute(nn.dropout, normal(2, 3, 4), rate=0.3)
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij,jk->ik", [(2, 3), (3, 4)]),
+    ("ij,jk", [(2, 3), (3, 4)]),  # implicit output
+    ("ij->ji", [(2, 3)]),
+    ("ii->i", [(3, 3)]),
+    ("ii", [(3, 3)]),  # trace
+    ("i,j->ij", [(2,), (3,)]),
+    ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]),
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ("...ij,...jk->...ik", [(2, 1, 2, 3), (3, 3, 4)]),  # ellipsis axes broadcast
+    ("...j,kj", [(2, 1, 3), (4, 3)]),
+    ("ij,kj->ik", [(2, 1), (4, 3)]),  # a labelled axis of size 1 broadcasts
+    ("ij,j,jk->", [(2, 3), (3,), (3, 2)]),
+    ("iij->j", [(2, 2, 3)]),
+])
+def test_einsum(equation, shapes):
+    arrays = [normal(*shape, seed=i) for i, shape in enumerate(shapes)]
+    check_compute(opf.op.einsum, arrays, equation=equation)
+
+
+def test_einsum_integers():
+    rng = np.random.default_rng(6)
+    arrays = [rng.integers(-5, 5, (2, 3)).astype("int32"),
+              rng.integers(-5, 5, (3, 2)).astype("int32")]
+    check_compute(opf.op.einsum, arrays, equation="ij,jk->ik")
+
+
+def test_every_nn_operator_has_a_compute():
+    from opfusion.ir import list_ops
+
+    ours = [name for name in list_ops() if name.startswith("nn.") and name not in
+            ("nn.relu", "nn.leaky_relu")] + ["einsum"]
+    assert [name for name in ours if get_compute(name) is None] == []

@@ -1,0 +1,86 @@
+"""The TE computes of softmax, log_softmax, layer_norm, batch_norm (inference), lrn agree with
+their NumPy references, run by the loop-IR interpreter."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import te
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function
+from opfusion.ir.module import IRModule
+from opfusion.testing import assert_close
+from opfusion.tir.interp import run
+from opfusion.tir.lower import lower
+from opfusion.topi import get_compute
+from opfusion.topi.testing import call_over_arrays, check_compute
+
+nn = opf.op.nn
+
+
+def normal(*shape, dtype="float32", seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def check_unread_inputs(builder, *arrays, **attrs):
+    """check_compute for a call whose compute ignores some inputs (gamma without ``scale``,
+    beta without ``center``): ``lower`` rejects an argument the schedule never reads, so only
+    the inputs the compute reads become arguments."""
+    call, params, values = call_over_arrays(builder, arrays, attrs)
+    want = evaluate(IRModule.from_expr(Function(params, call)), values)
+    holders = [te.placeholder(p.type_annotation.shape, p.type_annotation.dtype) for p in params]
+    out = get_compute(call.op.name)(holders, call.attrs, call.checked_type)
+    schedule = te.create_schedule(out.op)
+    read = [i for i, h in enumerate(holders) if h.op in schedule.stage_map]
+    got = np.empty(want.shape, want.dtype)
+    run(lower(schedule, [holders[i] for i in read] + [out]), *[values[i] for i in read], got)
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, axis", [((3, 10), -1), ((2, 3, 4), 0), ((2, 3, 4), 1),
+                                         ((2, 3, 4), 2), ((7,), 0), ((1, 3, 2, 2), 1)])
+def test_softmax(name, shape, axis):
+    check_compute(getattr(nn, name), normal(*shape) * 3, axis=axis)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's inf - inf
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_rows_with_infinities(name):
+    x = normal(4, 5)
+    x[0, 1] = -np.inf  # an ordinary row with one -inf
+    x[1, :] = -np.inf  # a row of -inf: NaN, as in the reference
+    x[2, 3] = np.inf  # a row whose maximum is +inf is not shifted
+    check_compute(getattr(nn, name), x)
+
+
+def test_softmax_float64():
+    check_compute(nn.softmax, normal(3, 6, dtype="float64"), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 10), -1), ((2, 3, 4), 1), ((2, 3, 4), 0),
+                                         ((4, 16), 1)])
+@pytest.mark.parametrize("center, scale", [(True, True), (False, True), (True, False),
+                                           (False, False)])
+def test_layer_norm(shape, axis, center, scale):
+    size = shape[axis]
+    check_unread_inputs(nn.layer_norm, normal(*shape) + 2.0, normal(size, seed=1),
+                        normal(size, seed=2), axis=axis, center=center, scale=scale,
+                        epsilon=1e-3)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 4), 1), ((2, 3, 4), -1), ((5, 3), 1)])
+@pytest.mark.parametrize("center, scale", [(True, True), (False, False)])
+def test_batch_norm(shape, axis, center, scale):
+    size = shape[axis]
+    variance = np.abs(normal(size, seed=4)) + 0.1
+    check_unread_inputs(nn.batch_norm, normal(*shape), normal(size, seed=1),
+                        normal(size, seed=2), normal(size, seed=3), variance, axis=axis,
+                        center=center, scale=scale)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("shape, axis", [((1, 6, 2, 3), 1), ((2, 3, 7), -1)])
+def test_lrn(size, shape, axis):
+    check_compute(nn.lrn, normal(*shape), size=size, axis=axis, bias=1.5, alpha=0.3,
+                  beta=0.6)
