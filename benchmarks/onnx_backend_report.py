@@ -1,6 +1,7 @@
 """Run the ONNX backend test suite's in-scope tests through opfusion's backend and count.
 
     python benchmarks/onnx_backend_report.py [--kinds node,light,...] [-k REGEX]
+                                             [--engine compiled|reference]
                                              [--no-specialize] [--jobs N]
                                              [--write-known-failures]
 
@@ -14,8 +15,11 @@ the number of tests each blocks), errors (by exception class) and numeric mismat
 of issue 3 is the ``node`` line: the generated node tests, tensor-only inference subset
 (``tests/frontend/onnx_backend_scope.py`` says what is out of scope and why).
 
-``--write-known-failures`` rewrites the KNOWN_FAILURES block of the scope file from this run
-(entries of tests this run did not cover are kept)."""
+``--engine`` picks the backend's engine (``compiled``, the default, or ``reference``).
+``--write-known-failures`` rewrites that engine's KNOWN_FAILURES block of the scope file from
+this run (entries of tests this run did not cover are kept). A run of another engine than the
+reference also lists its failures that the reference engine passes (by the reference block of
+KNOWN_FAILURES): those are bugs of that engine, not gaps of the frontend."""
 
 from __future__ import annotations
 
@@ -78,7 +82,7 @@ def collect(kinds: list[str], pattern: str | None) -> list[tuple[str, str, str, 
 
 
 def run_case(kind: str, name: str, where: str, rtol: float, atol: float,
-             specialize: bool) -> dict:
+             engine: str, specialize: bool) -> dict:
     """Prepare and run one case; returns its outcome as plain data (it crosses processes)."""
     start = time.perf_counter()
     outcome = {"kind": kind, "name": name}
@@ -86,7 +90,7 @@ def run_case(kind: str, name: str, where: str, rtol: float, atol: float,
     signal.alarm(TIMEOUT_S)
     try:
         model, data_sets = _load_case(kind, where)
-        rep = onnx_backend.prepare(model, specialize=specialize)
+        rep = onnx_backend.prepare(model, engine=engine, specialize=specialize)
         for inputs, expected in data_sets:
             outputs = list(rep.run(inputs))
             if kind == "light":
@@ -98,11 +102,15 @@ def run_case(kind: str, name: str, where: str, rtol: float, atol: float,
     except UnsupportedOnnxError as err:
         outcome.update(status="unsupported", ops=_unsupported_ops(err, model))
     except AssertionError as err:
-        outcome.update(status="mismatch", message=_first_line(err))
+        outcome.update(status="mismatch", message=_mismatch_summary(err))
     except OpfusionError as err:
         cause = err.__cause__
-        cls = type(err).__name__ + (f" <- {type(cause).__name__}" if cause else "")
-        outcome.update(status="error", cls=cls, message=_first_line(err))
+        if isinstance(cause, OpfusionError):  # an engine's failure: the cause says what
+            outcome.update(status="error", cls=f"{engine}: {type(cause).__name__}",
+                           message=_first_line(cause))
+        else:
+            cls = type(err).__name__ + (f" <- {type(cause).__name__}" if cause else "")
+            outcome.update(status="error", cls=cls, message=_first_line(err))
     except _Timeout:
         outcome.update(status="error", cls="Timeout", message=f"over {TIMEOUT_S} s")
     except Exception as err:  # noqa: BLE001 - a non-opfusion exception breaks the contract
@@ -185,6 +193,23 @@ def _unsupported_ops(err: UnsupportedOnnxError, model) -> list[str]:
     return missing or [f"? ({_first_line(err)})"]
 
 
+def _mismatch_summary(err: AssertionError) -> str:
+    """numpy's assert_allclose message in one line: tolerances, share of elements off, and the
+    largest differences (its first lines alone only say that something differs)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    wanted = ("Not equal to tolerance", "Mismatched elements", "Max absolute difference",
+              "Max relative difference")
+    picked = [line for line in lines if line.startswith(wanted)]
+    if len(picked) < 2:
+        return _first_line(err)
+    text = "; ".join(picked)
+    for long, short in (("Not equal to tolerance ", ""), ("Mismatched elements: ", "off "),
+                        ("Max absolute difference among violations: ", "max abs "),
+                        ("Max relative difference among violations: ", "max rel ")):
+        text = text.replace(long, short)
+    return text[:300]
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -245,9 +270,21 @@ def report(outcomes: list[dict], kinds: list[str]) -> None:
             print(f"    {o['name']}: {o['message'][:160]}")
 
 
-def write_known_failures(outcomes: list[dict]) -> int:
+def report_regressions(outcomes: list[dict], engine: str) -> None:
+    """The failures of ``engine`` on tests that the reference engine passes."""
+    reference_failures = KNOWN_FAILURES["reference"]
+    worse = [o for o in outcomes if o["status"] != "passed" and o["name"] not in
+             reference_failures]
+    print(f"\n== failing with the {engine} engine, passing with the reference engine: "
+          f"{len(worse)} tests ==")
+    for o in worse:
+        print(f"    {o['name']}: {cause_of(o)[:160]}")
+
+
+def write_known_failures(outcomes: list[dict], engine: str) -> int:
     covered = {o["name"] for o in outcomes}
-    entries = {name: cause for name, cause in KNOWN_FAILURES.items() if name not in covered}
+    entries = {name: cause for name, cause in KNOWN_FAILURES[engine].items()
+               if name not in covered}
     entries.update({o["name"]: cause_of(o) for o in outcomes if o["status"] != "passed"})
     lines = []
     for name in sorted(entries):
@@ -260,9 +297,9 @@ def write_known_failures(outcomes: list[dict]) -> int:
             lines.append(f"    {key}:")
             lines.append(f"        {json.dumps(_clip(entries[name], 100 - 8 - 3))},")
     text = SCOPE_FILE.read_text()
-    begin = text.index("# BEGIN KNOWN_FAILURES")
+    begin = text.index(f"# BEGIN KNOWN_FAILURES {engine} ")
     body_start = text.index("{\n", begin) + 2
-    end = text.index("}\n# END KNOWN_FAILURES")
+    end = text.index(f"}}\n# END KNOWN_FAILURES {engine}\n", begin)
     SCOPE_FILE.write_text(text[:body_start] + "".join(line + "\n" for line in lines)
                           + text[end:])
     return len(entries)
@@ -281,6 +318,9 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)} (default: all)")
     parser.add_argument("-k", dest="pattern", help="only tests whose name matches this regex")
+    parser.add_argument("--engine", choices=sorted(onnx_backend.ENGINES),
+                        default=onnx_backend.DEFAULT_ENGINE,
+                        help=f"the backend's engine (default {onnx_backend.DEFAULT_ENGINE})")
     parser.add_argument("--no-specialize", action="store_true",
                         help="do not let the backend freeze shape-deciding inputs")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -297,17 +337,21 @@ def main() -> int:
     start = time.perf_counter()
     specialize = not args.no_specialize
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_case, *case, specialize) for case in cases]
+        futures = [pool.submit(run_case, *case, args.engine, specialize) for case in cases]
         outcomes = [future.result() for future in futures]
     elapsed = time.perf_counter() - start
     print(f"onnx {onnx.__version__}; {len(cases)} in-scope tests run in {elapsed:.0f} s "
-          f"on {args.jobs} process(es); value specialization {'on' if specialize else 'off'}\n")
+          f"on {args.jobs} process(es); engine {args.engine}; value specialization "
+          f"{'on' if specialize else 'off'}\n")
     report(outcomes, kinds)
+    if args.engine != "reference":
+        report_regressions(outcomes, args.engine)
     slowest = sorted(outcomes, key=lambda o: -o["seconds"])[:5]
     print("\nslowest: " + ", ".join(f"{o['name']} {o['seconds']:.1f} s" for o in slowest))
     if args.write_known_failures:
-        count = write_known_failures(outcomes)
-        print(f"\nwrote {count} KNOWN_FAILURES entries to {SCOPE_FILE.relative_to(ROOT)}")
+        count = write_known_failures(outcomes, args.engine)
+        print(f"\nwrote {count} KNOWN_FAILURES[{args.engine!r}] entries to "
+              f"{SCOPE_FILE.relative_to(ROOT)}")
     return 0
 
 

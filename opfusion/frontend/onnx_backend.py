@@ -6,9 +6,16 @@
     outputs = onnx_backend.run_model(model, [x])   # prepare + run in one call
 
 Execution goes through one switch, the ``engine`` keyword: the name of an entry in
-:data:`ENGINES`, a table from name to a function ``(IRModule, params) -> runner``. Today the
-only engine is ``"reference"`` (the NumPy interpreter, :func:`opfusion.ir.evaluate`); a
-compiled engine is one more entry.
+:data:`ENGINES`, a table from name to a function ``(IRModule, params) -> runner``:
+
+* ``"compiled"`` (the default): :func:`opfusion.compile` at its defaults (opt_level 3, the
+  pass context's fusion strategy), one C kernel per fused group, run by the executor;
+* ``"reference"``: the NumPy interpreter, :func:`opfusion.ir.evaluate` (the oracle).
+
+A model that imports but does not compile is an error, never a silent fall back to the
+interpreter: the backend's answer must come from the engine that was asked for, or the
+suite that runs it would count interpreter passes as compiler passes. The error says to pass
+``engine="reference"`` to run such a model anyway.
 
 Symbolic dimensions: ``prepare`` imports the model at once when every input shape is static
 (or is given with ``shape=``), so import errors surface there. When an input has a symbolic
@@ -22,8 +29,12 @@ plain import fails (not for an unsupported op), the backend imports again with c
 inputs frozen to the values passed to ``run``: first the integer and bool inputs, then also
 the small float inputs that are not data (scalars, or never a node's first operand). The
 first set that imports is kept, with one import per distinct set of values (as for shapes);
-if none does, the last error is raised. ``specialize=False`` turns this off;
-``rep.frozen_inputs`` names the inputs it froze.
+if none does, the last error is raised. Only import errors lead to specialization: when the
+engine fails on a module that imported, that error is raised. ``specialize=False`` turns this
+off; ``rep.frozen_inputs`` names the inputs it froze.
+
+Inputs are checked (shape; a dtype of the same kind is converted) by the backend, before any
+engine sees them, so every engine takes the same arrays and reports the same mistakes.
 
 Every failure is an :class:`opfusion.OpfusionError`; an unexpected Python exception from
 inside opfusion is re-raised as one, with the original chained as its cause."""
@@ -38,9 +49,11 @@ import numpy as np
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
+from ..compiler.compile import compile as compile_model
 from ..errors import OpfusionError
 from ..ir.evaluate import evaluate
 from ..ir.module import IRModule
+from ..ir.types import TensorType
 from .onnx import UnsupportedOnnxError, _load, from_onnx
 
 Runner = Callable[[Sequence[np.ndarray]], Any]
@@ -55,12 +68,24 @@ def _reference_engine(mod: IRModule, params: Mapping[str, np.ndarray]) -> Runner
     return lambda inputs: evaluate(mod, [*inputs, *bound])
 
 
+def _compiled_engine(mod: IRModule, params: Mapping[str, np.ndarray]) -> Runner:
+    try:
+        executor = compile_model(mod, params=params)
+    except OpfusionError as err:
+        # Says which engine failed and what to do; the compiler's error stays as the cause.
+        raise OpfusionError(f"the compiled engine cannot build this model: "
+                            f"{type(err).__name__}: {err}\n(prepare(model, "
+                            f"engine='reference') runs it with the NumPy interpreter)") from err
+    return lambda inputs: tuple(executor.run(list(inputs)))
+
+
 ENGINES: dict[str, Engine] = {
+    "compiled": _compiled_engine,
     "reference": _reference_engine,
 }
 """The execution engines by name; the ``engine`` keyword of :func:`prepare` picks one."""
 
-DEFAULT_ENGINE = "reference"
+DEFAULT_ENGINE = "compiled"
 
 _PREPARE_OPTIONS = ("engine", "shape", "specialize")
 
@@ -111,15 +136,20 @@ class OpfusionBackendRep(BackendRep):
         return self._outputs_type(*(np.asarray(out) for out in outputs))
 
     # -- import, once per shape (and frozen values) -----------------------------------------
+    # Only import errors decide whether to specialize: an engine's failure on a module that
+    # imported is raised as it is, never answered by freezing more inputs (which could fold
+    # the failing kernel away and hide the bug).
     def _prepare_static(self) -> None:
         """All shapes are known: import now, so that import errors surface in prepare."""
         try:
-            self._runners[()] = self._import({})
-            self.frozen_inputs = []
+            imported = self._import({})
         except OpfusionError as err:
             if not self._may_specialize(err):
                 raise
             self._plain_error = err  # specialized in run, where the values are known
+            return
+        self._runners[()] = self._prepare_engine(imported, {})
+        self.frozen_inputs = []
 
     def _runner_for(self, arrays: dict[str, np.ndarray]) -> Runner:
         shapes = tuple((name, arrays[name].shape) for name in self.open_inputs)
@@ -130,7 +160,8 @@ class OpfusionBackendRep(BackendRep):
         runner = self._runners.get(key)
         if runner is None:
             frozen = {name: arrays[name] for name in self.frozen_inputs}
-            runner = self._runners[key] = self._import(dict(shapes), frozen)
+            imported = self._import(dict(shapes), frozen)
+            runner = self._runners[key] = self._prepare_engine(imported, frozen)
         return runner
 
     def _choose_frozen(self, arrays: dict[str, np.ndarray], shapes: tuple) -> None:
@@ -140,21 +171,25 @@ class OpfusionBackendRep(BackendRep):
         error = self._plain_error
         if error is None:
             try:
-                self._runners[self._key(shapes, arrays, [])] = self._import(dict(shapes))
-                self.frozen_inputs = []
-                return
+                imported = self._import(dict(shapes))
             except OpfusionError as err:
                 if not self._may_specialize(err):
                     raise
                 error = err
+            else:
+                self._runners[self._key(shapes, arrays, [])] = self._prepare_engine(imported,
+                                                                                    {})
+                self.frozen_inputs = []
+                return
         for names in self._candidate_sets():
             frozen = {name: arrays[name] for name in names}
             try:
-                runner = self._import(dict(shapes), frozen)
+                imported = self._import(dict(shapes), frozen)
             except OpfusionError as err:
                 error = err
                 continue
-            self._runners[self._key(shapes, arrays, names)] = runner
+            self._runners[self._key(shapes, arrays, names)] = self._prepare_engine(imported,
+                                                                                   frozen)
             self.frozen_inputs = names
             return
         raise error
@@ -165,14 +200,24 @@ class OpfusionBackendRep(BackendRep):
                                arrays[name].tobytes()) for name in frozen)
 
     def _import(self, shape: dict[str, tuple[int, ...]],
-                frozen: Mapping[str, np.ndarray] | None = None) -> Runner:
+                frozen: Mapping[str, np.ndarray] | None = None) -> tuple[IRModule, dict]:
         model = _freeze(self.model, frozen) if frozen else self.model
         shape = {**self.shape, **{name: dims for name, dims in shape.items()
                                   if name not in (frozen or {})}}
         with _as_opfusion_error("importing the model"):
-            mod, params = from_onnx(model, shape=shape or None)
+            return from_onnx(model, shape=shape or None)
+
+    def _prepare_engine(self, imported: tuple[IRModule, dict],
+                        frozen: Mapping[str, np.ndarray]) -> Runner:
+        mod, params = imported
         with _as_opfusion_error(f"preparing the {self.engine!r} engine"):
-            return ENGINES[self.engine](mod, params)
+            runner = ENGINES[self.engine](mod, params)
+        # The inputs are checked here, not by each engine, so that every engine takes the
+        # same arrays (and says the same about the wrong ones).
+        types = [param.type_annotation for param in mod["main"].params]
+        names = [name for name in self.input_names if name not in frozen]
+        return lambda inputs: runner([_conform(name, ty, array) for name, ty, array
+                                      in zip(names, types, inputs)])
 
     def _may_specialize(self, err: OpfusionError) -> bool:
         # Not for unsupported ops, nor for internal errors (wrapped, with a cause).
@@ -244,7 +289,7 @@ class OpfusionBackend(Backend):
     """``onnx.backend.base.Backend`` for opfusion (CPU only).
 
     Keywords of :meth:`prepare`: ``engine`` (a key of :data:`ENGINES`, default
-    ``"reference"``), ``shape`` (input shapes by name, as for :func:`from_onnx`) and
+    ``"compiled"``), ``shape`` (input shapes by name, as for :func:`from_onnx`) and
     ``specialize`` (default True: freeze shape-deciding inputs to their values when the
     plain import needs them; see the module's docstring)."""
 
@@ -300,6 +345,21 @@ class OpfusionBackend(Backend):
             model = helper.make_model(graph, opset_imports=[
                 helper.make_opsetid(node.domain or "", opset)])
         return cls.run_model(model, arrays, device, **kwargs)
+
+
+def _conform(name: str, ty: Any, array: np.ndarray) -> np.ndarray:
+    """``array`` as model input ``name`` of type ``ty`` takes it: the shape must match; a dtype
+    of the same kind (float64 for float32) is converted, as the reference interpreter does."""
+    if not isinstance(ty, TensorType):
+        return array
+    if array.shape != ty.shape:
+        raise OpfusionError(f"input %{name} expects shape {ty.shape}, got {array.shape}")
+    if array.dtype != ty.dtype:
+        if not np.can_cast(array.dtype, ty.dtype, casting="same_kind"):
+            raise OpfusionError(f"input %{name} expects {ty.dtype}, got {array.dtype}; "
+                                f"convert it with .astype({ty.dtype!r})")
+        array = array.astype(ty.dtype)
+    return array
 
 
 def _static_shape(value: Any) -> bool:

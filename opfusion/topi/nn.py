@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import te
 from ..ops.einsum import parse_equation
+from ._util import accumulator_dtype
 from .registry import register_compute
 
 #: Lanes of one AVX2 vector of float32; the accumulator widths are rounded to it.
@@ -114,6 +115,8 @@ def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_cha
     def channel(o: Any) -> Any:
         return rc if groups == 1 else o // per_group_out * per_group_in + rc
 
+    final_dtype = out_dtype
+    out_dtype = accumulator_dtype(out_dtype)
     acc = te.compute(
         (batch, out_channels, out_h, blocks, lanes),
         lambda n, o, y, b, x: te.sum(
@@ -122,12 +125,14 @@ def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_cha
         name=f"{name}_acc", tag=CONV_ACC)
     if lanes == out_w:
         return te.compute((batch, out_channels, out_h, out_w),
-                          lambda n, o, y, x: acc[n, o, y, 0, x], name=name, tag=CONV_OUT)
+                          lambda n, o, y, x: te.cast(acc[n, o, y, 0, x], final_dtype),
+                          name=name, tag=CONV_OUT)
     # (The lane as x % lanes also makes the region a stage computed at a tile of this one
     # needs whole blocks, even when the row is narrower than a block.)
     return te.compute((batch, out_channels, out_h, out_w),
-                      lambda n, o, y, x: acc[n, o, y, x // lanes, x % lanes], name=name,
-                      tag=CONV_OUT)
+                      lambda n, o, y, x: te.cast(acc[n, o, y, x // lanes, x % lanes],
+                                                 final_dtype),
+                      name=name, tag=CONV_OUT)
 
 
 @register_compute("nn.conv2d")
@@ -234,6 +239,9 @@ def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr
     ``along_k``: both operands are contiguous along k, so the sum is split into interleaved
     lanes (one vector of partial sums per output element) and the lanes summed last."""
 
+    final_dtype = out_dtype
+    out_dtype = accumulator_dtype(out_dtype)
+
     def product(idx: Index, k: Any) -> te.PrimExpr:
         return te.cast(a_at(idx, k), out_dtype) * te.cast(b_at(idx, k), out_dtype)
 
@@ -245,13 +253,17 @@ def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr
             lambda *i: te.sum(product(i[:-1], ko * lanes + i[-1]), axis=ko),
             name=f"{name}_partial", tag=MATMUL_PARTIAL)
         lane = te.reduce_axis((0, lanes), name="lane")
-        return te.compute(out_shape, lambda *i: te.sum(partial[(*i, lane)], axis=lane),
-                          name=name, tag=MATMUL_DOT)
+        return te.compute(
+            out_shape, lambda *i: te.cast(te.sum(partial[(*i, lane)], axis=lane), final_dtype),
+            name=name, tag=MATMUL_DOT)
     if depth == 0:
         return te.compute(out_shape, lambda *i: _zero(out_dtype), name=name, tag=MATMUL)
     k = te.reduce_axis((0, depth), name="k")
-    return te.compute(out_shape, lambda *i: te.sum(product(i, k), axis=k), name=name,
+    res = te.compute(out_shape, lambda *i: te.sum(product(i, k), axis=k), name=name,
                       tag=MATMUL)
+    if final_dtype == out_dtype:
+        return res
+    return te.compute(out_shape, lambda *i: te.cast(res[i], final_dtype), name=name + "_cast")
 
 
 def _product(dims: Sequence[int]) -> int:

@@ -56,11 +56,13 @@ def softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     peak = _row_reduce(data, axis, te.max, lambda i, x: x, "softmax_max", NORM_MAX)
+    from ._util import accumulator_dtype
+    acc = accumulator_dtype(data.dtype)
     exps = te.compute(data.shape,
-                      lambda *i: te.exp(data[i] - _shift(peak, _drop(i, axis))),
+                      lambda *i: te.exp(te.cast(data[i] - _shift(peak, _drop(i, axis)), acc)),
                       name="softmax_exp", tag=NORM_EXP)
     total = _row_reduce(exps, axis, te.sum, lambda i, x: x, "softmax_sum", NORM_SUM)
-    return te.compute(data.shape, lambda *i: exps[i] * (1.0 / total[_drop(i, axis)]),
+    return te.compute(data.shape, lambda *i: te.cast(exps[i] / total[_drop(i, axis)], data.dtype),
                       name="softmax", tag=NORM_OUT, attrs={"axis": axis})
 
 

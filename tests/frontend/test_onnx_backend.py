@@ -9,7 +9,13 @@ shipped outputs proves nothing. ``test_light_models.py`` imports them and compar
 random-weight copies (``opfusion.testing.light_model``) instead. Tests outside the project's
 scope are skipped with their reason and known failures are xfail (not strict); both lists live
 in ``onnx_backend_scope.py``.
-``benchmarks/onnx_backend_report.py`` counts the same tests and groups the failures."""
+
+The suite runs twice, once per engine of the backend: compiled (the default: every test model
+becomes C kernels; the classes keep onnx's names, ``OnnxBackendNodeModelTest``, ...) and the
+reference interpreter (the same classes prefixed ``Reference``), each held to its own list of
+known failures. The reference run costs half a minute and tells a frontend regression from a
+compiler one. ``benchmarks/onnx_backend_report.py [--engine reference]`` counts the same tests
+and groups the failures."""
 
 from unittest import mock
 
@@ -27,6 +33,18 @@ from onnx_node_data import load_node_tests  # noqa: E402
 from opfusion import OpfusionError  # noqa: E402
 from opfusion.frontend import onnx_backend  # noqa: E402
 from opfusion.testing import assert_close  # noqa: E402
+
+
+def backend_for(engine: str) -> type[onnx_backend.OpfusionBackend]:
+    """The backend with ``engine`` as its engine (onnx's runner passes no options)."""
+
+    class EngineBackend(onnx_backend.OpfusionBackend):
+        @classmethod
+        def prepare(cls, model, device="CPU", **kwargs):
+            return super().prepare(model, device, engine=engine, **kwargs)
+
+    EngineBackend.__name__ = EngineBackend.__qualname__ = f"OpfusionBackend_{engine}"
+    return EngineBackend
 
 
 class OpfusionBackendTest(BackendTest):
@@ -47,23 +65,29 @@ class OpfusionBackendTest(BackendTest):
             super().__init__(backend, parent_module)
 
 
-def _mark(test_cases):
-    """Skip what is out of scope (with its reason) and xfail the known failures."""
-    for case_class in test_cases.values():
+def engine_test_cases(engine: str, prefix: str) -> dict[str, type]:
+    """onnx's test classes for ``engine``, named ``prefix`` + onnx's name; what is out of scope
+    is skipped (with its reason) and the engine's known failures are xfail."""
+    known = KNOWN_FAILURES[engine]
+    test_cases = {}
+    for class_name, case_class in OpfusionBackendTest(backend_for(engine),
+                                                      __name__).test_cases.items():
+        case_class.__name__ = case_class.__qualname__ = prefix + class_name
         for name in [attr for attr in vars(case_class) if attr.startswith("test_")]:
             func = getattr(case_class, name)
             reason = out_of_scope_reason(name)
             base = name.removesuffix("_cpu")
             if reason:
                 func = pytest.mark.skip(reason=f"out of scope: {reason}")(func)
-            elif base in KNOWN_FAILURES:
-                func = pytest.mark.xfail(reason=KNOWN_FAILURES[base], strict=False)(func)
+            elif base in known:
+                func = pytest.mark.xfail(reason=known[base], strict=False)(func)
             setattr(case_class, name, func)
+        test_cases[prefix + class_name] = case_class
     return test_cases
 
 
-backend_test = OpfusionBackendTest(onnx_backend, __name__)
-globals().update(_mark(backend_test.test_cases))
+globals().update(engine_test_cases("compiled", ""))
+globals().update(engine_test_cases("reference", "Reference"))
 
 
 # -- the backend API itself ------------------------------------------------------------------
@@ -154,6 +178,40 @@ def test_the_engine_is_one_entry_in_a_table(monkeypatch):
     y, _ = onnx_backend.prepare(add_model(), engine="counting").run([A, B])
     assert_close(y, A + B)
     assert calls == [2]
+
+
+def test_the_default_engine_compiles_and_the_reference_stays_selectable():
+    compiled = onnx_backend.prepare(add_model())
+    reference = onnx_backend.prepare(add_model(), engine="reference")
+    assert (compiled.engine, reference.engine) == ("compiled", "reference")
+    for got, want in zip(compiled.run([A, B]), reference.run([A, B])):
+        assert_close(got, want)
+
+
+def test_every_engine_converts_inputs_of_the_same_kind():
+    for engine in ("compiled", "reference"):
+        y, _ = onnx_backend.prepare(add_model(), engine=engine).run([A.astype(np.float64), B])
+        assert y.dtype == np.float32
+        assert_close(y, A + B)
+
+
+def test_a_model_that_does_not_compile_is_an_error_not_a_fallback(monkeypatch):
+    calls = []
+
+    def failing_compile(mod, params=None):
+        calls.append(mod)
+        raise OpfusionError("nn.foo has no kernel")
+
+    monkeypatch.setattr(onnx_backend, "compile_model", failing_compile)
+    with pytest.raises(OpfusionError, match="compiled engine cannot build.*nn.foo has no "
+                                            "kernel(.|\n)*engine='reference'") as info:
+        onnx_backend.prepare(add_model())
+    assert str(info.value.__cause__) == "nn.foo has no kernel"
+    # Nor is it retried with more inputs frozen: specialization answers import errors only.
+    with pytest.raises(OpfusionError, match="compiled engine cannot build"):
+        onnx_backend.prepare(reshape_model()).run([np.zeros((2, 6), np.float32),
+                                                   np.array([3, 4], np.int64)])
+    assert len(calls) == 2
 
 
 def test_an_internal_error_surfaces_as_an_opfusion_error(monkeypatch):

@@ -89,18 +89,19 @@ def merge_groups(graph: FusionGraph, policies: Sequence[FusePolicy], max_depth: 
 def collect_marks(state: FusionState, policies: Sequence[FusePolicy]) -> list[FusionMark]:
     """Run every policy once over the current groups; nothing changes yet."""
     marks: list[FusionMark] = []
-    groups = state.alive_groups()
-    inputs = _graph_inputs(state)
+    views = [OpGroup(state, group) for group in state.alive_groups()]
+    inputs: list[tuple[TensorNode, tuple[OpGroup, ...]]] | None = None
     for policy in policies:
         if policy.context == "input":
+            if inputs is None:
+                inputs = _graph_inputs(state)
             for tensor, consumers in inputs:
                 if len(consumers) > 1:
                     policy(InputFusePassCtx(state, tensor, consumers, policy.name, marks))
             continue
         recompute = isinstance(policy, RecomputeFusePass)
         ctx = None
-        for group in groups:
-            view = OpGroup(state, group)
+        for view in views:
             if ctx is None:
                 ctx = LightwareFusePassCtx(state, view, policy.name, marks, recompute)
             else:  # one context per policy and round; only the picked group changes
@@ -111,17 +112,24 @@ def collect_marks(state: FusionState, policies: Sequence[FusePolicy]) -> list[Fu
 
 def _graph_inputs(state: FusionState) -> list[tuple[TensorNode, tuple[OpGroup, ...]]]:
     """Each function parameter with the live groups that read it, in topological order."""
-    holders: dict[int, list[Group]] = {}
-    for group in state.alive_groups():
-        for node in group.nodes:
-            holders.setdefault(node, []).append(group)
+    copies: dict[int, list[Group]] | None = None
     out = []
     for tensor in state.graph.tensors:
         if tensor.producer is not None or not isinstance(tensor.expr, Var):
             continue
         readers: dict[Group, None] = {}
         for node in tensor.consumers:
-            for group in holders.get(node, ()):
+            owner = state.owner[node]
+            if owner.alive:
+                readers[owner] = None
+                continue
+            if copies is None:  # a recomputed node: it lives in copies, found once per round
+                copies = {}
+                for group in state.alive_groups():
+                    if group.has_copies:
+                        for member in group.nodes:
+                            copies.setdefault(member, []).append(group)
+            for group in copies.get(node, ()):
                 readers[group] = None
         ordered = sorted(readers, key=lambda g: g.pos)
         out.append((TensorNode(state, tensor.index),
