@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from ...errors import OpfusionError
 from ...ir.expr import Function, Var
 from ...ir.module import IRModule
+from ...ir.printer import gc_paused
 from ..context import PassContext, register_pass_config
 from ..fuse import partition as _fuse_ops_config  # noqa: F401 - declares FuseOps.* keys
 from ..pass_infra import Pass, module_pass
@@ -68,21 +69,23 @@ def FusionMerge(policies: Sequence[FusePolicy] | None = None,  # noqa: N802 - a 
 def fuse_function(func: Function, policies: Sequence[FusePolicy], ctx: PassContext,
                   link_params: bool = False) -> Function:
     """Run the fixed-point loop on one function and rewrite its groups."""
-    state = merge_groups(FusionGraph(func), policies,
-                         max_depth=ctx.get_config("FuseOps.max_depth"),
-                         max_function_args=ctx.get_config("FuseOps.max_function_args"))
-    groups = [g.sorted_nodes() for g in state.alive_groups()]
-    return rewrite_groups(state.graph, groups, link_params)
+    with gc_paused():  # ~10^5 long-lived small objects: collections would rescan them all
+        state = merge_groups(FusionGraph(func), policies,
+                             max_depth=ctx.get_config("FuseOps.max_depth"),
+                             max_function_args=ctx.get_config("FuseOps.max_function_args"))
+        groups = [g.sorted_nodes() for g in state.alive_groups()]
+        return rewrite_groups(state.graph, groups, link_params)
 
 
 def merge_groups(graph: FusionGraph, policies: Sequence[FusePolicy], max_depth: int = 256,
                  max_function_args: int = 0) -> FusionState:
     """The grouping the policies reach from ``graph``'s initial groups."""
-    state = FusionState(graph, graph.initial_groups, max_depth, max_function_args)
-    for _ in range(MAX_ROUNDS):
-        marks = collect_marks(state, policies)
-        if not apply_marks(state, marks):
-            break
+    with gc_paused():
+        state = FusionState(graph, graph.initial_groups, max_depth, max_function_args)
+        for _ in range(MAX_ROUNDS):
+            marks = collect_marks(state, policies)
+            if not apply_marks(state, marks):
+                break
     return state
 
 

@@ -207,8 +207,10 @@ class DefaultVerticalFusePass(VerticalFusePass):
 
 class DefaultRecomputeFusePass(RecomputeFusePass):
     """An elementwise producer of at most four ops feeding several consumers, each of which
-    could take it vertically, is copied into all of them: recomputing a few cheap ops beats
-    writing and re-reading the tensor."""
+    could take it vertically and at least one of which is more than elementwise (a
+    reduction, say), is copied into all of them: recomputing a few cheap ops beats writing
+    and re-reading the tensor. (Consumers that are all elementwise-like are better joined by
+    horizontal fusion, which computes the producer once.)"""
 
     max_ops = 4
 
@@ -221,7 +223,10 @@ class DefaultRecomputeFusePass(RecomputeFusePass):
         if len(consumers) < 2 or producer.kind > K.kBroadcast or \
                 producer.num_ops > self.max_ops:
             return
-        if all(ctx.fuse_helper.can_fuse_vertically(producer, c) for c in consumers):
+        helper = ctx.fuse_helper
+        if all(helper.is_elementwise_like(c) for c in consumers):
+            return
+        if all(helper.can_fuse_vertically(producer, c) for c in consumers):
             for consumer in consumers:
                 ctx.mark_fusible(producer, consumer)
 

@@ -1,0 +1,518 @@
+"""The ``opfusion`` command: demo, compile, run, show and bench.
+
+    opfusion demo                                  built-in models, fused vs unfused
+    opfusion compile model.onnx -o model.opf       import, optimize, fuse, generate C, export
+    opfusion run model.opf [--input x=x.npy]       run (random inputs when none are given)
+    opfusion show model.onnx --explain             the IR at a stage; why edges were not fused
+    opfusion bench model.onnx --compare none,ort   a latency table
+
+Every error is one line on stderr and a non-zero exit status (1; 2 for a bad command line);
+``--debug`` shows the traceback instead. ``-v`` logs each stage (``-vv`` more) through the
+standard ``logging`` module. On a terminal, compilation shows its progress (with ``rich`` or
+``tqdm`` when one is installed, else plain lines)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from .errors import OpfusionError
+from .progress import DEFAULT_OPT_LEVEL, compile_with_progress, count_groups, showing_progress
+
+log = logging.getLogger("opfusion.cli")
+
+STRATEGIES = ("tvm", "cinn", "none")
+STAGES = ("imported", "optimized", "fused")
+COMPARE_ENGINES = ("none", "tvm", "cinn", "ort")
+
+
+class CommandError(OpfusionError):
+    """A mistake on the command line or in the files it names."""
+
+
+# ---------------------------------------------------------------------------------------------
+# models and inputs
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``name=1,3,224,224`` (or ``name=1x3x224x224``) -> ``("name", (1, 3, 224, 224))``."""
+    name, sep, dims = text.rpartition("=")
+    parts = dims.replace("x", ",").split(",")
+    if not sep or not name or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise CommandError(f"bad --shape {text!r}: expected NAME=D1,D2,... with positive "
+                           f"integers, e.g. --shape input=1,3,224,224")
+    return name, tuple(int(p) for p in parts)
+
+
+def _existing_file(path: str) -> Path:
+    file = Path(path)
+    if not file.exists():
+        raise CommandError(f"no such file: {path}")
+    if not file.is_file():
+        raise CommandError(f"{path} is not a file")
+    return file
+
+
+def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0
+              ) -> tuple[Any, dict[str, np.ndarray]]:
+    """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``)."""
+    from .frontend import from_onnx
+
+    file = _existing_file(path)
+    overrides = dict(parse_shape(text) for text in shapes)
+    start = time.perf_counter()
+    try:
+        with showing_progress(verbose) as progress:
+            progress.stage(f"importing {path}")
+            mod, params = from_onnx(str(file), shape=overrides)
+    except OpfusionError as err:
+        hint = _symbolic_input_hint(file, overrides)
+        raise CommandError(f"{err}{hint}") from err
+    log.info("imported %s in %.2f s", path, time.perf_counter() - start)
+    return mod, params
+
+
+def _symbolic_input_hint(file: Path, overrides: dict[str, Any]) -> str:
+    """When an input has a symbolic dimension and no --shape, the --shape that would do."""
+    try:
+        import onnx
+
+        graph = onnx.load(str(file), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - not an ONNX model at all: the error said so
+        return ""
+    initializers = {t.name for t in graph.initializer}
+    for value in graph.input:
+        if value.name in initializers or value.name in overrides:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):
+            shown = ",".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims)
+            return f" (on the command line: --shape {value.name}={shown})"
+    return ""
+
+
+def is_artifact(path: str) -> bool:
+    """A compiled ``.opf`` file (a zip archive) rather than an ONNX model."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".onnx", ".pb"):
+        return False
+    return suffix == ".opf" or zipfile.is_zipfile(path)
+
+
+def load_inputs(specs: Sequence[str], input_names: Sequence[str]
+                ) -> dict[str, tuple[np.ndarray, str]]:
+    """``--input NAME=FILE.npy`` values and their files (a bare ``FILE.npy`` for a model with
+    one input)."""
+    feeds = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            if len(input_names) != 1:
+                raise CommandError(f"--input {spec!r}: name the input (NAME=FILE.npy); the "
+                                   f"model's inputs are {', '.join(input_names)}")
+            name, path = input_names[0], spec
+        file = _existing_file(path)
+        try:
+            feeds[name] = (np.load(file, allow_pickle=False), path)
+        except (ValueError, OSError) as err:
+            raise CommandError(f"--input {spec!r}: {path} is not a .npy array file "
+                               f"({err})") from None
+    return feeds
+
+
+def describe(array: np.ndarray) -> str:
+    """``float32[1, 10]  min ... max ... mean ...  [first values]``."""
+    text = f"{array.dtype}{list(array.shape)}"
+    if array.size and array.dtype.kind in "fiub":
+        values = array.astype(np.float64)
+        text += f"  min {values.min():.4g}  max {values.max():.4g}  mean {values.mean():.4g}"
+        head = ", ".join(f"{v:.4g}" for v in values.ravel()[:4])
+        text += f"  [{head}{', ...' if array.size > 4 else ''}]"
+    return text
+
+
+def _type_text(ty: Any) -> str:
+    return f"{ty.dtype}{list(ty.shape)}"
+
+
+def _input_types(exe: Any) -> list[tuple[str, Any]]:
+    infos = sorted((v for v in exe.values if v.input_index is not None),
+                   key=lambda v: v.input_index)
+    return [(exe.input_names[v.input_index], v.type) for v in infos]
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import DEMO_MODELS, run_demo
+
+    names = list(DEMO_MODELS) if args.model == "all" else [args.model]
+
+    def compile_fn(mod: Any, params: Any, fusion: str) -> Any:
+        return compile_with_progress(args.verbose, mod, params, fusion=fusion,
+                                     label=f"demo ({'fused' if fusion != 'none' else 'unfused'})")
+
+    def write(text: str) -> None:
+        print(text, flush=True)
+
+    results = run_demo(names, rounds=args.rounds, write=write, compile_fn=compile_fn)
+    return 0 if results else 1
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    output = Path(args.output) if args.output else Path(args.model).with_suffix(".opf")
+    mod, params = load_onnx(args.model, args.shape, args.verbose)
+    start = time.perf_counter()
+    exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
+                                verify=args.verify)
+    seconds = time.perf_counter() - start
+    exe.export(output)
+    from .demo import generated_source
+
+    source, lines = generated_source(exe)
+    operators = sum(len(step.group.op_names) for step in exe.steps)
+    outputs = [_type_text(exe.values[i].type) for i in exe.outputs]
+    print(f"compiled {args.model} -> {output}")
+    print(f"  inputs     {', '.join(f'{n}: {_type_text(t)}' for n, t in _input_types(exe))}")
+    print(f"  outputs    {', '.join(outputs)}")
+    print(f"  kernels    {exe.num_kernels} ({operators} operators; fusion {args.fusion}, "
+          f"opt level {args.opt_level})")
+    print(f"  memory     {exe.plan.total_bytes / 2**20:.2f} MB planned for intermediates "
+          f"({exe.plan.naive_bytes / 2**20:.2f} MB unplanned)")
+    print(f"  time       {seconds:.2f} s" + ("; every kernel verified against the reference "
+                                              "interpreter" if args.verify else ""))
+    if source:
+        print(f"  C source   {source} ({lines} lines)")
+    print(f"run it with: opfusion run {output}")
+    return 0
+
+
+def _executor_for(args: argparse.Namespace) -> Any:
+    """Load a compiled .opf, or compile an ONNX model with the command's options."""
+    if is_artifact(str(_existing_file(args.model))):
+        given = [flag for flag, value in (("--shape", args.shape), ("--fusion", args.fusion),
+                                          ("--opt-level", args.opt_level))
+                 if value not in (None, [])]
+        if given:
+            raise CommandError(f"{given[0]} applies when compiling an ONNX model; "
+                               f"{args.model} is already compiled")
+        from .compiler.artifact import load
+
+        return load(args.model)
+    mod, params = load_onnx(args.model, args.shape or (), args.verbose)
+    return compile_with_progress(args.verbose, mod, params,
+                                 DEFAULT_OPT_LEVEL if args.opt_level is None else args.opt_level,
+                                 args.fusion or "tvm")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .compiler.compile import random_inputs
+
+    exe = _executor_for(args)
+    if args.input:
+        loaded = load_inputs(args.input, exe.input_names)
+        feeds = {name: array for name, (array, _) in loaded.items()}
+        sources = {name: path for name, (_, path) in loaded.items()}
+    else:
+        feeds = dict(zip(exe.input_names, random_inputs(exe, seed=args.seed)))
+        sources = {}
+    start = time.perf_counter()
+    outputs = exe.run(feeds)
+    seconds = time.perf_counter() - start
+    print("inputs:" if sources else f"inputs (random, standard normal, seed {args.seed}):")
+    for name, array in feeds.items():
+        print(f"  {name}  {array.dtype}{list(array.shape)}"
+              + (f"  from {sources[name]}" if name in sources else ""))
+    print(f"outputs ({seconds * 1e3:.2f} ms, first run):")
+    for index, array in enumerate(outputs):
+        print(f"  {index}  {describe(array)}")
+    if args.save:
+        np.savez(args.save, **{f"output_{i}": a for i, a in enumerate(outputs)})
+        print(f"saved the outputs to {args.save}")
+    if args.profile:
+        print(f"\nprofile (median of {args.repeat} runs per kernel):")
+        print(exe.profile(feeds, repeat=args.repeat))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .compiler.compile import fuse
+    from .transform import InferType, PassContext, explain_fusion, fusion_to_dot, optimize
+
+    mod, params = load_onnx(args.model, args.shape, args.verbose)
+    fuse_level = 0 if args.fusion == "none" else args.opt_level
+    with PassContext(opt_level=args.opt_level):
+        imported = InferType(mod)
+        optimized = optimize(imported, params)
+        fused = fuse(optimized, args.fusion, args.opt_level)
+        stage = args.stage or ("fused" if not (args.dot or args.explain) else None)
+        if stage is not None:
+            shown = {"imported": imported, "optimized": optimized, "fused": fused}[stage]
+            print(shown.astext(show_meta_data=False))
+            from .demo import count_operators
+
+            print(f"opfusion: {stage}: {count_operators(shown)} operators"
+                  + (f" in {count_groups(fused)} fused groups (fusion {args.fusion}, opt "
+                     f"level {args.opt_level})" if stage == "fused" else ""), file=sys.stderr)
+        if args.explain:
+            report = explain_fusion(optimized, fuse_opt_level=fuse_level)
+            print(report.render())
+            if report:
+                rules = ", ".join(f"{rule} {n}" for rule, n in report.by_rule().items())
+                print(f"refusals by rule: {rules}")
+        if args.dot:
+            write_dot(fusion_to_dot(optimized, fuse_opt_level=fuse_level), args.dot)
+        if args.fusion == "cinn" and (args.explain or args.dot):
+            print("(--explain and --dot show FuseOps' groups; with --fusion cinn, FusionMerge "
+                  "then merges some of them: see --stage fused)")
+    return 0
+
+
+def write_dot(text: str, path: str) -> None:
+    """Write DOT text to ``path``; for .svg/.png/.pdf render it with Graphviz's ``dot`` when
+    it is installed, and otherwise write the DOT text beside it (with a note)."""
+    target = Path(path)
+    fmt = target.suffix.lower().lstrip(".")
+    if fmt in ("dot", "gv"):
+        target.write_text(text + "\n", encoding="utf-8")
+        print(f"wrote the fused groups (one cluster per group) to {target}")
+        return
+    if fmt not in ("svg", "png", "pdf"):
+        raise CommandError(f"--dot {path}: give a .dot, .gv, .svg, .png or .pdf file")
+    program = shutil.which("dot")
+    if program is None:
+        fallback = target.with_suffix(".dot")
+        fallback.write_text(text + "\n", encoding="utf-8")
+        print(f"Graphviz's `dot` program is not installed, so the DOT text went to {fallback} "
+              f"instead of {target} (install graphviz, e.g. apt install graphviz, or render the "
+              f"file with any Graphviz viewer)", file=sys.stderr)
+        return
+    result = subprocess.run([program, f"-T{fmt}", "-o", str(target)], input=text, text=True,
+                            capture_output=True, check=False)
+    if result.returncode != 0:
+        raise CommandError(f"Graphviz's dot failed on the fusion graph: "
+                           f"{result.stderr.strip() or result.returncode}")
+    print(f"wrote the fused groups (one cluster per group) to {target}")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .compiler.compile import random_inputs
+    from .demo import interleaved_medians, machine_summary, median_ratio, relative_error
+
+    engines = [e.strip() for e in args.compare.split(",") if e.strip()] if args.compare else []
+    unknown = [e for e in engines if e not in COMPARE_ENGINES]
+    if unknown:
+        raise CommandError(f"--compare: unknown engine {unknown[0]!r}; choose from "
+                           f"{', '.join(COMPARE_ENGINES)} (comma-separated)")
+    if is_artifact(str(_existing_file(args.model))):
+        raise CommandError(f"bench takes an ONNX model (it compiles it several ways); "
+                           f"{args.model} is a compiled artifact: use opfusion run --profile")
+    mod, params = load_onnx(args.model, args.shape, args.verbose)
+    main_exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
+                                     label=f"opfusion ({args.fusion})")
+    feeds = dict(zip(main_exe.input_names, random_inputs(main_exe)))
+    reference = main_exe.run(feeds)
+    runners: dict[str, Callable[[], Any]] = {f"opfusion ({args.fusion})":
+                                             lambda: main_exe.run(feeds)}
+    kernels = {f"opfusion ({args.fusion})": str(main_exe.num_kernels)}
+    errors = {}
+    for engine in dict.fromkeys(engines):
+        if engine == args.fusion:
+            continue
+        if engine == "ort":
+            session = _ort_session(args.model)
+            names = [i.name for i in session.get_inputs()]
+            ort_feeds = {name: feeds[name] for name in names}
+            runners["onnxruntime"] = lambda s=session, f=ort_feeds: s.run(None, f)
+            kernels["onnxruntime"] = "-"
+            errors["onnxruntime"] = relative_error(runners["onnxruntime"](), reference)
+            continue
+        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, engine,
+                                    label=f"opfusion ({engine})")
+        label = f"opfusion ({engine})"
+        runners[label] = lambda e=exe: e.run(feeds)
+        kernels[label] = str(exe.num_kernels)
+        errors[label] = relative_error(exe.run(feeds), reference)
+    log.info("timing %s", ", ".join(runners))
+    medians = interleaved_medians(runners, rounds=args.rounds)
+    base = medians[next(iter(runners))]
+    inputs = ", ".join(f"{n}: {_type_text(t)}" for n, t in _input_types(main_exe))
+    print(f"model: {args.model} ({inputs})")
+    print(f"machine: {machine_summary()}")
+    width = max(len(name) for name in runners)
+    print(f"{'engine':<{width}}  {'median':>10}  {'time/first':>10}  {'kernels':>7}  "
+          f"{'max diff':>8}")
+    for name, times in medians.items():
+        ratio = median_ratio(times, base)
+        diff = f"{errors[name]:.1e}" if name in errors else "-"
+        median = statistics.median(times)
+        print(f"{name:<{width}}  {median * 1e3:>8.3f}ms  {ratio:>9.2f}x  {kernels[name]:>7}  "
+              f"{diff:>8}")
+    print(f"median of {args.rounds} rounds of interleaved runs; time/first: this row's time over "
+          f"the first row's;\nmax diff: largest difference from the first row's output, "
+          f"relative to its largest value")
+    return 0
+
+
+def _ort_session(path: str) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise CommandError("--compare ort needs onnxruntime: pip install onnxruntime") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    options.log_severity_level = 3
+    # Interleaved timing: ONNX Runtime's threads otherwise keep spinning after a run and slow
+    # down whichever engine runs next.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise CommandError(f"onnxruntime cannot load {path}: {err}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="log each stage (-vv: every pass)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    return common
+
+
+def _compile_options(parser: argparse.ArgumentParser, optional: bool = False) -> None:
+    parser.add_argument("--shape", action="append", default=[] if not optional else None,
+                        metavar="NAME=D1,D2,...",
+                        help="an input's shape (needed for symbolic dimensions); repeatable")
+    parser.add_argument("--opt-level", type=int, choices=range(4), metavar="{0,1,2,3}",
+                        default=None if optional else DEFAULT_OPT_LEVEL,
+                        help=f"optimization level (default {DEFAULT_OPT_LEVEL})")
+    parser.add_argument("--fusion", choices=STRATEGIES, default=None if optional else "tvm",
+                        help="fusion strategy: tvm (FuseOps), cinn (FuseOps then FusionMerge) "
+                             "or none (default tvm)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = _Parser(prog="opfusion", parents=[common],
+                     description="opfusion: a deep-learning compiler built around operator "
+                                 "fusion.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+
+    demo = commands.add_parser("demo", parents=[common], help="built-in models: fused vs "
+                               "unfused latency, checked against the reference interpreter")
+    demo.add_argument("--model", choices=("all", "cnn", "transformer"), default="all")
+    demo.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
+    demo.set_defaults(handler=cmd_demo)
+
+    compile_ = commands.add_parser("compile", parents=[common],
+                                   help="compile an ONNX model into a .opf file")
+    compile_.add_argument("model", metavar="MODEL.onnx")
+    compile_.add_argument("-o", "--output", metavar="OUT.opf",
+                          help="where to write the compiled model (default MODEL.opf)")
+    _compile_options(compile_)
+    compile_.add_argument("--verify", action="store_true",
+                          help="check every kernel against the reference interpreter")
+    compile_.set_defaults(handler=cmd_compile)
+
+    run = commands.add_parser("run", parents=[common], help="run a .opf or ONNX model")
+    run.add_argument("model", metavar="MODEL.opf|MODEL.onnx")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="an input's value (repeatable); random standard-normal without any")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run.add_argument("--profile", action="store_true", help="print the per-kernel profile")
+    run.add_argument("--repeat", type=int, default=10, help="runs per kernel for --profile")
+    run.add_argument("--save", metavar="OUT.npz", help="save the outputs")
+    _compile_options(run, optional=True)
+    run.set_defaults(handler=cmd_run)
+
+    show = commands.add_parser("show", parents=[common],
+                               help="print the IR at a stage, draw or explain the fusion")
+    show.add_argument("model", metavar="MODEL.onnx")
+    show.add_argument("--stage", choices=STAGES,
+                      help="imported, optimized or fused (default fused, unless only --dot or "
+                           "--explain is asked for)")
+    show.add_argument("--dot", metavar="OUT.svg|OUT.dot",
+                      help="draw the fused groups (SVG, PNG, PDF need Graphviz's dot)")
+    show.add_argument("--explain", action="store_true",
+                      help="say why each unfused edge was not fused")
+    _compile_options(show)
+    show.set_defaults(handler=cmd_show)
+
+    bench = commands.add_parser("bench", parents=[common],
+                                help="latency of opfusion against other engines")
+    bench.add_argument("model", metavar="MODEL.onnx")
+    bench.add_argument("--compare", default="none,ort", metavar="ENGINES",
+                       help="comma-separated: none, tvm, cinn (opfusion's fusion strategies), "
+                            "ort (onnxruntime); default none,ort")
+    bench.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
+    _compile_options(bench)
+    bench.set_defaults(handler=cmd_bench)
+    return parser
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    more = f" ({len(lines) - 1} more lines: rerun with --debug)" if len(lines) > 1 else ""
+    return lines[0] + more
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``opfusion`` command with ``argv`` (default ``sys.argv[1:]``); return the exit
+    status."""
+    args = build_parser().parse_args(argv)
+    args.verbose = getattr(args, "verbose", 0) or 0
+    debug = getattr(args, "debug", False)
+    logging.basicConfig(stream=sys.stderr, format="opfusion: %(message)s",
+                        level=logging.DEBUG if args.verbose > 1 else
+                        logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("opfusion: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every error becomes one line (or a traceback)
+        if debug:
+            raise
+        if isinstance(err, OpfusionError):
+            print(f"opfusion: error: {_first_line(err)}", file=sys.stderr)
+        elif isinstance(err, OSError):
+            print(f"opfusion: error: {err.strerror or err}"
+                  + (f": {err.filename}" if err.filename else ""), file=sys.stderr)
+        else:
+            print(f"opfusion: internal error: {type(err).__name__}: {_first_line(err)} "
+                  f"(rerun with --debug for the traceback, and please report it)",
+                  file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The ``opfusion`` command, end to end: each subcommand run as a subprocess on a tiny ONNX
+model (conv -> relu/scale -> add -> pool -> gemm -> softmax), and its error paths."""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from opfusion.runtime.compiler import have_c_compiler  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="needs a C compiler")
+
+
+def tiny_model(batch: int | str = 1) -> "onnx.ModelProto":
+    """x (batch, 3, 16, 16) -> conv -> relu(c) + 0.5 c -> global pool -> gemm -> softmax."""
+    rng = np.random.default_rng(0)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) / 5, "w"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) / 10, "b"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Mul", ["c", "half"], ["m"]),
+        helper.make_node("Add", ["r", "m"], ["a"]),
+        helper.make_node("GlobalAveragePool", ["a"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    onnx.save(tiny_model(), root / "tiny.onnx")
+    onnx.save(tiny_model("N"), root / "dynamic.onnx")
+    (root / "notes.onnx").write_text("not a model\n")
+    np.save(root / "x.npy", np.random.default_rng(1).standard_normal((1, 3, 16, 16),
+                                                                     dtype=np.float32))
+    return root
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("kernel_cache")
+
+
+def opfusion(*args, cwd, cache=None, check=True):
+    env = dict(os.environ)
+    if cache is not None:
+        env["OPFUSION_CACHE_DIR"] = str(cache)
+    result = subprocess.run([sys.executable, "-m", "opfusion", *map(str, args)], cwd=cwd,
+                            env=env, capture_output=True, text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def assert_one_line_error(result, *fragments, status=1):
+    assert result.returncode == status, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# -- demo -----------------------------------------------------------------------------------
+
+
+def test_demo_compiles_checks_and_times_both_models(tmp_path):
+    # The user's kernel cache (as the README's first command would): the demo's kernels are
+    # compiled once per machine. No assertion on the speedup itself: timings are not tested.
+    out = opfusion("demo", "--rounds", "1", cwd=tmp_path).stdout
+    for model in ("cnn:", "transformer:"):
+        assert model in out
+    assert out.count("both match the reference interpreter") == 2
+    assert out.count("x faster with fusion") == 2
+    assert out.count("fused groups;") == 2
+    assert "generated C  " in out and ".c (" in out
+    assert "fused vs unfused: cnn " in out
+
+
+# -- compile and run -----------------------------------------------------------------------------
+
+
+def test_compile_writes_an_artifact_that_run_executes(files, cache, tmp_path):
+    out = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "tiny.opf", "--verify",
+                   cwd=tmp_path, cache=cache).stdout
+    assert zipfile.is_zipfile(tmp_path / "tiny.opf")
+    assert "kernels    5 (10 operators; fusion tvm, opt level 3)" in out
+    assert "x: float32[1, 3, 16, 16]" in out and "C source" in out
+    run = opfusion("run", tmp_path / "tiny.opf", cwd=tmp_path, cache=cache).stdout
+    assert "inputs (random, standard normal, seed 0):" in run
+    assert "0  float32[1, 4]" in run
+
+
+def test_run_feeds_npy_inputs_and_saves_the_outputs(files, cache, tmp_path):
+    opfusion("run", files / "tiny.onnx", "--input", f"x={files / 'x.npy'}", "--save",
+             tmp_path / "out.npz", cwd=tmp_path, cache=cache)
+    got = np.load(tmp_path / "out.npz")["output_0"]
+    from opfusion.frontend import from_onnx
+    from opfusion.ir import evaluate
+    from opfusion.testing import assert_close
+
+    mod, params = from_onnx(str(files / "tiny.onnx"))
+    assert_close(got, evaluate(mod, {"x": np.load(files / "x.npy"), **params}), rtol=1e-5)
+
+
+def test_run_profile_prints_the_kernel_table(files, cache, tmp_path):
+    out = opfusion("run", files / "tiny.onnx", "--profile", "--repeat", "2",
+                   cwd=tmp_path, cache=cache).stdout
+    assert "profile (median of 2 runs per kernel):" in out
+    assert "fused_nn_conv2d" in out and "nn.conv2d, nn.bias_add, nn.relu" in out
+    assert "total" in out
+
+
+@pytest.mark.parametrize("fusion, kernels", [("none", 10), ("cinn", 5)])
+def test_compile_takes_the_fusion_strategy_and_opt_level(files, cache, tmp_path, fusion,
+                                                          kernels):
+    out = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "m.opf", "--fusion", fusion,
+                   "--opt-level", "2", cwd=tmp_path, cache=cache).stdout
+    assert f"kernels    {kernels} (10 operators; fusion {fusion}, opt level 2)" in out
+
+
+def test_shape_sets_a_symbolic_dimension(files, cache, tmp_path):
+    out = opfusion("compile", files / "dynamic.onnx", "--shape", "x=2,3,16,16", "-o",
+                   tmp_path / "d.opf", cwd=tmp_path, cache=cache).stdout
+    assert "x: float32[2, 3, 16, 16]" in out and "float32[2, 4]" in out
+
+
+def test_verbose_logs_each_stage(files, cache, tmp_path):
+    result = opfusion("run", files / "tiny.onnx", "-v", cwd=tmp_path, cache=cache)
+    assert "opfusion: imported" in result.stderr
+    assert "opfusion: FuseOps made 5 groups" in result.stderr
+    assert "opfusion: compiled 5 kernels" in result.stderr
+
+
+# -- show -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage, present, absent", [
+    ("imported", "nn.conv2d(%x", "Primitive=1"),
+    ("optimized", "nn.bias_add", "Primitive=1"),
+    ("fused", "Primitive=1", "nn.conv2d(%x"),
+])
+def test_show_prints_the_ir_at_each_stage(files, tmp_path, stage, present, absent):
+    out = opfusion("show", files / "tiny.onnx", "--stage", stage, cwd=tmp_path).stdout
+    assert out.startswith("def @main(")
+    assert present in out and absent not in out
+
+
+def test_show_explains_and_draws_one_cluster_per_group(files, tmp_path):
+    out = opfusion("show", files / "tiny.onnx", "--explain", "--dot", tmp_path / "g.dot",
+                   cwd=tmp_path).stdout
+    assert "edges not fused in @main" in out and "refusals by rule:" in out
+    assert "def @main" not in out  # only what was asked for
+    dot = (tmp_path / "g.dot").read_text()
+    assert dot.startswith("digraph fusion {")
+    assert dot.count("subgraph cluster_") == 5  # the five kernels `compile` makes
+
+
+def test_show_dot_svg_needs_graphviz_or_writes_the_dot_text(files, tmp_path):
+    result = opfusion("show", files / "tiny.onnx", "--dot", tmp_path / "g.svg", cwd=tmp_path)
+    if (tmp_path / "g.svg").exists():
+        assert "<svg" in (tmp_path / "g.svg").read_text()
+    else:
+        assert "Graphviz's `dot` program is not installed" in result.stderr
+        assert (tmp_path / "g.dot").read_text().count("subgraph cluster_") == 5
+
+
+# -- bench ----------------------------------------------------------------------------------------
+
+
+def test_bench_prints_a_side_by_side_table(files, cache, tmp_path):
+    pytest.importorskip("onnxruntime")
+    out = opfusion("bench", files / "tiny.onnx", "--compare", "none,ort", "--rounds", "1",
+                   cwd=tmp_path, cache=cache).stdout
+    lines = out.splitlines()
+    assert any(line.startswith("engine") and "median" in line for line in lines)
+    rows = {line.split("  ")[0] for line in lines}
+    assert {"opfusion (tvm)", "opfusion (none)", "onnxruntime"} <= rows
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    assert_one_line_error(opfusion("compile", "missing.onnx", cwd=tmp_path, check=False),
+                          "no such file: missing.onnx")
+    assert_one_line_error(opfusion("run", "missing.opf", cwd=tmp_path, check=False),
+                          "no such file: missing.opf")
+
+
+def test_a_non_onnx_file_is_one_line(files, tmp_path):
+    result = opfusion("show", files / "notes.onnx", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "is not a valid ONNX model")
+
+
+def test_a_non_onnx_file_shows_a_traceback_with_debug(files, tmp_path):
+    result = opfusion("show", files / "notes.onnx", "--debug", cwd=tmp_path, check=False)
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("x=1,three,16,16", "bad --shape 'x=1,three,16,16'"),
+    ("1,3,16,16", "expected NAME=D1,D2,..."),
+    ("x=1,0,16,16", "positive integers"),
+    ("y=1,3,16,16", "not a graph input"),
+    ("x=1,3,16", "3 dimensions"),
+])
+def test_a_bad_shape_is_one_line(files, tmp_path, shape, message):
+    result = opfusion("compile", files / "tiny.onnx", "--shape", shape, cwd=tmp_path,
+                      check=False)
+    assert_one_line_error(result, message)
+
+
+def test_a_symbolic_dimension_without_shape_says_which_flag_to_give(files, tmp_path):
+    result = opfusion("show", files / "dynamic.onnx", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "symbolic dimension 'N'", "--shape x=1,3,16,16")
+
+
+def test_an_unknown_fusion_strategy_is_one_line(files, tmp_path):
+    result = opfusion("compile", files / "tiny.onnx", "--fusion", "xla", cwd=tmp_path,
+                      check=False)
+    assert_one_line_error(result, "invalid choice: 'xla'", "'tvm', 'cinn', 'none'", status=2)
+
+
+def test_an_unknown_compare_engine_is_one_line(files, tmp_path):
+    result = opfusion("bench", files / "tiny.onnx", "--compare", "none,tensorrt",
+                      cwd=tmp_path, check=False)
+    assert_one_line_error(result, "unknown engine 'tensorrt'")
+
+
+def test_bad_inputs_to_run_are_one_line(files, cache, tmp_path):
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float32))
+    result = opfusion("run", files / "tiny.onnx", "--input", f"x={tmp_path / 'wrong.npy'}",
+                      cwd=tmp_path, cache=cache, check=False)
+    assert_one_line_error(result, "input 'x' must have shape (1, 3, 16, 16)")
+    result = opfusion("run", files / "tiny.onnx", "--input", f"x={files / 'notes.onnx'}",
+                      cwd=tmp_path, cache=cache, check=False)
+    assert_one_line_error(result, "is not a .npy array file")
+
+
+def test_compile_options_are_refused_for_a_compiled_model(files, cache, tmp_path):
+    opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "t.opf", cwd=tmp_path,
+             cache=cache)
+    result = opfusion("run", tmp_path / "t.opf", "--fusion", "none", cwd=tmp_path,
+                      cache=cache, check=False)
+    assert_one_line_error(result, "--fusion applies when compiling an ONNX model")
+
+
+# -- helpers, in process ----------------------------------------------------------------------
+
+
+def test_parse_shape_reads_commas_and_x():
+    from opfusion.cli import parse_shape
+
+    assert parse_shape("input=1,3,224,224") == ("input", (1, 3, 224, 224))
+    assert parse_shape("a=b=2x3") == ("a=b", (2, 3))
+
+
+def test_the_demo_check_fails_on_nan_and_shape_mismatch():
+    from opfusion.demo import TOLERANCE, relative_error
+
+    assert relative_error([np.ones(3)], [np.ones(3)]) == 0.0
+    assert not relative_error(np.array([np.nan, 1.0]), np.ones(2)) <= TOLERANCE
+    assert not relative_error(np.ones(2), np.ones(3)) <= TOLERANCE
+
+
+def test_interleaved_medians_gives_one_median_per_round():
+    from opfusion.demo import interleaved_medians, median_ratio
+
+    calls = {"a": 0, "b": 0}
+
+    def bump(name):
+        calls[name] += 1
+
+    medians = interleaved_medians({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=3,
+                                  round_seconds=0.0)
+    assert [len(v) for v in medians.values()] == [3, 3]
+    assert calls["a"] == calls["b"] >= 3 * 3
+    assert median_ratio([2.0, 4.0, 6.0], [1.0, 1.0, 2.0]) == 3.0
