@@ -8,7 +8,7 @@ handled, so the call returns from the memo instead of recursing."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from .expr import Call, Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var
@@ -55,6 +55,32 @@ def post_order(root: Expr, into_functions: bool = True,
             stack.pop()
             order.append(node)
     return order
+
+
+def rebuild(node: Expr, operand: Callable[[Expr], Expr]) -> Expr:
+    """``node`` with each operand ``x`` replaced by ``operand(x)`` (a called function, the
+    arguments, tuple fields, a projected tuple, a function body); ``node`` itself when
+    nothing changed. The building block of passes that rewrite in post-order."""
+    if isinstance(node, Call):
+        op = operand(node.op) if isinstance(node.op, Expr) else node.op
+        args = [operand(arg) for arg in node.args]
+        if op is node.op and all(new is old for new, old in zip(args, node.args)):
+            return node
+        return Call(op, args, node.attrs, node.span)
+    if isinstance(node, Tuple):
+        fields = [operand(field) for field in node.fields]
+        if all(new is old for new, old in zip(fields, node.fields)):
+            return node
+        return Tuple(fields)
+    if isinstance(node, TupleGetItem):
+        value = operand(node.tuple_value)
+        return node if value is node.tuple_value else TupleGetItem(value, node.index)
+    if isinstance(node, Function):
+        body = operand(node.body)
+        if body is node.body:
+            return node
+        return Function(node.params, body, node.ret_type, node.attrs)
+    return node
 
 
 def free_vars(expr: Expr) -> list[Var]:

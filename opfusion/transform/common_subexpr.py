@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem
 from ..ir.module import IRModule
-from ..ir.visitor import post_order
+from ..ir.visitor import post_order, rebuild
 from .context import PassContext
 from .pass_infra import module_pass, register_pass
 
@@ -58,27 +58,15 @@ def _merge_scope(root: Expr, inner_done: dict[Function, Function]) -> Expr:
 
 def _rebuild(node: Expr, replaced: dict[Expr, Expr],
              inner_done: dict[Function, Function]) -> Expr:
-    if isinstance(node, Call):
-        op = node.op
-        if isinstance(op, Function):
-            op = inner_done.get(op, op)
-        elif isinstance(op, Expr):
-            op = replaced.get(op, op)
-        args = [replaced[arg] for arg in node.args]
-        if op is node.op and all(new is old for new, old in zip(args, node.args)):
-            return node
-        return Call(op, args, node.attrs, node.span)
-    if isinstance(node, Tuple):
-        fields = [replaced[field] for field in node.fields]
-        if all(new is old for new, old in zip(fields, node.fields)):
-            return node
-        return Tuple(fields)
-    if isinstance(node, TupleGetItem):
-        value = replaced[node.tuple_value]
-        return node if value is node.tuple_value else TupleGetItem(value, node.index)
-    if isinstance(node, Function):
+    if isinstance(node, Function):  # a leaf of this scope, rewritten in its own
         return inner_done.get(node, node)
-    return node
+
+    def operand(expr: Expr) -> Expr:
+        if isinstance(expr, Function):
+            return inner_done.get(expr, expr)
+        return replaced.get(expr, expr)
+
+    return rebuild(node, operand)
 
 
 def _key(node: Expr) -> Hashable | None:

@@ -42,12 +42,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem
+from ..ir.expr import Call, Constant, Expr, Function
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType, Type, is_float
-from ..ir.visitor import children, post_order
+from ..ir.visitor import children, post_order, rebuild
 from .context import PassContext
 from .pass_infra import Pass, module_pass, register_pass
 
@@ -256,25 +256,7 @@ def _use_counts(nodes: Sequence[Expr], root: Expr) -> dict[Expr, int]:
 
 def _rebuild(node: Expr, new: Mapping[Expr, Expr]) -> Expr:
     """``node`` over the rewritten operands (``node`` itself when none changed)."""
-    if isinstance(node, Call):
-        op = new[node.op] if isinstance(node.op, Expr) else node.op
-        args = [new[arg] for arg in node.args]
-        if op is node.op and all(a is b for a, b in zip(args, node.args)):
-            return node
-        return Call(op, args, node.attrs, node.span)
-    if isinstance(node, Tuple):
-        fields = [new[field] for field in node.fields]
-        if all(a is b for a, b in zip(fields, node.fields)):
-            return node
-        return Tuple(fields)
-    if isinstance(node, TupleGetItem):
-        value = new[node.tuple_value]
-        return node if value is node.tuple_value else TupleGetItem(value, node.index)
-    if isinstance(node, Function):
-        body = new[node.body]
-        return node if body is node.body else Function(node.params, body, node.ret_type,
-                                                       node.attrs)
-    return node
+    return rebuild(node, new.__getitem__)
 
 
 def _op_name(node: Expr) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.op import Op, OpPatternKind
 from ...ir.types import TensorType, TupleType, Type
-from ...ir.visitor import ExprMutator, post_order
+from ...ir.visitor import ExprMutator, post_order, rebuild
 
 
 @dataclass
@@ -155,7 +155,7 @@ def _flatten_primitive_calls(func: Function) -> tuple[Expr, dict[Expr, int]]:
     replaced: dict[Expr, Expr] = {}
     calls_seen = 0
     for expr in post_order(func.body, into_functions=False):
-        new = _rebuild(expr, replaced)
+        new = rebuild(expr, lambda e: replaced.get(e, e))
         if isinstance(new, Call) and isinstance(new.op, Function) and new.op.is_primitive:
             callee = new.op
             binding = dict(zip(callee.params, new.args))
@@ -168,21 +168,3 @@ def _flatten_primitive_calls(func: Function) -> tuple[Expr, dict[Expr, int]]:
             new = inlined
         replaced[expr] = new
     return replaced[func.body], origin
-
-
-def _rebuild(expr: Expr, replaced: dict[Expr, Expr]) -> Expr:
-    if isinstance(expr, Call):
-        op = replaced.get(expr.op, expr.op) if isinstance(expr.op, Expr) else expr.op
-        args = [replaced[a] for a in expr.args]
-        if op is expr.op and all(n is o for n, o in zip(args, expr.args)):
-            return expr
-        return Call(op, args, expr.attrs, expr.span)
-    if isinstance(expr, Tuple):
-        fields = [replaced[f] for f in expr.fields]
-        if all(n is o for n, o in zip(fields, expr.fields)):
-            return expr
-        return Tuple(fields)
-    if isinstance(expr, TupleGetItem):
-        value = replaced[expr.tuple_value]
-        return expr if value is expr.tuple_value else TupleGetItem(value, expr.index)
-    return expr
