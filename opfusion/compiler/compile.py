@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ..codegen.c import codegen_c_module
 from ..errors import OpfusionError
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
@@ -74,8 +76,6 @@ def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the pub
 
 def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
     """Standard-normal arrays (random integers for integer inputs) for every model input."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     arrays = []
     for info in sorted((v for v in executor.values if v.input_index is not None),
@@ -112,7 +112,7 @@ class _ExecutorBuilder:
     def __init__(self, main: Function) -> None:
         self.values: list[ValueInfo] = []
         self.steps: list[ExecStep] = []
-        self.kernels: list[tuple[Function, LoweredGroup, Any]] = []
+        self.kernels: list[tuple[Function, LoweredGroup]] = []
         self.kernel_by_hash: dict[int, list[int]] = {}
         self.value_of: dict[Expr, Any] = {}
         self.input_names: list[str] = []
@@ -165,17 +165,17 @@ class _ExecutorBuilder:
     def _kernel_for(self, func: Function) -> LoweredGroup:
         key = structural_hash(func)
         for index in self.kernel_by_hash.get(key, []):
-            known, group, _ = self.kernels[index]
+            known, group = self.kernels[index]
             if structural_equal(known, func):
                 return group
         name = _kernel_name(func, len(self.kernels))
         group = lower_primitive_function(func, name)
         self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
-        self.kernels.append((func, group, None))
+        self.kernels.append((func, group))
         return group
 
     def finish(self) -> Executor:
-        groups = [group for _, group, _ in self.kernels if group.prim_func is not None]
+        groups = [group for _, group in self.kernels if group.prim_func is not None]
         functions: dict[str, Any] = {}
         source = ""
         if groups:
@@ -186,7 +186,6 @@ class _ExecutorBuilder:
         for step in self.steps:
             module = functions.get(step.group.name)
             step.function = None if module is None else module._function
-            step.module = module  # type: ignore[attr-defined]
         keep = set(self.outputs)
         nbytes = {}
         for step in self.steps:
@@ -215,8 +214,6 @@ def _flatten(value: Any) -> list[int]:
 
 
 def _nbytes(ty: TensorType) -> int:
-    import numpy as np
-
     count = 1
     for dim in ty.shape:
         count *= int(dim)

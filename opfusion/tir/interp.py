@@ -28,6 +28,15 @@ _BINARY = {
 }
 
 
+def _max(a: float, b: float) -> float:
+    # NaN wins, as in NumPy and the generated C; Python's max keeps its first argument.
+    return a if a != a else b if b != b else max(a, b)
+
+
+def _min(a: float, b: float) -> float:
+    return a if a != a else b if b != b else min(a, b)
+
+
 def _fdiv(a: float, b: float) -> float:
     try:
         return a / b
@@ -111,9 +120,9 @@ class _Source:
         if isinstance(e, E.Div):
             return f"_fdiv({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, E.Min):
-            return f"min({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"_min({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, E.Max):
-            return f"max({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"_max({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, E.And):
             return f"({self.expr(e.a)} and {self.expr(e.b)})"
         if isinstance(e, E.Or):
@@ -213,8 +222,8 @@ def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
             )
         lists.append(arr.ravel().tolist())
     namespace: dict[str, Any] = {
-        "math": math, "_fdiv": _fdiv, "_intrin": _INTRINSICS, "_cast_int": _cast_int,
-        "_oob": _oob,
+        "math": math, "_fdiv": _fdiv, "_max": _max, "_min": _min, "_intrin": _INTRINSICS,
+        "_cast_int": _cast_int, "_oob": _oob,
     }
     exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
     namespace["kernel"](*lists)

@@ -216,8 +216,6 @@ def test_maximum_minimum_propagate_nan_compiled(kernel_cache):
     check_compute(opf.op.minimum, lhs, rhs, compiled=True)
 
 
-@pytest.mark.xfail(reason="the loop-IR interpreter runs Max/Min as Python max/min, which drop "
-                          "a NaN in the second operand (opfusion/tir/interp.py)", strict=False)
 def test_maximum_propagates_nan_interpreted():
     check_compute(opf.op.maximum, np.array([1.0], "float32"), np.array([np.nan], "float32"))
 
