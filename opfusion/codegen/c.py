@@ -30,6 +30,7 @@ from ..runtime.module import KernelParam
 from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type, sanitize_identifier
+from .c_regtile import RegisterTileEmitter, RegisterTilePlan, plan_register_tile
 from .c_vector import VectorEmitter, VectorPlan, plan_vector_loop
 
 #: C spelling of intrinsics whose name differs from the IR's (before the float suffix).
@@ -51,12 +52,15 @@ class CodegenOptions:
     which the kernel never reads back, use non-temporal (streaming) stores that bypass the
     cache; 0 disables them. ``omp_schedule``: the OpenMP schedule of parallel loops ("static"
     gives each thread the same iterations on every call, which keeps its caches warm;
-    "dynamic" or "guided" balance better on a machine busy with other work)."""
+    "dynamic" or "guided" balance better on a machine busy with other work).
+    ``register_tiles``: emit accumulation nests with named vector accumulators (see
+    :mod:`opfusion.codegen.c_regtile`); False leaves them to the C compiler."""
 
     stack_bytes: int = 64 * 1024
     vector_bytes: int = 32
     streaming_store_bytes: int = 8 * 1024 * 1024
     omp_schedule: str = "static"
+    register_tiles: bool = True
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class CEmitter:
         self._keep_alive: list[object] = []
         self._vector = VectorEmitter(self)
         self._plans: dict[int, VectorPlan] = {}
+        self._tiles: dict[int, RegisterTilePlan] = {}
         self._fence_loops: set[int] = set()
 
     # -- names ------------------------------------------------------------------------------
@@ -319,7 +324,8 @@ class CEmitter:
             if id(b) in written and id(b) not in read and self.options.streaming_store_bytes > 0
             and b.size * np.dtype(b.dtype).itemsize >= self.options.streaming_store_bytes
         }
-        self._plans, fence_loops, fence_at_end = _plan_loops(func.body, self, stream_buffers)
+        self._plans, self._tiles, fence_loops, fence_at_end = _plan_loops(
+            func.body, self, stream_buffers)
         self._fence_loops = fence_loops
         self.status_name = self.names.reserve("opf_status")
         self._emit_body(func.body, fence_at_end)
@@ -392,6 +398,10 @@ class CEmitter:
         return self.expr(loop.min), self.expr(E.add(loop.min, loop.extent))
 
     def _emit_for(self, loop: S.For, indent: int, stack: list) -> None:
+        tile = self._tiles.get(id(loop))
+        if tile is not None:
+            RegisterTileEmitter(self, tile).emit(indent)
+            return
         plan = self._plans.get(id(loop))
         if plan is not None:
             self._vector.emit(loop, plan, indent)
@@ -484,20 +494,28 @@ def _read_buffers(body: S.Stmt) -> set[int]:
     return found
 
 
-def _plan_loops(body: S.Stmt, emitter: CEmitter,
-                stream_buffers: set[int]) -> tuple[dict[int, VectorPlan], set[int], bool]:
-    """Decide how each vectorized loop is emitted, and where streaming stores need a fence.
+def _plan_loops(body: S.Stmt, emitter: CEmitter, stream_buffers: set[int],
+                ) -> tuple[dict[int, VectorPlan], dict[int, RegisterTilePlan], set[int], bool]:
+    """Decide how each vectorized loop is emitted, which nests become register tiles, and
+    where streaming stores need a fence.
 
-    Returns the plans by loop id, the ids of the PARALLEL loops whose body must end with a
-    store fence, and whether the function must end with one (streaming stores outside any
-    parallel loop)."""
+    Returns the vector plans and the register-tile plans by loop id, the ids of the PARALLEL
+    loops whose body must end with a store fence, and whether the function must end with one
+    (streaming stores outside any parallel loop)."""
     plans: dict[int, VectorPlan] = {}
+    tiles: dict[int, RegisterTilePlan] = {}
     fence_loops: set[int] = set()
     fence_at_end = False
     # (statement, innermost enclosing PARALLEL loop or None)
     stack: list[tuple[S.Stmt, S.For | None]] = [(body, None)]
     while stack:
         stmt, parallel = stack.pop()
+        if (emitter.options.register_tiles and isinstance(stmt, S.For)
+                and stmt.kind in (S.ForKind.SERIAL, S.ForKind.UNROLLED)):
+            tile = plan_register_tile(stmt, emitter.options.vector_bytes, stream_buffers)
+            if tile is not None:
+                tiles[id(stmt)] = tile
+                continue
         if isinstance(stmt, S.For) and stmt.kind is S.ForKind.VECTORIZED:
             plan = plan_vector_loop(stmt, emitter.options.vector_bytes, stream_buffers)
             if plan is not None:
@@ -518,7 +536,7 @@ def _plan_loops(body: S.Stmt, emitter: CEmitter,
             stack.append((stmt.then_case, parallel))
         elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
             stack.append((stmt.body, parallel))
-    return plans, fence_loops, fence_at_end
+    return plans, tiles, fence_loops, fence_at_end
 
 
 @dataclass(frozen=True)

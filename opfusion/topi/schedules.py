@@ -130,10 +130,15 @@ def _arrange_rest(s: te.Schedule) -> None:
 # convolution
 
 
-#: Bytes of accumulator one convolution task keeps (in L1/L2) across its input-channel passes.
-CONV_TASK_BYTES = 16 * 1024
-#: Bytes of padded input rows one input-channel pass reads (they stay in L1).
-CONV_PASS_BYTES = 16 * 1024
+#: Bytes of accumulator one convolution task keeps (in L2) across its input-channel passes.
+CONV_TASK_BYTES = 64 * 1024
+#: Bytes of padded input rows one input-channel pass reads (they stay in L2 while every
+#: channel block of the task reads them).
+CONV_PASS_BYTES = 128 * 1024
+#: Output channels one convolution task computes at most (its weights stay in cache).
+CONV_TASK_CHANNELS = 32
+#: Input channels one pass covers at most.
+CONV_PASS_CHANNELS = 64
 
 
 @register_schedule("nn.conv2d", "nn.conv2d_transpose")
@@ -143,40 +148,54 @@ def schedule_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> Non
     if acc is None:  # not our compute: leave it to the default
         _arrange_rest(s)
         return
-    _, channels, height, blocks, lanes = (int(d) for d in acc.shape)
+    batch, channels, height, blocks, lanes = (int(d) for d in acc.shape)
     per_group, kh, kw = (int(r.dom.extent) for r in acc.op.reduce_axis)
-    # 8 vector accumulators, 8 channels x 1 vector of columns (measured: 4 x 2 is 1.5-2x
-    # slower, GCC no longer keeps them in registers); two vectors when fewer than 4 channels
-    # divide the channel count. The task's rows: its accumulator fits CONV_TASK_BYTES and
-    # there are MIN_TASKS tasks or more. The pass: its rows of input fit CONV_PASS_BYTES.
-    channel_block = _divisor(channels, 8)
-    col_blocks = 2 if channel_block < 4 and blocks % 2 == 0 else 1
+    # The register tile (measured on AVX2): 4 channels x 2 vectors of columns when the row
+    # has an even number of vectors, else 8 channels x 1 vector: 8 accumulators either way,
+    # the 4 x 2 tile loading fewer operands per multiply-add. Fewer than 4 channels: 2 vectors.
+    if blocks % 2 == 0 and channels % 4 == 0:
+        channel_block, col_blocks = 4, 2
+    else:
+        channel_block = _divisor(channels, 8)
+        col_blocks = 2 if channel_block < 4 and blocks % 2 == 0 else 1
+    # A task: up to CONV_TASK_CHANNELS channels x the rows whose accumulator fits
+    # CONV_TASK_BYTES, leaving MIN_TASKS tasks or more when the shape has them.
+    task_channels = channel_block * _divisor(channels // channel_block,
+                                             max(1, CONV_TASK_CHANNELS // channel_block))
     width = blocks * lanes
     item = _itemsize(acc)
-    row_limit = CONV_TASK_BYTES // (channel_block * width * item)
-    channel_tasks = int(acc.shape[0]) * channels // channel_block
+    row_limit = CONV_TASK_BYTES // (task_channels * width * item)
+    channel_tasks = batch * channels // task_channels
     row_limit = min(row_limit, height * channel_tasks // MIN_TASKS)
     row_block = _divisor(height, max(1, row_limit))
-    channel_pass = _divisor(per_group, max(1, CONV_PASS_BYTES // (kh * (width + kw) * item)))
-    conv2d_tiles(s, anchor, output, channel_block, row_block, col_blocks, channel_pass)
+    # A pass: up to CONV_PASS_CHANNELS input channels whose rows fit CONV_PASS_BYTES.
+    rows_read = (row_block - 1) + kh
+    pass_limit = CONV_PASS_BYTES // (rows_read * (width + kw) * item)
+    channel_pass = _divisor(per_group, max(1, min(CONV_PASS_CHANNELS, pass_limit)))
+    conv2d_tiles(s, anchor, output, channel_block, row_block, col_blocks, channel_pass,
+                 task_channels)
 
 
 def conv2d_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_block: int,
-                 row_block: int, col_blocks: int, channel_pass: int) -> None:
+                 row_block: int, col_blocks: int, channel_pass: int,
+                 task_channels: int | None = None) -> None:
     """The convolution schedule with explicit sizes. Each parallel task computes
-    ``channel_block`` output channels x ``row_block`` rows into a local accumulator, in passes
-    over ``channel_pass`` input channels (whose rows and weights stay in L1); within a pass,
-    tiles of ``channel_block`` channels x ``col_blocks`` vectors of columns accumulate in
-    registers, the input channels and kernel taps of the pass outside them. The epilogue then
-    reads the accumulator, vector by vector."""
+    ``task_channels`` output channels (a multiple of ``channel_block``; default
+    ``channel_block``) x ``row_block`` rows into a local accumulator, in passes over
+    ``channel_pass`` input channels (whose rows stay in cache while every channel block of the
+    task reads them); within a pass, register tiles of ``channel_block`` channels x
+    ``col_blocks`` vectors of columns accumulate over the pass's input channels and kernel
+    taps (see :mod:`opfusion.codegen.c_regtile`). The epilogue then reads the accumulator,
+    vector by vector."""
     acc = _producer(anchor, CONV_ACC)
     assert acc is not None
     pad = _producer(acc, CONV_PAD)
     owner = _owner(s, anchor, output)
     lanes = int(acc.shape[4])
+    task_channels = task_channels or channel_block
     stage = s[owner]
     n, o, y, x = stage.op.axis
-    oo, oi = stage.split(o, factor=channel_block)
+    oo, oi = stage.split(o, factor=task_channels)
     yo, yi = stage.split(y, factor=row_block)
     # Columns split by the accumulator's lanes: its block index (x // lanes) and lane
     # (x % lanes) become the two loops, and the accumulator's region is whole blocks.
@@ -190,9 +209,10 @@ def conv2d_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_b
     an, ao, ay, ab, ax = acc_stage.op.axis
     rc, ry, rx = acc_stage.op.reduce_axis
     rco, rci = acc_stage.split(rc, factor=channel_pass)
+    aoo, aoi = acc_stage.split(ao, factor=channel_block)
     abo, abi = acc_stage.split(ab, factor=col_blocks)
-    acc_stage.reorder(an, rco, ay, abo, rci, ry, rx, ao, abi, ax)
-    acc_stage.unroll(ao)
+    acc_stage.reorder(an, rco, aoo, ay, abo, rci, ry, rx, aoi, abi, ax)
+    acc_stage.unroll(aoi)
     acc_stage.unroll(abi)
     acc_stage.vectorize(ax)
 

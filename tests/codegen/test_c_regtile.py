@@ -1,0 +1,162 @@
+"""Register tiles: accumulation nests emitted with named vector accumulators must compute
+exactly what the loop nest computes, and nests that do not qualify must keep the plain form."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import te
+from opfusion.codegen.c import CodegenOptions, codegen_c
+from opfusion.codegen.c_regtile import plan_register_tile
+from opfusion.runtime.compiler import have_c_compiler
+from opfusion.tir import stmt as S
+
+pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
+
+rng = np.random.default_rng(11)
+
+
+def tiled_matmul(m: int, n: int, k: int, rows: int, cols: int, depth_unroll: int = 1):
+    """C = A @ B with C's (rows x cols) tiles accumulated in a local buffer: the depth loop
+    outside, ``rows`` unrolled, ``cols`` vectorized."""
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], rows, cols)
+    s[C].vectorize(ji)
+    s[CC].compute_at(s[C], jo)
+    ic, jc = s[CC].op.axis
+    (rc,) = s[CC].op.reduce_axis
+    if depth_unroll > 1:
+        ro, ri = s[CC].split(rc, factor=depth_unroll)
+        s[CC].reorder(ro, ri, ic, jc)
+        s[CC].unroll(ri)
+    else:
+        s[CC].reorder(rc, ic, jc)
+    s[CC].unroll(ic)
+    s[CC].vectorize(jc)
+    return s, [A, B, C]
+
+
+PLAIN = CodegenOptions(register_tiles=False)
+
+
+def run_matmul(s, args, options: CodegenOptions | None = None):
+    """(source, a, b, c) of the kernel run on random inputs (the same inputs on every call)."""
+    m, k = args[0].shape
+    n = args[1].shape[1]
+    inputs = np.random.default_rng(m * 1000 + n + k)
+    a = inputs.standard_normal((m, k)).astype("float32")
+    b = inputs.standard_normal((k, n)).astype("float32")
+    c = np.empty((m, n), "float32")
+    kernel = opf.build(s, args, name="matmul", options=options)
+    kernel(a, b, c)
+    return kernel.get_source(), a, b, c
+
+
+def plain_result(make) -> np.ndarray:
+    """The same nest emitted as loops (the C compiler contracts ``acc + a*b`` into a fused
+    multiply-add in both forms, so NumPy's two roundings are not the reference)."""
+    source, _, _, c = run_matmul(*make(), options=PLAIN)
+    assert "opf_float32x8 acc" not in source
+    return c
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 16), (6, 8), (1, 24), (3, 32)])
+def test_register_tile_is_bit_identical_to_the_loop_nest(rows, cols):
+    source, a, b, c = run_matmul(*tiled_matmul(12, 96, 37, rows, cols))
+    assert "OPF_PIN" in source or rows == 1  # one row: no operand is used twice
+    assert "opf_float32x8 acc" in source
+    np.testing.assert_array_equal(c, plain_result(lambda: tiled_matmul(12, 96, 37, rows, cols)))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5 * np.abs(a @ b).max())
+
+
+def test_unrolled_reduction_loop_stays_outside_the_tile():
+    source, _, _, c = run_matmul(*tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4))
+    assert "opf_float32x8 acc" in source and "#pragma GCC unroll 4" in source
+    np.testing.assert_array_equal(
+        c, plain_result(lambda: tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4)))
+
+
+def test_each_distinct_operand_is_loaded_once_per_iteration():
+    s, args = tiled_matmul(8, 32, 16, 4, 16)
+    source = opf.build(s, args, name="matmul").get_source()
+    body = source.split("for (int32_t r")[1].split("opf_store")[0]
+    # 2 vectors of B (each used by 4 rows) and 4 scalars of A, for 8 accumulators
+    assert body.count("opf_load_float32x8(") == 2
+    assert body.count("OPF_PIN(") == 2
+    assert body.count(" = A[") == 4
+    assert body.count("acc") >= 8
+
+
+def tile_plans(s, args):
+    func = opf.lower(s, args, name="k")
+    found = []
+    stack = [func.body]
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, S.For):
+            plan = plan_register_tile(stmt, 32, set())
+            if plan is not None:
+                found.append(plan)
+                continue
+        if isinstance(stmt, S.SeqStmt):
+            stack.extend(stmt.stmts)
+        elif isinstance(stmt, S.IfThenElse):
+            stack.extend(x for x in (stmt.then_case, stmt.else_case) if x is not None)
+        elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
+            stack.append(stmt.body)
+    return found
+
+
+def test_plan_names_reduction_and_tile_loops():
+    (plan,) = tile_plans(*tiled_matmul(8, 32, 16, 4, 16))
+    assert [loop.loop_var.name for loop in plan.reduce_loops] == ["r"]
+    assert len(plan.tile_loops) == 1 and plan.tile_loops[0].extent.value == 4
+    assert plan.vector.lanes == 8
+
+
+def test_non_dividing_tile_keeps_the_plain_loop_nest():
+    # 10 rows in tiles of 4: the last tile's row loop has a variable extent.
+    s, args = tiled_matmul(10, 32, 16, 4, 16)
+    source, a, b, c = run_matmul(s, args)
+    assert "OPF_PIN" not in source
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5 * np.abs(a @ b).max())
+
+
+def test_unrolled_loop_the_index_ignores_is_not_a_tile():
+    # Column sums with the row loop unrolled inside: every unrolled iteration adds into the
+    # same vector, so it cannot have a register of its own.
+    n, m = 32, 24
+    A = te.placeholder((m, n), name="A")
+    r = te.reduce_axis((0, m), name="r")
+    C = te.compute((n,), lambda j: te.sum(A[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    jo, ji = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(ji)
+    s[CC].compute_at(s[C], jo)
+    (jc,) = s[CC].op.axis
+    (rc,) = s[CC].op.reduce_axis
+    ro, ri = s[CC].split(rc, factor=4)
+    s[CC].reorder(ro, ri, jc)
+    s[CC].unroll(ri)
+    s[CC].vectorize(jc)
+    plans = tile_plans(s, [A, C])
+    assert all(len(p.tile_loops) == 0 for p in plans)  # ri is a reduction loop here
+    a = rng.standard_normal((m, n)).astype("float32")
+    c = np.empty(n, "float32")
+    opf.build(s, [A, C], name="colsum")(a, c)
+    want = np.zeros(n, np.float32)
+    for row in a:  # additions only: no contraction, so NumPy's order is the reference
+        want = want + row
+    np.testing.assert_array_equal(c, want)
+
+
+def test_register_tile_source_is_deterministic():
+    first = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k")).code
+    second = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k")).code
+    assert first == second
