@@ -4,7 +4,8 @@
 
 For each light model (the random-weight copies of opfusion.testing.light_model; batch 1,
 standard-normal input) it prints the median latency of each engine measured in this one
-process, the cold compile time (empty kernel cache) and the cached one, and the executor's
+process (fused and unfused run in turn, call by call, so that a drifting machine slows both
+alike), the cold compile time (empty kernel cache) and the cached one, and the executor's
 planned memory against the sum of all intermediate tensors. Both cores are used by every
 engine. The last line is
 
@@ -41,6 +42,23 @@ def median_seconds(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_medians(fns: list[Callable[[], Any]], repeat: int,
+                        warmup: int = 2) -> list[float]:
+    """Median seconds of each of ``fns``, run in turn (one call of each per round), so that a
+    machine whose speed drifts during the run (other jobs, clock changes) slows them alike
+    and their ratio stays fair."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def ort_session(path: str) -> Any | None:
@@ -93,8 +111,11 @@ def main() -> None:
         (input_name,) = fused.input_names
         shape = next(v.type.shape for v in fused.values if v.input_index == 0)
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        t_fused = median_seconds(partial(fused.run, {input_name: x}), args.repeat)
-        t_unfused = median_seconds(partial(unfused.run, {input_name: x}), args.repeat)
+        # Fused and unfused in turn (both use OpenMP threads that sleep when idle); ONNX
+        # Runtime after them, in a block of its own: its threads spin between runs.
+        t_fused, t_unfused = interleaved_medians(
+            [partial(fused.run, {input_name: x}), partial(unfused.run, {input_name: x})],
+            args.repeat)
         session = None if args.no_ort else ort_session(path)
         t_ort = math.nan
         if session is not None:

@@ -14,11 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import te
+from .nn import width_blocks
 from .registry import register_compute
 
 POOL = "pool"
 POOL_SUM = "pool_sum"
 POOL_AVG = "pool_avg"
+POOL_PAD = "pool_pad"
+POOL_ACC = "pool_acc"
 
 
 def _tap_guard(pos: Any, positions: Sequence[int], size: int) -> list[Any]:
@@ -37,25 +40,57 @@ def _positions(out: int, kernel: int, stride: int, dilation: int, before: int) -
 
 
 def _window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name: str,
-            reducer: Any, tag: str) -> te.Tensor:
-    """``reducer`` over each window of ``data``; taps outside the input read ``empty``."""
-    _, _, height, width = data.shape
+            reducer: Any, tag: str) -> tuple[te.Tensor, Any]:
+    """``reducer`` over each window of ``data``; taps outside the input read ``empty``.
+
+    Returns the reduction and a function ``at(n, c, y, x)`` reading its result. When a window
+    can cross the input's edge, or the columns are strided, the taps read a padded copy
+    (``pool_pad``, filled with ``empty``) stored in column phases: ``pad[n, c, y, r, x]`` holds
+    padded column ``x*sw + r``, so the taps of consecutive outputs are consecutive and the
+    window loops carry no guard. A row that is not a whole number of vectors is then reduced
+    in blocks of vectors, ``acc[n, c, y, x // lanes, x % lanes]``, its extra columns reading
+    padding: the columns vectorize whatever the width (as in :func:`.nn.width_blocks`)."""
+    batch, channels, height, width = data.shape
     (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     top, left = attrs.padding[0], attrs.padding[1]
+    out_h, out_w = out_hw
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    rows = _positions(out_hw[0], kh, sh, dh, top)
-    cols = _positions(out_hw[1], kw, sw, dw, left)
+    rows = _positions(out_h, kh, sh, dh, top)
+    cols = _positions(out_w, kw, sw, dw, left)
+    guarded = bool(_tap_guard(0, rows, height) + _tap_guard(0, cols, width))
+    blocks, lanes = width_blocks(out_w)
+    shape = (batch, channels, out_h, out_w)
+    if not guarded and sw == 1 and out_w % lanes == 0:
+        result = te.compute(
+            shape, lambda n, c, y, x: reducer(
+                data[n, c, y * sh + ry * dh - top, x + rx * dw - left], axis=[ry, rx]),
+            name=name, tag=tag)
+        return result, lambda n, c, y, x: result[n, c, y, x]
+    pad_rows = (out_h - 1) * sh + (kh - 1) * dh + 1
+    phase_w = blocks * lanes + (kw - 1) * dw // sw
 
-    def tap(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
-        h, w = y * sh + ry * dh - top, x * sw + rx * dw - left
-        inside = _tap_guard(h, rows, height) + _tap_guard(w, cols, width)
+    def padded(n: Any, c: Any, y: Any, r: Any, x: Any) -> te.PrimExpr:
+        h, w = y - top, x * sw + r - left
+        inside = (_tap_guard(h, [-top, pad_rows - 1 - top], height)
+                  + _tap_guard(w, [-left, phase_w * sw - 1 - left], width))
         value = data[n, c, h, w]
         return te.if_then_else(te.all(*inside), value, empty) if inside else value
 
-    shape = (*data.shape[:2], *out_hw)
-    return te.compute(shape, lambda n, c, y, x: reducer(tap(n, c, y, x), axis=[ry, rx]),
-                      name=name, tag=tag)
+    pad = te.compute((batch, channels, pad_rows, sw, phase_w), padded, name=f"{name}_pad",
+                     tag=POOL_PAD)
+
+    def tap(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
+        return pad[n, c, y * sh + ry * dh, rx * dw % sw, x + rx * dw // sw]
+
+    if blocks * lanes == out_w:
+        result = te.compute(shape, lambda n, c, y, x: reducer(tap(n, c, y, x), axis=[ry, rx]),
+                            name=name, tag=tag)
+        return result, lambda n, c, y, x: result[n, c, y, x]
+    acc = te.compute((batch, channels, out_h, blocks, lanes),
+                     lambda n, c, y, b, x: reducer(tap(n, c, y, b * lanes + x), axis=[ry, rx]),
+                     name=f"{name}_acc", tag=POOL_ACC if tag == POOL else tag)
+    return acc, lambda n, c, y, x: acc[n, c, y, x // lanes, x % lanes]
 
 
 def lowest(dtype: str) -> te.PrimExpr:
@@ -69,8 +104,11 @@ def lowest(dtype: str) -> te.PrimExpr:
 def max_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """Maximum over each (dilated) window; padding counts as -inf."""
     (data,) = inputs
-    return _window(data, attrs, out_type.shape[2:], lowest(data.dtype), "max_pool2d", te.max,
-                   POOL)
+    result, at = _window(data, attrs, out_type.shape[2:], lowest(data.dtype), "max_pool2d",
+                         te.max, POOL)
+    if tuple(result.shape) == tuple(out_type.shape):
+        return result
+    return te.compute(out_type.shape, at, name="max_pool2d", tag=POOL)
 
 
 def _tap_counts(size: int, out: int, kernel: int, stride: int, dilation: int, before: int,
@@ -102,8 +140,8 @@ def avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     (data,) = inputs
     dtype = data.dtype
     out_h, out_w = out_type.shape[2:]
-    sums = _window(data, attrs, (out_h, out_w), te.const(0, dtype), "avg_pool2d_sum", te.sum,
-                   POOL_SUM)
+    _, sums = _window(data, attrs, (out_h, out_w), te.const(0, dtype), "avg_pool2d_sum", te.sum,
+                      POOL_SUM)
     _, _, height, width = data.shape
     (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     top, left, bottom, right = attrs.padding
@@ -114,8 +152,8 @@ def avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         count_w = _count_expr(x, width, out_w, kw, sw, dw, left, right, include)
         count = count_h * count_w
         if isinstance(count, int):
-            return sums[n, c, y, x] * (1.0 / count)
-        return sums[n, c, y, x] / te.cast(count, dtype)
+            return sums(n, c, y, x) * (1.0 / count)
+        return sums(n, c, y, x) / te.cast(count, dtype)
 
     return te.compute(out_type.shape, mean, name="avg_pool2d", tag=POOL_AVG)
 
@@ -145,4 +183,4 @@ def global_avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor
                       name="global_avg_pool2d", tag=POOL_AVG)
 
 
-__all__ = ["POOL", "POOL_AVG", "POOL_SUM", "lowest"]
+__all__ = ["POOL", "POOL_ACC", "POOL_AVG", "POOL_PAD", "POOL_SUM", "lowest"]

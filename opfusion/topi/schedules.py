@@ -8,16 +8,19 @@ is a reduction), else the anchor itself. The accumulating stage is computed at t
 tile, so an intermediate result never goes to memory: each tile is accumulated in registers
 or in a small per-task temporary, and passed through the epilogue from there.
 
-- convolution: a parallel task owns 8 output channels x a block of rows, accumulated in a
-  temporary in passes over the input channels; within a pass, 8 channels x one vector of
-  columns accumulate in registers, the pass's input channels and kernel taps outside them;
-  the padded input is built first, in parallel;
+- convolution: a parallel task owns up to 32 output channels x a block of rows, accumulated
+  in a temporary in passes over the input channels; within a pass, register tiles of 4
+  channels x 2 vectors of columns (8 x 1 on rows of an odd number of vectors) accumulate
+  over the pass's input channels and kernel taps; the padded input is built first, in
+  parallel;
 - matrix products, dot form: mb x nb tiles of lane-interleaved partial sums (mb*nb vectors)
   over the whole depth, then the lanes summed; plain form: mb rows x nb columns of the result
   in vectors (outer products), the right operand read from column panels when it was packed.
   Column tiles go in blocks that keep their part of the right operand in L2 while every row
   tile passes;
-- pooling: one output row per parallel iteration, its window reductions computed at it;
+- pooling: one output row per parallel iteration, its window reduction computed at it with
+  the window loops outside the vectorized columns (reading a padded, column-phased copy of
+  the input when windows cross the edge or stride the columns);
 - row operators: the normalized axis innermost, the rows in parallel, the row sums computed
   at each row (the row maximum or mean, and softmax's exponentials, each read by two stages,
   are computed first, in parallel).
@@ -33,7 +36,7 @@ from typing import Any
 from .. import te
 from .nn import CONV_ACC, CONV_PAD, LANES, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
 from .nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
-from .nn_pool import POOL_SUM
+from .nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
 from .registry import register_schedule
 
 #: Loops with fewer iterations in all stay serial: starting threads costs more.
@@ -383,15 +386,37 @@ def _itemsize(tensor: te.Tensor) -> int:
 @register_schedule("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d",
                    "nn.global_avg_pool2d")
 def schedule_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> None:
-    """One output row (n, c, y) per parallel iteration, its window reductions computed at it."""
-    sums = _producer(anchor, POOL_SUM)
+    """One output row (n, c, y) per parallel iteration, its window reduction computed at it,
+    the window loops outside the columns and the columns vectorized (a register tile per
+    vector: see :mod:`opfusion.codegen.c_regtile`). A padded copy of the input is built
+    first, in parallel."""
     owner = _owner(s, anchor, output)
     stage = s[owner]
-    n, c, y, _ = stage.op.axis
+    n, c, y, x = stage.op.axis
     row = _parallel_outer(stage, [n, c, y], _size(owner) * 4)
-    for reduced in (sums, anchor if owner is not anchor and _is_reduction(anchor) else None):
-        if reduced is not None:
-            s[reduced].compute_at(stage, row)
+    if int(x.dom.extent) % LANES == 0:
+        xo, xi = stage.split(x, factor=LANES)
+        stage.vectorize(xi)
+        if _is_reduction(owner):
+            stage.reorder(xo, *owner.op.reduce_axis, xi)
+    for reduced in (_producer(anchor, POOL_SUM), _producer(anchor, POOL_ACC), anchor):
+        if reduced is None or reduced is owner or not _is_reduction(reduced):
+            continue
+        red = s[reduced]
+        red.compute_at(stage, row)
+        axes = list(red.op.axis)
+        if len(axes) == 5:  # blocks of vectors (see nn_pool._window)
+            red.reorder(*axes[:4], *red.op.reduce_axis, axes[4])
+            red.vectorize(axes[4])
+        elif int(reduced.shape[3]) % LANES == 0:
+            xo, xi = red.split(axes[3], factor=LANES)
+            red.reorder(*axes[:3], xo, *red.op.reduce_axis, xi)
+            red.vectorize(xi)
+    pad = _producer(anchor, POOL_PAD)
+    if pad is not None:
+        pad_stage = s[pad]
+        pad_stage.compute_root()
+        _parallel_outer(pad_stage, list(pad.op.axis)[:3], _size(pad))
     _arrange_rest(s)
 
 
