@@ -105,18 +105,26 @@ def _self_load(store: S.BufferStore) -> E.BufferLoad | None:
     return load
 
 
-def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
-                      points: list[dict[E.Var, int]], lanes: int) -> bool:
-    """Whether every tile point stores to its own ``lanes`` elements: ``offset`` linear in the
-    tile variables (coefficients known), and the points' offsets at least ``lanes`` apart."""
-    lin = linear_form(offset)
-    ids = {id(v): v for v in tile_vars}
+def _tile_coefficients(offset: E.PrimExpr, tile_vars: list[E.Var]) -> dict[int, int] | None:
+    """The coefficient of each tile variable (by id) in ``offset``, or None when a tile
+    variable appears inside a non-linear term."""
+    ids = {id(v) for v in tile_vars}
     coefs: dict[int, int] = {}
-    for coef, atom in lin.terms.values():
+    for coef, atom in linear_form(offset).terms.values():
         if isinstance(atom, E.Var) and id(atom) in ids:
             coefs[id(atom)] = coefs.get(id(atom), 0) + coef
         elif _uses(atom, tile_vars):
-            return False  # a tile variable inside a non-linear term
+            return None
+    return coefs
+
+
+def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
+                      points: list[dict[E.Var, int]], lanes: int) -> bool:
+    """Whether every tile point stores to its own ``lanes`` elements: ``offset`` linear in the
+    tile variables, and the points' offsets at least ``lanes`` apart."""
+    coefs = _tile_coefficients(offset, tile_vars)
+    if coefs is None:
+        return False
     starts = sorted(sum(coefs.get(id(v), 0) * value for v, value in point.items())
                     for point in points)
     return all(b - a >= lanes for a, b in zip(starts, starts[1:]))
@@ -183,6 +191,8 @@ class RegisterTileEmitter:
         self.plan = plan
         self.lanes = plan.vector.lanes
         self.dtype = plan.store.buffer.dtype
+        #: per accessed (buffer, indices): the offset, its tile coefficients, its base text
+        self._linear: dict[tuple[int, ...], tuple[E.PrimExpr, dict[int, int] | None, str]] = {}
 
     def _at(self, expr: E.PrimExpr, point: dict[E.Var, int]) -> E.PrimExpr:
         vector_loop = self.plan.vector_loop
@@ -194,10 +204,26 @@ class RegisterTileEmitter:
                 mapping[var] = E.IntImm(value, var.dtype)
         return simplify(E.substitute(expr, mapping))
 
+    def _offset(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
+                point: dict[E.Var, int]) -> str:
+        """C text of the flat offset of ``buffer[indices]`` at a tile point: the offset at the
+        tile's first point plus a constant, when it is linear in the tile's variables."""
+        key = (id(buffer), *(id(i) for i in indices))
+        entry = self._linear.get(key)
+        if entry is None:
+            offset = self.c.offset(buffer, indices)
+            coefs = _tile_coefficients(offset, list(point))
+            base = self.c.expr(self._at(offset, dict.fromkeys(point, 0)))
+            entry = self._linear[key] = (offset, coefs, base)
+        offset, coefs, base = entry
+        if coefs is None:
+            return self.c.expr(self._at(offset, point))
+        delta = sum(coefs.get(id(v), 0) * value for v, value in point.items())
+        return base if delta == 0 else f"({base} + {delta})"
+
     def _address(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
                  point: dict[E.Var, int]) -> str:
-        offset = self._at(self.c.offset(buffer, indices), point)
-        return f"&{self.c.buffer_name(buffer)}[{self.c.expr(offset)}]"
+        return f"&{self.c.buffer_name(buffer)}[{self._offset(buffer, indices, point)}]"
 
     def emit(self, indent: int) -> None:
         c, plan = self.c, self.plan
@@ -249,14 +275,15 @@ class RegisterTileEmitter:
         # (text of the load at a point) -> temporary; and each point's replacements
         temp_of: dict[str, E.Var] = {}
         uses: dict[str, int] = {}
-        texts: dict[str, tuple[E.PrimExpr, bool]] = {}
+        texts: dict[str, tuple[str, bool]] = {}
         per_point: list[list[str]] = []
         for point in points:
             keys = []
             for node in operands:
-                at = self._at(node, point)
                 is_vector = analysis.kinds[id(node)] != _SCALAR
-                key = ("v" if is_vector else "s") + c.expr(at)
+                offset = self._offset(node.buffer, node.indices, point)
+                at = f"{c.buffer_name(node.buffer)}[{offset}]"
+                key = ("v" if is_vector else "s") + at
                 keys.append(key)
                 uses[key] = uses.get(key, 0) + 1
                 texts.setdefault(key, (at, is_vector))
@@ -275,9 +302,7 @@ class RegisterTileEmitter:
                     temp_of[key] = temp
                     bound.append(temp)
                     if is_vector:
-                        value = (f"{vector.helper('load', node.dtype, self.lanes)}"
-                                 f"(&{c.buffer_name(at.buffer)}"
-                                 f"[{c.expr(c.offset(at.buffer, at.indices))}])")
+                        value = f"{vector.helper('load', node.dtype, self.lanes)}(&{at})"
                         name = c.bind_var(temp)
                         vector_vars.add(id(temp))
                         qualifier = "" if uses[key] > 1 else "const "
@@ -286,7 +311,7 @@ class RegisterTileEmitter:
                         if uses[key] > 1:
                             c.line(indent, f"OPF_PIN({name});")
                     else:
-                        value = c.expr(at)
+                        value = at
                         name = c.bind_var(temp)
                         c.line(indent, f"const {c_type(node.dtype)} {name} = {value};")
                 mapping[id(node)] = temp_of[key]
