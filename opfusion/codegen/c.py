@@ -406,9 +406,18 @@ class CEmitter:
         if plan is not None:
             self._vector.emit(loop, plan, indent)
             return
+        self.open_loop(loop, indent)
+        stack.append(lambda: self.line(indent, "}"))
+        stack.append(lambda: self.unbind_var(loop.loop_var))
+        if id(loop) in self._fence_loops:
+            stack.append(lambda: self._fence(indent + 1))
+        stack.append((loop.body, indent + 1))
+
+    def open_loop(self, loop: S.For, indent: int) -> None:
+        """Emit the loop's pragma and ``for (...) {`` line and bind its variable; the caller
+        emits the body, the closing brace, and unbinds the variable."""
         start, end = self.loop_bounds(loop)
-        non_negative = self.non_negative(loop.min)
-        var = self.bind_var(loop.loop_var, non_negative)
+        var = self.bind_var(loop.loop_var, self.non_negative(loop.min))
         kind = loop.kind
         if kind is S.ForKind.PARALLEL:
             self.line(indent, f"#pragma omp parallel for schedule({self.options.omp_schedule})")
@@ -422,11 +431,6 @@ class CEmitter:
             self.line(indent, f"#pragma GCC unroll {max(1, min(extent, 65534))}")
         ctype = c_type(loop.loop_var.dtype)
         self.line(indent, f"for ({ctype} {var} = {start}; {var} < {end}; ++{var}) {{")
-        stack.append(lambda: self.line(indent, "}"))
-        stack.append(lambda: self.unbind_var(loop.loop_var))
-        if id(loop) in self._fence_loops:
-            stack.append(lambda: self._fence(indent + 1))
-        stack.append((loop.body, indent + 1))
 
     def _emit_allocate(self, alloc: S.Allocate, indent: int, stack: list) -> None:
         buffer = alloc.buffer

@@ -35,7 +35,14 @@ from ..tir import expr as E
 from ..tir import stmt as S
 from ..tir.simplify import linear_form, simplify
 from .c_names import c_type
-from .c_vector import _SCALAR, VectorPlan, _Analysis, _value_nodes, plan_vector_loop
+from .c_vector import (
+    _SCALAR,
+    VectorPlan,
+    _Analysis,
+    _flatten,
+    _value_nodes,
+    plan_vector_loop,
+)
 
 if TYPE_CHECKING:
     from .c import CEmitter
@@ -136,16 +143,13 @@ def plan_register_tile(loop: S.For, vector_bytes: int,
     chain = _chain(loop)
     if len(chain) < 2:
         return None
+    # The cheap structural checks first: every loop of a nest down to a vectorized one is
+    # offered here, outermost first, and only the first qualifying one is planned.
     vector_loop = chain[-1]
-    vector = plan_vector_loop(vector_loop, vector_bytes, stream_buffers)
-    if vector is None or vector.streams or len(vector.body) != 1:
+    body = _flatten(vector_loop.body)
+    if body is None or len(body) != 1 or not isinstance(body[0], S.BufferStore):
         return None
-    store = vector.body[0]
-    if not isinstance(store, S.BufferStore):
-        return None
-    self_load = _self_load(store)
-    if self_load is None:
-        return None
+    store = body[0]
     offset = store.buffer.offset_of(store.indices)
     # The tile: the unrolled constant loops just above the vector loop whose variables the
     # stored index uses; every loop above them is a reduction loop and must not be used.
@@ -162,6 +166,12 @@ def plan_register_tile(loop: S.For, vector_bytes: int,
     # The lanes' variable may appear only inside load indices (a ramp value would be lost).
     if any(n is vector_loop.loop_var or isinstance(n, E.Let)
            for n in _value_nodes(store.value)):
+        return None
+    self_load = _self_load(store)
+    if self_load is None:
+        return None
+    vector = plan_vector_loop(vector_loop, vector_bytes, stream_buffers)
+    if vector is None or vector.streams:
         return None
     points = _tile_points(tile_loops, vector_loop, vector.lanes)
     if len(points) > MAX_TILE_VECTORS:
@@ -241,12 +251,7 @@ class RegisterTileEmitter:
             address = self._address(plan.store.buffer, plan.store.indices, point)
             c.line(indent, f"{vt} {c.bind_var(register)} = {load}({address});")
         for loop in plan.reduce_loops:
-            start, end = c.loop_bounds(loop)
-            var = c.bind_var(loop.loop_var, c.non_negative(loop.min))
-            if loop.kind is S.ForKind.UNROLLED:
-                c.line(indent, f"#pragma GCC unroll {max(1, min(_extent(loop), 65534))}")
-            c.line(indent, f"for ({c_type(loop.loop_var.dtype)} {var} = {start}; {var} < {end}; "
-                           f"++{var}) {{")
+            c.open_loop(loop, indent)
             indent += 1
         temps = self._emit_products(points, registers, indent)
         for loop in reversed(plan.reduce_loops):
@@ -292,7 +297,11 @@ class RegisterTileEmitter:
         if pinned:
             c.need_helper("0_opf_pin", _PIN_HELPER)
         bound: list[E.Var] = []
-        vector_vars: set[int] = {id(r) for r in registers}
+        # The updates' analysis: registers and vector temporaries are vectors, the rest
+        # (scalar temporaries, constants) broadcast.
+        tile_analysis = _Analysis(plan.vector_loop)
+        tile_analysis.vector_lets = {id(r) for r in registers}
+        tile_analysis.dependent |= tile_analysis.vector_lets
         for point, keys, register in zip(points, per_point, registers):
             mapping: dict[int, E.PrimExpr] = {id(plan.self_load): register}
             for node, key in zip(operands, keys):
@@ -304,7 +313,8 @@ class RegisterTileEmitter:
                     if is_vector:
                         value = f"{vector.helper('load', node.dtype, self.lanes)}(&{at})"
                         name = c.bind_var(temp)
-                        vector_vars.add(id(temp))
+                        tile_analysis.vector_lets.add(id(temp))
+                        tile_analysis.dependent.add(id(temp))
                         qualifier = "" if uses[key] > 1 else "const "
                         c.line(indent, f"{qualifier}{vector.vtype(node.dtype, self.lanes)} "
                                        f"{name} = {value};")
@@ -320,13 +330,7 @@ class RegisterTileEmitter:
             update = E.substitute(update, {
                 var: E.IntImm(value, var.dtype) for var, value in point.items()
                 if var is not plan.vector_loop.loop_var})
-            tile_analysis = _Analysis(plan.vector_loop)
-            tile_analysis.vector_lets = vector_vars
-            tile_analysis.dependent |= vector_vars
             text = vector.value(update, tile_analysis, self.lanes)
             c.line(indent, f"{c.var_name(register)} = {text};")
         return bound
 
-
-def _extent(loop: S.For) -> int:
-    return loop.extent.value if isinstance(loop.extent, E.IntImm) else 8

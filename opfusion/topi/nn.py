@@ -53,6 +53,45 @@ def width_blocks(out_width: int) -> tuple[int, int]:
     return -(-out_width // LANES), LANES
 
 
+def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int,
+                  stride: int, reach: int, fill: te.PrimExpr, name: str,
+                  tag: str) -> Callable[..., te.PrimExpr]:
+    """How a sliding window reads ``data`` padded by ``top`` rows and ``left`` columns (with
+    ``fill`` outside it): ``read(n, c, y, x, shift)`` is padded row ``y``, padded column
+    ``x*stride + shift``, for ``rows`` rows, ``out_cols`` outputs and shifts up to ``reach``.
+
+    When no read leaves ``data`` and the columns are not strided, ``data`` is read directly;
+    otherwise through a padded copy (a stage named ``name``, tagged ``tag``) that a schedule
+    builds first. Strided columns are stored in phases: ``pad[n, c, y, r, x]`` holds padded
+    column ``x*stride + r``, so the taps of consecutive outputs are consecutive within phase
+    ``shift % stride`` and vectorize."""
+    batch, channels, height, width = data.shape
+    phase_w = out_cols + reach // stride  # columns per phase
+    cols = phase_w * stride
+    if top == 0 and left == 0 and stride == 1 and rows <= height and cols <= width:
+        return lambda n, c, y, x, shift: data[n, c, y, x + shift]
+
+    def padded(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
+        inside = []
+        if top:
+            inside.append(y >= top)
+        if rows > top + height:
+            inside.append(y < top + height)
+        if left:
+            inside.append(x >= left)
+        if cols > left + width:
+            inside.append(x < left + width)
+        value = data[n, c, y - top, x - left]
+        return te.if_then_else(te.all(*inside), value, fill) if inside else value
+
+    if stride == 1:
+        pad = te.compute((batch, channels, rows, cols), padded, name=name, tag=tag)
+        return lambda n, c, y, x, shift: pad[n, c, y, x + shift]
+    pad = te.compute((batch, channels, rows, stride, phase_w),
+                     lambda n, c, y, r, x: padded(n, c, y, x * stride + r), name=name, tag=tag)
+    return lambda n, c, y, x, shift: pad[n, c, y, shift % stride, x + shift // stride]
+
+
 def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_channels: int,
                  kernel: Sequence[int], strides: Sequence[int], padding: Sequence[int],
                  dilation: Sequence[int], groups: int, out_hw: Sequence[int], out_dtype: str,
@@ -72,41 +111,8 @@ def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_cha
     per_group_in = channels // groups
     per_group_out = out_channels // groups
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
-    phase_w = blocks * lanes + (kw - 1) * dw // sw  # columns per phase
-    cols = phase_w * sw
-    read: Callable[..., te.PrimExpr]
-    if top == 0 and left == 0 and sw == 1 and rows <= height and cols <= width:
-        def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
-            return data[n, c, y, x + j * dw]
-    else:
-        def padded(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
-            inside = []
-            if top:
-                inside.append(y >= top)
-            if rows > top + height:
-                inside.append(y < top + height)
-            if left:
-                inside.append(x >= left)
-            if cols > left + width:
-                inside.append(x < left + width)
-            value = data[n, c, y - top, x - left]
-            return te.if_then_else(te.all(*inside), value, _zero(data.dtype)) if inside else value
-
-        if sw == 1:
-            pad = te.compute((batch, channels, rows, cols), padded, name=f"{name}_pad",
-                             tag=CONV_PAD)
-
-            def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
-                return pad[n, c, y, x + j * dw]
-        else:
-            # Column phases: pad[n, c, y, r, x] holds padded column x*sw + r, so the taps of
-            # consecutive outputs (x*sw + j*dw) are consecutive within phase (j*dw) % sw.
-            pad = te.compute((batch, channels, rows, sw, phase_w),
-                             lambda n, c, y, r, x: padded(n, c, y, x * sw + r),
-                             name=f"{name}_pad", tag=CONV_PAD)
-
-            def read(n: Any, c: Any, y: Any, x: Any, j: Any) -> te.PrimExpr:
-                return pad[n, c, y, j * dw % sw, x + j * dw // sw]
+    read = window_reader(data, top, left, rows, blocks * lanes, sw, (kw - 1) * dw,
+                         _zero(data.dtype), f"{name}_pad", CONV_PAD)
 
     rc = te.reduce_axis((0, per_group_in), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
@@ -120,7 +126,7 @@ def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_cha
     acc = te.compute(
         (batch, out_channels, out_h, blocks, lanes),
         lambda n, o, y, b, x: te.sum(
-            te.cast(read(n, channel(o), y * sh + ry * dh, b * lanes + x, rx), out_dtype)
+            te.cast(read(n, channel(o), y * sh + ry * dh, b * lanes + x, rx * dw), out_dtype)
             * te.cast(weight_at(o, rc, ry, rx), out_dtype), axis=[rc, ry, rx]),
         name=f"{name}_acc", tag=CONV_ACC)
     if lanes == out_w:

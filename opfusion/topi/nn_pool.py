@@ -2,11 +2,11 @@
 global forms.
 
 Window taps outside the input (padding, and the overhang of a ceil_mode window) read -inf for
-max pooling and 0 for average pooling, through ``if_then_else`` guards that are emitted only
-for the sides a window can actually cross. Average pooling is a sum (``pool_sum``) followed by
-a division by the tap count, a constant when every window counts the same taps and otherwise
-a closed form in the output position; the schedules of :mod:`.schedules` find the stages by
-tag."""
+max pooling and 0 for average pooling, from a padded copy of the input built only when a
+window can actually cross an edge (or the columns are strided). Average pooling is a sum
+(``pool_sum``) followed by a division by the tap count, a constant when every window counts
+the same taps and otherwise a closed form in the output position; the schedules of
+:mod:`.schedules` find the stages by tag."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import te
-from .nn import width_blocks
+from .nn import width_blocks, window_reader
 from .registry import register_compute
 
 POOL = "pool"
@@ -24,67 +24,33 @@ POOL_PAD = "pool_pad"
 POOL_ACC = "pool_acc"
 
 
-def _tap_guard(pos: Any, positions: Sequence[int], size: int) -> list[Any]:
-    """Conditions keeping ``pos`` inside ``[0, size)``, given the values it takes."""
-    inside = []
-    if min(positions) < 0:
-        inside.append(pos >= 0)
-    if max(positions) >= size:
-        inside.append(pos < size)
-    return inside
-
-
-def _positions(out: int, kernel: int, stride: int, dilation: int, before: int) -> list[int]:
-    """Every input position a window tap reads along one axis."""
-    return [y * stride + i * dilation - before for y in (0, out - 1) for i in (0, kernel - 1)]
-
-
 def _window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name: str,
             reducer: Any, tag: str) -> tuple[te.Tensor, Any]:
     """``reducer`` over each window of ``data``; taps outside the input read ``empty``.
 
-    Returns the reduction and a function ``at(n, c, y, x)`` reading its result. When a window
-    can cross the input's edge, or the columns are strided, the taps read a padded copy
-    (``pool_pad``, filled with ``empty``) stored in column phases: ``pad[n, c, y, r, x]`` holds
-    padded column ``x*sw + r``, so the taps of consecutive outputs are consecutive and the
-    window loops carry no guard. A row that is not a whole number of vectors is then reduced
-    in blocks of vectors, ``acc[n, c, y, x // lanes, x % lanes]``, its extra columns reading
-    padding: the columns vectorize whatever the width (as in :func:`.nn.width_blocks`)."""
-    batch, channels, height, width = data.shape
+    Returns the reduction and a function ``at(n, c, y, x)`` reading its result. The taps read
+    through :func:`.nn.window_reader`: a padded, column-phased copy of the input when a
+    window can cross the edge or the columns are strided, so the window loops carry no guard.
+    A row that is not a whole number of vectors is reduced in blocks of vectors,
+    ``acc[n, c, y, x // lanes, x % lanes]``, its extra columns reading padding: the columns
+    vectorize whatever the width (as in :func:`.nn.width_blocks`)."""
+    batch, channels, _, _ = data.shape
     (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     top, left = attrs.padding[0], attrs.padding[1]
     out_h, out_w = out_hw
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    rows = _positions(out_h, kh, sh, dh, top)
-    cols = _positions(out_w, kw, sw, dw, left)
-    guarded = bool(_tap_guard(0, rows, height) + _tap_guard(0, cols, width))
     blocks, lanes = width_blocks(out_w)
-    shape = (batch, channels, out_h, out_w)
-    if not guarded and sw == 1 and out_w % lanes == 0:
-        result = te.compute(
-            shape, lambda n, c, y, x: reducer(
-                data[n, c, y * sh + ry * dh - top, x + rx * dw - left], axis=[ry, rx]),
-            name=name, tag=tag)
-        return result, lambda n, c, y, x: result[n, c, y, x]
-    pad_rows = (out_h - 1) * sh + (kh - 1) * dh + 1
-    phase_w = blocks * lanes + (kw - 1) * dw // sw
-
-    def padded(n: Any, c: Any, y: Any, r: Any, x: Any) -> te.PrimExpr:
-        h, w = y - top, x * sw + r - left
-        inside = (_tap_guard(h, [-top, pad_rows - 1 - top], height)
-                  + _tap_guard(w, [-left, phase_w * sw - 1 - left], width))
-        value = data[n, c, h, w]
-        return te.if_then_else(te.all(*inside), value, empty) if inside else value
-
-    pad = te.compute((batch, channels, pad_rows, sw, phase_w), padded, name=f"{name}_pad",
-                     tag=POOL_PAD)
+    rows = (out_h - 1) * sh + (kh - 1) * dh + 1
+    read = window_reader(data, top, left, rows, blocks * lanes, sw, (kw - 1) * dw, empty,
+                         f"{name}_pad", POOL_PAD)
 
     def tap(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
-        return pad[n, c, y * sh + ry * dh, rx * dw % sw, x + rx * dw // sw]
+        return read(n, c, y * sh + ry * dh, x, rx * dw)
 
     if blocks * lanes == out_w:
-        result = te.compute(shape, lambda n, c, y, x: reducer(tap(n, c, y, x), axis=[ry, rx]),
+        result = te.compute((batch, channels, out_h, out_w),
+                            lambda n, c, y, x: reducer(tap(n, c, y, x), axis=[ry, rx]),
                             name=name, tag=tag)
         return result, lambda n, c, y, x: result[n, c, y, x]
     acc = te.compute((batch, channels, out_h, blocks, lanes),
