@@ -23,6 +23,7 @@ from .workloads import (
     mlp,
     mobilenet_v2,
     resnet,
+    shufflenet_v2,
     squeezenet,
     transformer_encoder,
     workload_input,
@@ -31,7 +32,7 @@ from .workloads import (
 __all__ = [
     "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "WORKLOADS", "assert_close", "eval_op",
     "light_model", "mlp", "mobilenet_v2", "resnet", "run_onnx_node", "shipped_light_model",
-    "squeezenet", "transformer_encoder", "workload_input",
+    "shufflenet_v2", "squeezenet", "transformer_encoder", "workload_input",
 ]
 
 

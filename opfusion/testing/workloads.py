@@ -289,6 +289,61 @@ def squeezenet(batch_size: int = 1, dtype: str = "float32", seed: int = 0,
     return net.finish(data, op.nn.softmax(x, axis=-1))
 
 
+# output channels of stages 2-4 and the last 1x1 conv, by width (Ma et al. 2018, table 5)
+_SHUFFLENET_V2_CHANNELS = {0.5: (48, 96, 192, 1024), 1.0: (116, 232, 464, 1024),
+                           1.5: (176, 352, 704, 1024), 2.0: (244, 488, 976, 2048)}
+
+
+def shufflenet_v2(batch_size: int = 1, dtype: str = "float32", seed: int = 0,
+                  num_classes: int = 1000, image_shape: Sequence[int] = (3, 224, 224),
+                  width_multiplier: float = 1.0, stage_repeats: Sequence[int] = (4, 8, 4)
+                  ) -> Workload:
+    """ShuffleNet v2 as torchvision builds it: units that split the channels in two (a strided
+    slice each, as the ONNX export's Slice nodes), transform one half (1x1 -> 3x3 depthwise ->
+    1x1), concatenate and shuffle the channels (reshape -> transpose -> reshape); downsampling
+    units transform both halves of the whole input instead."""
+    if width_multiplier not in _SHUFFLENET_V2_CHANNELS:
+        raise OpfusionError(f"shufflenet_v2: width_multiplier must be one of "
+                            f"{', '.join(map(str, _SHUFFLENET_V2_CHANNELS))}, got "
+                            f"{width_multiplier}")
+    net = _Net(seed, dtype)
+    data = _data(batch_size, image_shape, dtype)
+    x = net.conv_bn(data, 24, 3, "conv1", stride=2, padding=1)
+    x = op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1)
+    *stage_channels, last = _SHUFFLENET_V2_CHANNELS[width_multiplier]
+
+    def branch(x: Expr, channels: int, stride: int, name: str) -> Expr:
+        y = net.conv_bn(x, channels, 1, f"{name}_pw1")
+        y = net.conv_bn(y, channels, 3, f"{name}_dw", stride=stride, padding=1,
+                        groups=channels, act=None)
+        return net.conv_bn(y, channels, 1, f"{name}_pw2")
+
+    for stage, (channels, repeats) in enumerate(zip(stage_channels, stage_repeats), start=2):
+        half = channels // 2
+        for unit in range(1, repeats + 1):
+            name = f"stage{stage}_unit{unit}"
+            if unit == 1:
+                inp = _shape(x)[1]
+                left = net.conv_bn(x, inp, 3, f"{name}_branch1_dw", stride=2, padding=1,
+                                   groups=inp, act=None)
+                left = net.conv_bn(left, half, 1, f"{name}_branch1_pw")
+                right = branch(x, half, 2, f"{name}_branch2")
+            else:
+                left = op.strided_slice(x, begin=[0], end=[half], axes=[1])
+                right = branch(op.strided_slice(x, begin=[half], end=[channels], axes=[1]),
+                               half, 1, f"{name}_branch2")
+            x = _channel_shuffle(op.concatenate([left, right], axis=1), groups=2)
+    x = net.conv_bn(x, last, 1, "conv5")
+    return net.finish(data, _classifier(net, x, num_classes))
+
+
+def _channel_shuffle(x: Expr, groups: int) -> Expr:
+    batch, channels, height, width = _shape(x)
+    x = op.reshape(x, newshape=(batch, groups, channels // groups, height, width))
+    x = op.transpose(x, axes=(0, 2, 1, 3, 4))
+    return op.reshape(x, newshape=(batch, channels, height, width))
+
+
 def transformer_encoder(batch_size: int = 1, dtype: str = "float32", seed: int = 0,
                         hidden: int = 768, heads: int = 12, seq: int = 128,
                         ffn_hidden: int | None = None, activation: str = "gelu") -> Workload:
@@ -338,6 +393,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "resnet50": partial(resnet, num_layers=50),
     "mobilenet_v2": mobilenet_v2,
     "squeezenet": squeezenet,
+    "shufflenet_v2": shufflenet_v2,
     "transformer_encoder": transformer_encoder,
 }
 
@@ -349,6 +405,8 @@ SMALL_WORKLOAD_ARGS: dict[str, dict[str, Any]] = {
     "resnet50": {"image_shape": (3, 32, 32), "num_classes": 10},
     "mobilenet_v2": {"image_shape": (3, 32, 32), "num_classes": 10},
     "squeezenet": {"image_shape": (3, 48, 48), "num_classes": 10},
+    "shufflenet_v2": {"image_shape": (3, 32, 32), "num_classes": 10,
+                      "width_multiplier": 0.5, "stage_repeats": (2, 2, 2)},
     "transformer_encoder": {"hidden": 64, "heads": 4, "seq": 16},
 }
 

@@ -32,7 +32,7 @@ def test_the_seed_example_compiles_under_every_strategy(fusion):
 
 
 @pytest.mark.parametrize("name", ["mlp", "resnet18", "mobilenet_v2", "squeezenet",
-                                  "transformer_encoder"])
+                                  "shufflenet_v2", "transformer_encoder"])
 def test_workloads_compile_fused_and_unfused_to_the_reference_numbers(name):
     mod, params = WORKLOADS[name](**SMALL_WORKLOAD_ARGS.get(name, {}))
     inputs = workload_input(mod, params, seed=3)
