@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
+from ..errors import OnnxImportError, OpfusionError
 from ..ir.expr import Constant, Expr, Function, Tuple, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
@@ -24,9 +24,10 @@ from ..transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .onnx_functions import expand_function, has_function_body
 from .onnx_registry import OnnxNode, lookup_converter
+from .onnx_tensors import first_external_tensor, inline_external_data, read_tensor
 
 
-class UnsupportedOnnxError(OpfusionError):
+class UnsupportedOnnxError(OnnxImportError):
     """The model uses operators opfusion cannot import; the message lists all of them."""
 
 
@@ -35,14 +36,22 @@ def from_onnx(
     shape: Mapping[str, Sequence[int]] | None = None,
     dtype: str | Mapping[str, str] | None = None,
     freeze_params: bool = True,
+    base_dir: str | os.PathLike | None = None,
 ) -> tuple[IRModule, dict[str, np.ndarray]]:
-    """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule.
+    """Import an ONNX model (a ``ModelProto``, serialized bytes or a path) as an IRModule.
 
     ``shape`` gives input shapes by name (needed for symbolic dimensions); ``dtype`` overrides
     input dtypes (one for all, or by name). With ``freeze_params=False`` initializers become
     parameters of ``@main`` and are returned in ``params``; otherwise they are constants and
-    ``params`` is empty."""
-    proto = _load(model)
+    ``params`` is empty.
+
+    Tensors stored as external data are read only from inside one directory: the model file's
+    when ``model`` is a path, else ``base_dir``, which a ``ModelProto`` or bytes with external
+    data must give (there is no model directory to trust; opfusion never reads relative to the
+    current directory). Every tensor is checked before it is read (see
+    :mod:`opfusion.frontend.onnx_tensors`); a malformed model raises
+    :class:`~opfusion.errors.OnnxImportError` naming the tensor or node."""
+    proto = _load(model, base_dir)
     return _Importer(proto, dict(shape or {}), dtype, freeze_params).run()
 
 
@@ -59,20 +68,37 @@ def _onnx():
     return onnx
 
 
-def _load(model: Any) -> Any:
+def _load(model: Any, base_dir: str | os.PathLike | None = None) -> Any:
+    """The ``ModelProto`` of ``model`` with all its data in memory (external data inlined from
+    the trusted directory; a given ``ModelProto`` is copied first, never changed)."""
     onnx = _onnx()
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return _parse_bytes(bytes(model), "the given bytes")
-    if not isinstance(model, (str, os.PathLike)):
-        raise OpfusionError(f"from_onnx takes an onnx.ModelProto or a path, got "
+        proto, where = model, "the given ModelProto"
+        _check_graph(proto, where)
+    elif isinstance(model, (bytes, bytearray)):
+        proto, where = _parse_bytes(bytes(model), "the given bytes"), "the given bytes"
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise OpfusionError(f"no ONNX model at {str(path)!r}")
+        where = repr(str(path))
+        proto = _parse_bytes(path.read_bytes(), where)
+        if base_dir is None:
+            base_dir = path.resolve().parent
+    else:
+        raise OpfusionError(f"from_onnx takes an onnx.ModelProto, bytes or a path, got "
                             f"{type(model).__name__}")
-    path = Path(model)
-    if not path.is_file():
-        raise OpfusionError(f"no ONNX model at {str(path)!r}")
-    proto = _parse_bytes(path.read_bytes(), repr(str(path)))
-    _load_external_data(proto, path.resolve().parent)
+    external = first_external_tensor(proto)
+    if external is not None:
+        if base_dir is None:
+            raise OnnxImportError(f"{external} keeps its data in an external file but {where} "
+                                  "comes with no directory to read it from: pass base_dir= "
+                                  "(the directory holding the model's data files) to from_onnx, "
+                                  "or give the model's path")
+        if proto is model:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+        inline_external_data(proto, Path(base_dir))
     return proto
 
 
@@ -84,32 +110,13 @@ def _parse_bytes(data: bytes, where: str) -> Any:
     except Exception as err:  # noqa: BLE001 - protobuf raises its own DecodeError types
         raise OpfusionError(f"{where} is not a valid ONNX model (protobuf decoding failed: "
                             f"{err}); check that the file is complete") from None
-    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
-        raise OpfusionError(f"{where} holds no ONNX graph; is it an ONNX model file?")
+    _check_graph(proto, where)
     return proto
 
 
-def _load_external_data(proto: Any, base: Path) -> None:
-    """Read tensors stored outside the model file, only from inside the model's directory."""
-    onnx = _onnx()
-    for tensor in proto.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        location = (base / info.get("location", "")).resolve()
-        if base not in location.parents:
-            raise OpfusionError(f"initializer {tensor.name!r}: external data path "
-                                f"{info.get('location')!r} leaves the model's directory; "
-                                "refusing to read it")
-        if not location.is_file():
-            raise OpfusionError(f"initializer {tensor.name!r}: external data file "
-                                f"{info.get('location')!r} does not exist next to the model")
-    try:
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(proto, str(base))
-    except Exception as err:  # noqa: BLE001 - any failure here is a broken model
-        raise OpfusionError(f"could not read the model's external data: {err}") from None
+def _check_graph(proto: Any, where: str) -> None:
+    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+        raise OpfusionError(f"{where} holds no ONNX graph; is it an ONNX model file?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,14 +136,10 @@ class _Importer:
         self.folder = ConstantFolder()
 
     def run(self) -> tuple[IRModule, dict[str, np.ndarray]]:
-        onnx = _onnx()
         params: dict[str, np.ndarray] = {}
         param_vars: list[Var] = []
         for tensor in self.graph.initializer:
-            try:
-                array = onnx.numpy_helper.to_array(tensor)
-            except Exception as err:  # noqa: BLE001 - a malformed tensor proto
-                raise OpfusionError(f"initializer {tensor.name!r} cannot be read: {err}") from None
+            array = read_tensor(tensor, f"initializer {tensor.name!r}")
             if self.freeze_params:
                 self.env[tensor.name] = Constant(array)
             else:
@@ -307,7 +310,8 @@ def _attribute_value(attr: Any, node: Any) -> Any:
     if kind == types.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if kind == types.TENSOR:
-        return onnx.numpy_helper.to_array(attr.t)
+        return read_tensor(attr.t, f"attribute {attr.name!r} of {node.op_type} "
+                                   f"(node {node.name!r})")
     if kind == types.FLOATS:
         return [float(v) for v in attr.floats]
     if kind == types.INTS:
