@@ -30,6 +30,7 @@ import numpy as np
 
 from .errors import OpfusionError
 from .progress import DEFAULT_OPT_LEVEL, compile_with_progress, count_groups, showing_progress
+from .terminal import printable
 
 log = logging.getLogger("opfusion.cli")
 
@@ -40,6 +41,13 @@ COMPARE_ENGINES = ("none", "tvm", "cinn", "ort")
 
 class CommandError(OpfusionError):
     """A mistake on the command line or in the files it names."""
+
+
+def _print(*values: Any, file: Any = None, flush: bool = False) -> None:
+    """``print``, with every value made :func:`~opfusion.terminal.printable`: what the command
+    prints holds names from the model (inputs, outputs, nodes, error messages), and a name
+    must not be able to send control sequences to the terminal."""
+    print(*(printable(value) for value in values), file=file, flush=flush)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +175,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                      label=f"demo ({'fused' if fusion != 'none' else 'unfused'})")
 
     def write(text: str) -> None:
-        print(text, flush=True)
+        _print(text, flush=True)
 
     results = run_demo(names, rounds=args.rounds, write=write, compile_fn=compile_fn)
     return 0 if results else 1
@@ -186,18 +194,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
     source, lines = generated_source(exe)
     operators = sum(len(step.group.op_names) for step in exe.steps)
     outputs = [_type_text(exe.values[i].type) for i in exe.outputs]
-    print(f"compiled {args.model} -> {output}")
-    print(f"  inputs     {', '.join(f'{n}: {_type_text(t)}' for n, t in _input_types(exe))}")
-    print(f"  outputs    {', '.join(outputs)}")
-    print(f"  kernels    {exe.num_kernels} ({operators} operators; fusion {args.fusion}, "
+    _print(f"compiled {args.model} -> {output}")
+    _print(f"  inputs     {', '.join(f'{n}: {_type_text(t)}' for n, t in _input_types(exe))}")
+    _print(f"  outputs    {', '.join(outputs)}")
+    _print(f"  kernels    {exe.num_kernels} ({operators} operators; fusion {args.fusion}, "
           f"opt level {args.opt_level})")
-    print(f"  memory     {exe.plan.total_bytes / 2**20:.2f} MB planned for intermediates "
+    _print(f"  memory     {exe.plan.total_bytes / 2**20:.2f} MB planned for intermediates "
           f"({exe.plan.naive_bytes / 2**20:.2f} MB unplanned)")
-    print(f"  time       {seconds:.2f} s" + ("; every kernel verified against the reference "
+    _print(f"  time       {seconds:.2f} s" + ("; every kernel verified against the reference "
                                               "interpreter" if args.verify else ""))
     if source:
-        print(f"  C source   {source} ({lines} lines)")
-    print(f"run it with: opfusion run {output}")
+        _print(f"  C source   {source} ({lines} lines)")
+    _print(f"run it with: opfusion run {output}")
     return 0
 
 
@@ -233,19 +241,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     outputs = exe.run(feeds)
     seconds = time.perf_counter() - start
-    print("inputs:" if sources else f"inputs (random, standard normal, seed {args.seed}):")
+    _print("inputs:" if sources else f"inputs (random, standard normal, seed {args.seed}):")
     for name, array in feeds.items():
-        print(f"  {name}  {array.dtype}{list(array.shape)}"
+        _print(f"  {name}  {array.dtype}{list(array.shape)}"
               + (f"  from {sources[name]}" if name in sources else ""))
-    print(f"outputs ({seconds * 1e3:.2f} ms, first run):")
+    _print(f"outputs ({seconds * 1e3:.2f} ms, first run):")
     for index, array in enumerate(outputs):
-        print(f"  {index}  {describe(array)}")
+        _print(f"  {index}  {describe(array)}")
     if args.save:
         np.savez(args.save, **{f"output_{i}": a for i, a in enumerate(outputs)})
-        print(f"saved the outputs to {args.save}")
+        _print(f"saved the outputs to {args.save}")
     if args.profile:
-        print(f"\nprofile (median of {args.repeat} runs per kernel):")
-        print(exe.profile(feeds, repeat=args.repeat))
+        _print(f"\nprofile (median of {args.repeat} runs per kernel):")
+        _print(exe.profile(feeds, repeat=args.repeat))
     return 0
 
 
@@ -262,22 +270,22 @@ def cmd_show(args: argparse.Namespace) -> int:
         stage = args.stage or ("fused" if not (args.dot or args.explain) else None)
         if stage is not None:
             shown = {"imported": imported, "optimized": optimized, "fused": fused}[stage]
-            print(shown.astext(show_meta_data=False))
+            _print(shown.astext(show_meta_data=False))
             from .demo import count_operators
 
-            print(f"opfusion: {stage}: {count_operators(shown)} operators"
+            _print(f"opfusion: {stage}: {count_operators(shown)} operators"
                   + (f" in {count_groups(fused)} fused groups (fusion {args.fusion}, opt "
                      f"level {args.opt_level})" if stage == "fused" else ""), file=sys.stderr)
         if args.explain:
             report = explain_fusion(optimized, fuse_opt_level=fuse_level)
-            print(report.render())
+            _print(report.render())
             if report:
                 rules = ", ".join(f"{rule} {n}" for rule, n in report.by_rule().items())
-                print(f"refusals by rule: {rules}")
+                _print(f"refusals by rule: {rules}")
         if args.dot:
             write_dot(fusion_to_dot(optimized, fuse_opt_level=fuse_level), args.dot)
         if args.fusion == "cinn" and (args.explain or args.dot):
-            print("(--explain and --dot show FuseOps' groups; with --fusion cinn, FusionMerge "
+            _print("(--explain and --dot show FuseOps' groups; with --fusion cinn, FusionMerge "
                   "then merges some of them: see --stage fused)")
     return 0
 
@@ -289,7 +297,7 @@ def write_dot(text: str, path: str) -> None:
     fmt = target.suffix.lower().lstrip(".")
     if fmt in ("dot", "gv"):
         target.write_text(text + "\n", encoding="utf-8")
-        print(f"wrote the fused groups (one cluster per group) to {target}")
+        _print(f"wrote the fused groups (one cluster per group) to {target}")
         return
     if fmt not in ("svg", "png", "pdf"):
         raise CommandError(f"--dot {path}: give a .dot, .gv, .svg, .png or .pdf file")
@@ -297,7 +305,7 @@ def write_dot(text: str, path: str) -> None:
     if program is None:
         fallback = target.with_suffix(".dot")
         fallback.write_text(text + "\n", encoding="utf-8")
-        print(f"Graphviz's `dot` program is not installed, so the DOT text went to {fallback} "
+        _print(f"Graphviz's `dot` program is not installed, so the DOT text went to {fallback} "
               f"instead of {target} (install graphviz, e.g. apt install graphviz, or render the "
               f"file with any Graphviz viewer)", file=sys.stderr)
         return
@@ -306,7 +314,7 @@ def write_dot(text: str, path: str) -> None:
     if result.returncode != 0:
         raise CommandError(f"Graphviz's dot failed on the fusion graph: "
                            f"{result.stderr.strip() or result.returncode}")
-    print(f"wrote the fused groups (one cluster per group) to {target}")
+    _print(f"wrote the fused groups (one cluster per group) to {target}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -351,18 +359,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     medians = interleaved_medians(runners, rounds=args.rounds)
     base = medians[next(iter(runners))]
     inputs = ", ".join(f"{n}: {_type_text(t)}" for n, t in _input_types(main_exe))
-    print(f"model: {args.model} ({inputs})")
-    print(f"machine: {machine_summary()}")
+    _print(f"model: {args.model} ({inputs})")
+    _print(f"machine: {machine_summary()}")
     width = max(len(name) for name in runners)
-    print(f"{'engine':<{width}}  {'median':>10}  {'time/first':>10}  {'kernels':>7}  "
+    _print(f"{'engine':<{width}}  {'median':>10}  {'time/first':>10}  {'kernels':>7}  "
           f"{'max diff':>8}")
     for name, times in medians.items():
         ratio = median_ratio(times, base)
         diff = f"{errors[name]:.1e}" if name in errors else "-"
         median = statistics.median(times)
-        print(f"{name:<{width}}  {median * 1e3:>8.3f}ms  {ratio:>9.2f}x  {kernels[name]:>7}  "
+        _print(f"{name:<{width}}  {median * 1e3:>8.3f}ms  {ratio:>9.2f}x  {kernels[name]:>7}  "
               f"{diff:>8}")
-    print(f"median of {args.rounds} rounds of interleaved runs; time/first: this row's time over "
+    _print(f"median of {args.rounds} rounds of interleaved runs; time/first: this row's time over "
           f"the first row's;\nmax diff: largest difference from the first row's output, "
           f"relative to its largest value")
     return 0
@@ -393,7 +401,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        text = printable(f"{self.prog}: error: {message} (see {self.prog} --help)")
+        self.exit(2, text + "\n")
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -477,8 +486,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log records, like everything else the command prints, made printable."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines() or [type(err).__name__]
+    # Escaped first, then split at newlines only: a carriage return (or another character
+    # str.splitlines breaks at) in a model's name stays visible as \r, inside its line.
+    lines = printable(str(err)).strip().split("\n") or [type(err).__name__]
     more = f" ({len(lines) - 1} more lines: rerun with --debug)" if len(lines) > 1 else ""
     return lines[0] + more
 
@@ -489,7 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.verbose = getattr(args, "verbose", 0) or 0
     debug = getattr(args, "debug", False)
-    logging.basicConfig(stream=sys.stderr, format="opfusion: %(message)s",
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_PrintableFormatter("opfusion: %(message)s"))
+    logging.basicConfig(handlers=[handler],
                         level=logging.DEBUG if args.verbose > 1 else
                         logging.INFO if args.verbose else logging.WARNING)
     try:
@@ -497,18 +517,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        print("opfusion: interrupted", file=sys.stderr)
+        _print("opfusion: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - every error becomes one line (or a traceback)
         if debug:
             raise
         if isinstance(err, OpfusionError):
-            print(f"opfusion: error: {_first_line(err)}", file=sys.stderr)
+            _print(f"opfusion: error: {_first_line(err)}", file=sys.stderr)
         elif isinstance(err, OSError):
-            print(f"opfusion: error: {err.strerror or err}"
+            _print(f"opfusion: error: {err.strerror or err}"
                   + (f": {err.filename}" if err.filename else ""), file=sys.stderr)
         else:
-            print(f"opfusion: internal error: {type(err).__name__}: {_first_line(err)} "
+            _print(f"opfusion: internal error: {type(err).__name__}: {_first_line(err)} "
                   f"(rerun with --debug for the traceback, and please report it)",
                   file=sys.stderr)
         return 1

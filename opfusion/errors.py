@@ -73,3 +73,8 @@ class ScheduleError(OpfusionError):
 
 class LoweringError(OpfusionError):
     """A schedule could not be lowered to loop IR (bad args, an impossible attachment, ...)."""
+
+
+class OnnxImportError(OpfusionError):
+    """An ONNX model could not be imported: a malformed tensor, name, opset or external data
+    reference, or a node that failed to convert; the message names the node or tensor."""

@@ -18,6 +18,7 @@ from .compiler.compile import DEFAULT_OPT_LEVEL
 from .compiler.compile import compile as opf_compile
 from .ir.expr import Call, Function
 from .ir.visitor import post_order
+from .terminal import printable
 from .transform import PassContext, PassInstrument
 
 log = logging.getLogger("opfusion.cli")
@@ -31,11 +32,14 @@ class Progress:
 
     def update(self, text: str) -> None:
         """A new step began (a pass, say)."""
+        text = printable(text, keep_newlines=False)
         log.debug(text)
         self._draw(text, stage=False)
 
     def stage(self, text: str) -> None:
-        """A new stage of the pipeline began."""
+        """A new stage of the pipeline began (the text may hold a model's path or names: it is
+        made printable, on one line, before any display draws it)."""
+        text = printable(text, keep_newlines=False)
         log.info(text)
         self._draw(text, stage=True)
 
@@ -54,12 +58,15 @@ class _PlainProgress(Progress):
 
 class _RichProgress(Progress):
     def __init__(self, rich_console: Any) -> None:
+        from rich.markup import escape
+
+        self._escape = escape  # rich reads "[red]" in a status as markup; a path may hold it
         self._status: Any = rich_console.Console(stderr=True).status("opfusion")
         self._status.start()
 
     def _draw(self, text: str, stage: bool) -> None:
         if self._status is not None:
-            self._status.update(f"opfusion: {text}")
+            self._status.update(f"opfusion: {self._escape(text)}")
 
     def close(self) -> None:
         if self._status is not None:

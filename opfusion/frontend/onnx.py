@@ -8,15 +8,16 @@ only the computation that depends on the model's inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
+from ..errors import OnnxImportError, OpfusionError
 from ..ir.expr import Constant, Expr, Function, Tuple, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
@@ -24,9 +25,10 @@ from ..transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .onnx_functions import expand_function, has_function_body
 from .onnx_registry import OnnxNode, lookup_converter
+from .onnx_tensors import first_external_tensor, inline_external_data, onnx_dtype, read_tensor
 
 
-class UnsupportedOnnxError(OpfusionError):
+class UnsupportedOnnxError(OnnxImportError):
     """The model uses operators opfusion cannot import; the message lists all of them."""
 
 
@@ -35,14 +37,22 @@ def from_onnx(
     shape: Mapping[str, Sequence[int]] | None = None,
     dtype: str | Mapping[str, str] | None = None,
     freeze_params: bool = True,
+    base_dir: str | os.PathLike | None = None,
 ) -> tuple[IRModule, dict[str, np.ndarray]]:
-    """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule.
+    """Import an ONNX model (a ``ModelProto``, serialized bytes or a path) as an IRModule.
 
     ``shape`` gives input shapes by name (needed for symbolic dimensions); ``dtype`` overrides
     input dtypes (one for all, or by name). With ``freeze_params=False`` initializers become
     parameters of ``@main`` and are returned in ``params``; otherwise they are constants and
-    ``params`` is empty."""
-    proto = _load(model)
+    ``params`` is empty.
+
+    Tensors stored as external data are read only from inside one directory: the model file's
+    when ``model`` is a path, else ``base_dir``, which a ``ModelProto`` or bytes with external
+    data must give (there is no model directory to trust; opfusion never reads relative to the
+    current directory). Every tensor is checked before it is read (see
+    :mod:`opfusion.frontend.onnx_tensors`); a malformed model raises
+    :class:`~opfusion.errors.OnnxImportError` naming the tensor or node."""
+    proto = _load(model, base_dir)
     return _Importer(proto, dict(shape or {}), dtype, freeze_params).run()
 
 
@@ -59,20 +69,37 @@ def _onnx():
     return onnx
 
 
-def _load(model: Any) -> Any:
+def _load(model: Any, base_dir: str | os.PathLike | None = None) -> Any:
+    """The ``ModelProto`` of ``model`` with all its data in memory (external data inlined from
+    the trusted directory; a given ``ModelProto`` is copied first, never changed)."""
     onnx = _onnx()
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return _parse_bytes(bytes(model), "the given bytes")
-    if not isinstance(model, (str, os.PathLike)):
-        raise OpfusionError(f"from_onnx takes an onnx.ModelProto or a path, got "
+        proto, where = model, "the given ModelProto"
+        _check_graph(proto, where)
+    elif isinstance(model, (bytes, bytearray)):
+        proto, where = _parse_bytes(bytes(model), "the given bytes"), "the given bytes"
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise OpfusionError(f"no ONNX model at {str(path)!r}")
+        where = repr(str(path))
+        proto = _parse_bytes(path.read_bytes(), where)
+        if base_dir is None:
+            base_dir = path.resolve().parent
+    else:
+        raise OpfusionError(f"from_onnx takes an onnx.ModelProto, bytes or a path, got "
                             f"{type(model).__name__}")
-    path = Path(model)
-    if not path.is_file():
-        raise OpfusionError(f"no ONNX model at {str(path)!r}")
-    proto = _parse_bytes(path.read_bytes(), repr(str(path)))
-    _load_external_data(proto, path.resolve().parent)
+    external = first_external_tensor(proto)
+    if external is not None:
+        if base_dir is None:
+            raise OnnxImportError(f"{external} keeps its data in an external file but {where} "
+                                  "comes with no directory to read it from: pass base_dir= "
+                                  "(the directory holding the model's data files) to from_onnx, "
+                                  "or give the model's path")
+        if proto is model:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+        inline_external_data(proto, Path(base_dir))
     return proto
 
 
@@ -82,34 +109,15 @@ def _parse_bytes(data: bytes, where: str) -> Any:
     try:
         proto.ParseFromString(data)
     except Exception as err:  # noqa: BLE001 - protobuf raises its own DecodeError types
-        raise OpfusionError(f"{where} is not a valid ONNX model (protobuf decoding failed: "
-                            f"{err}); check that the file is complete") from None
-    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
-        raise OpfusionError(f"{where} holds no ONNX graph; is it an ONNX model file?")
+        raise OnnxImportError(f"{where} is not a valid ONNX model (protobuf decoding failed: "
+                              f"{err}); check that the file is complete") from None
+    _check_graph(proto, where)
     return proto
 
 
-def _load_external_data(proto: Any, base: Path) -> None:
-    """Read tensors stored outside the model file, only from inside the model's directory."""
-    onnx = _onnx()
-    for tensor in proto.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        location = (base / info.get("location", "")).resolve()
-        if base not in location.parents:
-            raise OpfusionError(f"initializer {tensor.name!r}: external data path "
-                                f"{info.get('location')!r} leaves the model's directory; "
-                                "refusing to read it")
-        if not location.is_file():
-            raise OpfusionError(f"initializer {tensor.name!r}: external data file "
-                                f"{info.get('location')!r} does not exist next to the model")
-    try:
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(proto, str(base))
-    except Exception as err:  # noqa: BLE001 - any failure here is a broken model
-        raise OpfusionError(f"could not read the model's external data: {err}") from None
+def _check_graph(proto: Any, where: str) -> None:
+    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+        raise OnnxImportError(f"{where} holds no ONNX graph; is it an ONNX model file?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,19 +132,16 @@ class _Importer:
         self.shape = shape
         self.dtype = dtype
         self.freeze_params = freeze_params
-        self.opset = _default_opset(proto)
+        self.opset = _model_opset(proto)
         self.env: dict[str, Expr] = {}
         self.folder = ConstantFolder()
 
     def run(self) -> tuple[IRModule, dict[str, np.ndarray]]:
-        onnx = _onnx()
+        _check_names(self.graph)
         params: dict[str, np.ndarray] = {}
         param_vars: list[Var] = []
         for tensor in self.graph.initializer:
-            try:
-                array = onnx.numpy_helper.to_array(tensor)
-            except Exception as err:  # noqa: BLE001 - a malformed tensor proto
-                raise OpfusionError(f"initializer {tensor.name!r} cannot be read: {err}") from None
+            array = read_tensor(tensor, f"initializer {tensor.name!r}")
             if self.freeze_params:
                 self.env[tensor.name] = Constant(array)
             else:
@@ -156,31 +161,38 @@ class _Importer:
         self.check_supported()
         # A worklist, not recursion: a function operator is replaced in place by its body's
         # nodes (which may be function operators again), each with the opset it is written in.
-        pending = deque((node, self.opset) for node in self.graph.node)
+        # Each node keeps the index of the model's node it comes from, for error messages.
+        pending = deque((node, self.opset, index) for index, node in enumerate(self.graph.node))
         while pending:
-            node, opset = pending.popleft()
-            if lookup_converter(node.op_type, opset) is None and (node.domain or "") in ("",
-                                                                                       "ai.onnx"):
-                types = [self.env[name].checked_type if name in self.env else None
-                         for name in node.input]
-                body, body_opset = expand_function(node, opset, types)
-                pending.extendleft((inner, body_opset) for inner in reversed(body))
-                continue
-            self.convert(node, opset)
+            node, opset, index = pending.popleft()
+            with _converting(node, index):
+                if (lookup_converter(node.op_type, opset) is None
+                        and (node.domain or "") in ("", "ai.onnx")):
+                    types = [self.env[name].checked_type if name in self.env else None
+                             for name in node.input]
+                    body, body_opset = expand_function(node, opset, types)
+                    pending.extendleft((inner, body_opset, index) for inner in reversed(body))
+                    continue
+                self.convert(node, opset)
         outputs = [self.lookup(value.name, "graph output") for value in self.graph.output]
         body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
         func = Function(inputs + param_vars, body)
-        _ = func.checked_type
+        try:
+            _ = func.checked_type
+        except OpfusionError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the last line: see _converting
+            raise OnnxImportError(f"type inference of the imported graph failed with "
+                                  f"{type(err).__name__}: {err}") from err
         return IRModule.from_expr(func), params
 
     # -- inputs ---------------------------------------------------------------------------
     def input_var(self, value: Any) -> Var:
-        onnx = _onnx()
         name = value.name
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
-            raise OpfusionError(f"graph input {name!r} is not a tensor (sequences, maps and "
-                                "optionals are not supported)")
+            raise OnnxImportError(f"graph input {name!r} is not a tensor (sequences, maps and "
+                                  "optionals are not supported)")
         if name in self.shape:
             dims = tuple(int(d) for d in self.shape[name])
             declared = len(tensor_type.shape.dim)
@@ -190,6 +202,10 @@ class _Importer:
         else:
             dims = []
             for axis, dim in enumerate(tensor_type.shape.dim):
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    raise OnnxImportError(f"graph input {name!r} has the negative dimension "
+                                          f"{dim.dim_value} at axis {axis}; the model is "
+                                          "malformed")
                 if dim.HasField("dim_value"):
                     dims.append(dim.dim_value)
                 else:
@@ -204,11 +220,7 @@ class _Importer:
         elif isinstance(self.dtype, Mapping) and name in self.dtype:
             dtype = self.dtype[name]
         else:
-            try:
-                dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-            except Exception:  # noqa: BLE001 - an undefined or unknown element type
-                raise OpfusionError(f"graph input {name!r} has an unsupported element type "
-                                    f"{elem}") from None
+            dtype = onnx_dtype(elem, f"graph input {name!r}")
         var = Var(name, TensorType(dims, dtype))
         self.env[name] = var
         return var
@@ -231,7 +243,7 @@ class _Importer:
         try:
             return self.env[name]
         except KeyError:
-            raise OpfusionError(f"{what} {name!r} is not produced by any node, initializer or "
+            raise OnnxImportError(f"{what} {name!r} is not produced by any node, initializer or "
                                 "graph input (a dangling name; nodes must be in topological "
                                 "order)") from None
 
@@ -245,23 +257,17 @@ class _Importer:
         requested = len(node.output)
         while requested and not node.output[requested - 1]:
             requested -= 1
-        view = OnnxNode(node.name or node.output[0], node.op_type, inputs, attrs, opset,
-                        requested)
+        view = OnnxNode(_node_name(node), node.op_type, inputs, attrs, opset, requested)
         fn = lookup_converter(node.op_type, opset)
         assert fn is not None
-        try:
-            result = fn(view)
-            outputs = [result] if isinstance(result, Expr) else list(result)
-            outputs = [self.folder.visit(out) if out is not None else None for out in outputs]
-            for out in outputs:
-                if out is not None:
-                    _ = out.checked_type
-        except OpfusionError as err:
-            if f"(node {view.name!r}" in str(err):
-                raise
-            raise type(err)(f"{node.op_type} (node {view.name!r}): {err}") from None
+        result = fn(view)
+        outputs = [result] if isinstance(result, Expr) else list(result)
+        outputs = [self.folder.visit(out) if out is not None else None for out in outputs]
+        for out in outputs:
+            if out is not None:
+                _ = out.checked_type
         if any(node.output[len(outputs):]):
-            raise OpfusionError(f"{node.op_type} (node {view.name!r}): the node has "
+            raise OnnxImportError(f"{node.op_type} (node {view.name!r}): the node has "
                                 f"{len(node.output)} outputs but opfusion produces only "
                                 f"{len(outputs)}; the extra outputs are not supported")
         for name, out in zip(node.output, outputs):
@@ -269,14 +275,100 @@ class _Importer:
                 self.env[name] = out
 
 
-def _default_opset(proto: Any) -> int:
-    for entry in proto.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    if proto.ir_version and proto.ir_version < 3:
-        return 1
-    raise OpfusionError("the model imports no version of the default ONNX domain (opset_import "
-                        "is empty)")
+def _model_opset(proto: Any) -> int:
+    """The model's version of the default ONNX domain, checked once here: one version, from 1
+    to the newest the installed onnx package knows (its schemas define the operators)."""
+    onnx = _onnx()
+    versions = list(dict.fromkeys(int(entry.version) for entry in proto.opset_import
+                                  if entry.domain in ("", "ai.onnx")))
+    if not versions:
+        if proto.ir_version and proto.ir_version < 3:
+            return 1
+        raise OnnxImportError("the model imports no version of the default ONNX domain "
+                              "(opset_import is empty)")
+    if len(versions) > 1:
+        raise OnnxImportError(f"the model imports the default ONNX domain at several versions "
+                              f"{versions}; the model is malformed")
+    newest = onnx.defs.onnx_opset_version()
+    version = versions[0]
+    if not 1 <= version <= newest:
+        hint = "; upgrade the onnx package" if version > newest else ""
+        raise OnnxImportError(f"the model imports opset {version} of the default ONNX domain; "
+                              f"opfusion reads opsets 1 to {newest} (the newest the installed "
+                              f"onnx package defines){hint}")
+    return version
+
+
+def _check_names(graph: Any) -> None:
+    """Every value is named once (SSA): initializers, graph inputs and node outputs; graph
+    inputs and outputs and initializers have names. (An input may repeat an initializer's name:
+    models of IR version < 4 list initializers among the inputs.)"""
+    defined: dict[str, str] = {}
+    for index, tensor in enumerate(graph.initializer):
+        if not tensor.name:
+            raise OnnxImportError(f"initializer {index} has no name; the model is malformed")
+        if tensor.name in defined:
+            raise OnnxImportError(f"initializer {tensor.name!r} is defined twice")
+        defined[tensor.name] = "an initializer"
+    inputs: set[str] = set()
+    for index, value in enumerate(graph.input):
+        if not value.name:
+            raise OnnxImportError(f"graph input {index} has no name; the model is malformed")
+        if value.name in inputs:
+            raise OnnxImportError(f"graph input {value.name!r} is listed twice")
+        inputs.add(value.name)
+        defined.setdefault(value.name, "a graph input")
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            if name in defined:
+                raise OnnxImportError(f"{_node_label(node, index)}: output {name!r} is already "
+                                      f"defined by {defined[name]}; every value must have one "
+                                      "producer")
+            if name:
+                defined[name] = f"node {_node_name(node)!r} ({node.op_type})"
+    for index, value in enumerate(graph.output):
+        if not value.name:
+            raise OnnxImportError(f"graph output {index} has no name; the model is malformed")
+
+
+def _node_name(node: Any) -> str:
+    """The name messages use for ``node``: its own, else its first output's."""
+    return node.name or next((name for name in node.output if name), "")
+
+
+def _node_label(node: Any, index: int) -> str:
+    return f"{node.op_type} (node {_node_name(node)!r}, #{index} in the graph)"
+
+
+@contextlib.contextmanager
+def _converting(node: Any, index: int) -> Iterator[None]:
+    """Errors while converting ``node`` name it. An opfusion error gets the node's name when
+    its message lacks it; any other exception (a converter or type inference meeting a value
+    no specific check caught) becomes an :class:`OnnxImportError` chained to it: the last line,
+    so that a malformed model never escapes as a bare TypeError or KeyError."""
+    try:
+        yield
+    except OpfusionError as err:
+        name = _node_name(node)
+        if f"(node {name!r}" in str(err):
+            raise
+        message = f"{node.op_type} (node {name!r}): {err}"
+        try:
+            renamed = type(err)(message)
+        except TypeError:  # an error class with more constructor arguments
+            renamed = OnnxImportError(message)
+        raise renamed from None
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        raise OnnxImportError(f"{_node_label(node, index)}: importing it failed with "
+                              f"{type(err).__name__}: {err} (the model is probably malformed; "
+                              "if it passes onnx.checker, please report it)") from err
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return _onnx().AttributeProto.AttributeType.Name(kind)
+    except ValueError:
+        return f"unknown kind {kind}"
 
 
 def _check_attribute_kinds(node: Any, opset: int) -> None:
@@ -287,13 +379,13 @@ def _check_attribute_kinds(node: Any, opset: int) -> None:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         return  # not an op of this opset's standard; its converter checks what it reads
-    names = onnx.AttributeProto.AttributeType.Name
     for attr in node.attribute:
         declared = schema.attributes.get(attr.name)
         if declared is not None and attr.type != int(declared.type):
-            raise OpfusionError(f"{node.op_type} (node {node.name!r}, opset {opset}): attribute "
-                                f"{attr.name!r} must be {names(int(declared.type))} but the model "
-                                f"gives {names(attr.type)}; the model is malformed")
+            raise OnnxImportError(f"{node.op_type} (node {node.name!r}, opset {opset}): "
+                                  f"attribute {attr.name!r} must be "
+                                  f"{_kind_name(int(declared.type))} but the model gives "
+                                  f"{_kind_name(attr.type)}; the model is malformed")
 
 
 def _attribute_value(attr: Any, node: Any) -> Any:
@@ -307,15 +399,16 @@ def _attribute_value(attr: Any, node: Any) -> Any:
     if kind == types.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if kind == types.TENSOR:
-        return onnx.numpy_helper.to_array(attr.t)
+        return read_tensor(attr.t, f"attribute {attr.name!r} of {node.op_type} "
+                                   f"(node {node.name!r})")
     if kind == types.FLOATS:
         return [float(v) for v in attr.floats]
     if kind == types.INTS:
         return [int(v) for v in attr.ints]
     if kind == types.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
-    raise OpfusionError(f"{node.op_type} (node {node.name!r}): attribute {attr.name!r} has a "
-                        f"kind opfusion does not read ({types.AttributeType.Name(kind)})")
+    raise OnnxImportError(f"{node.op_type} (node {node.name!r}): attribute {attr.name!r} has a "
+                          f"kind opfusion does not read ({_kind_name(kind)})")
 
 
 

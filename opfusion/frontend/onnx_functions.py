@@ -45,7 +45,8 @@ def expand_function(node: Any, opset: int,
     assert schema is not None
     function = onnx.FunctionProto()
     if schema.has_function:
-        body = schema.get_function_with_opset_version(opset) or b""
+        body = schema.get_function_with_opset_version(
+            _body_version(schema.function_opset_versions, opset)) or b""
         if body:
             function.ParseFromString(body)
         else:
@@ -54,7 +55,8 @@ def expand_function(node: Any, opset: int,
         types = [_type_proto(ty).SerializeToString() for ty in input_types]
         try:
             body = schema.get_context_dependent_function_with_opset_version(
-                opset, node.SerializeToString(), types)
+                _body_version(schema.context_dependent_function_opset_versions, opset),
+                node.SerializeToString(), types)
         except Exception as err:  # noqa: BLE001 - ONNX rejects the node's attributes/types
             raise OpfusionError(f"{node.op_type} (node {node.name!r}): ONNX could not build its "
                                 f"function body ({err})") from None
@@ -63,6 +65,13 @@ def expand_function(node: Any, opset: int,
         raise OpfusionError(f"{node.op_type} (node {node.name!r}): ONNX gives no function body "
                             f"at opset {opset}")
     return _instantiate(function, node, schema), _function_opset(function, opset)
+
+
+def _body_version(versions: Sequence[int], opset: int) -> int:
+    """The version to ask ONNX for a function body by: ONNX keys bodies by the opset they are
+    written in (Celu's by 12 only), so a model of a later opset gets the newest body not newer
+    than its opset (asking by the model's opset returns nothing)."""
+    return max((v for v in versions if v <= opset), default=opset)
 
 
 def _instantiate(function: Any, node: Any, schema: Any) -> list[Any]:

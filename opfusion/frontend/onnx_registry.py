@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
+from ..errors import OnnxImportError, OpfusionError
 from ..ir.expr import Constant, Expr
 
 Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
@@ -94,4 +94,6 @@ class OnnxNode:
         return self.attrs.get(name, default)
 
     def error(self, message: str) -> OpfusionError:
-        return OpfusionError(f"{self.op_type} (node {self.name!r}, opset {self.opset}): {message}")
+        """An :class:`OnnxImportError` naming this node, for the converter to raise."""
+        return OnnxImportError(f"{self.op_type} (node {self.name!r}, opset {self.opset}): "
+                               f"{message}")

@@ -68,7 +68,7 @@ def test_missing_file(tmp_path):
 
 
 def test_not_a_model_object():
-    with pytest.raises(OpfusionError, match="takes an onnx.ModelProto or a path, got int"):
+    with pytest.raises(OpfusionError, match="takes an onnx.ModelProto, bytes or a path, got int"):
         from_onnx(42)
 
 

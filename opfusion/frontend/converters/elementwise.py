@@ -13,6 +13,7 @@ from ... import op
 from ...ir.expr import Constant, Expr
 from ...ir.types import TensorType
 from ..onnx_registry import OnnxNode, converter
+from ..onnx_tensors import onnx_dtype
 from ._common import cast_like as _same_dtype
 
 _UNARY = {
@@ -123,13 +124,19 @@ def where(node: OnnxNode) -> Expr:
 
 @converter("Cast")
 def cast(node: OnnxNode) -> Expr:
-    import onnx
+    from onnx import TensorProto
 
     to = node.attr("to")
-    if isinstance(to, str):  # opset 1 spelled the type as a string
-        dtype = np.dtype(to.lower())
-    else:
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(int(to))
+    if to is None:
+        raise node.error("attribute 'to' is required")
+    if isinstance(to, str):  # opset 1 spelled the type as ONNX's name of it ("FLOAT")
+        names = TensorProto.DataType.keys()
+        if to.upper() not in names:
+            raise node.error(f"attribute 'to' is {to!r}, not an ONNX element type name "
+                             f"({', '.join(names)})")
+        to = TensorProto.DataType.Value(to.upper())
+    dtype = onnx_dtype(to, f"{node.op_type} (node {node.name!r}, opset {node.opset}): the "
+                           "target of attribute 'to'")
     return op.cast(node.input(0), dtype=dtype)
 
 

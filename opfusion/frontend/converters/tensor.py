@@ -18,6 +18,7 @@ import numpy as np
 from ... import op
 from ...ir.expr import Constant, Expr, TupleGetItem
 from ..onnx_registry import OnnxNode, converter
+from ..onnx_tensors import MAX_TENSOR_ELEMENTS
 from ._common import shape_of, tensor_type
 
 # ---------------------------------------------------------------------------------------------
@@ -363,6 +364,9 @@ def constant_of_shape(node: OnnxNode) -> Expr:
     dims = as_ints(required_const(node, 0, "shape"))
     if min(dims, default=0) < 0:
         raise node.error(f"shape {dims} has a negative dimension")
+    if math.prod(dims) > MAX_TENSOR_ELEMENTS:
+        raise node.error(f"shape {dims} has {math.prod(dims)} elements; opfusion makes at most "
+                         f"{MAX_TENSOR_ELEMENTS} per tensor")
     value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
     if value.size != 1:
         raise node.error(f"attribute 'value' must hold one element, got shape {value.shape}")
