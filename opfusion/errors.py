@@ -73,3 +73,9 @@ class ScheduleError(OpfusionError):
 
 class LoweringError(OpfusionError):
     """A schedule could not be lowered to loop IR (bad args, an impossible attachment, ...)."""
+
+
+class ResourceLimitError(OpfusionError):
+    """A model would need more work or memory than the compile limits allow (a kernel's loop
+    iterations, one allocation, the executor's memory plan). The message names the kernel or
+    value, the estimate and the ``PassContext`` config key that raises the limit."""
