@@ -78,3 +78,9 @@ class LoweringError(OpfusionError):
 class OnnxImportError(OpfusionError):
     """An ONNX model could not be imported: a malformed tensor, name, opset or external data
     reference, or a node that failed to convert; the message names the node or tensor."""
+
+
+class ResourceLimitError(OpfusionError):
+    """A model would need more work or memory than the compile limits allow (a kernel's loop
+    iterations, one allocation, the executor's memory plan). The message names the kernel or
+    value, the estimate and the ``PassContext`` config key that raises the limit."""

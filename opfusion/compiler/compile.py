@@ -32,6 +32,7 @@ from ..transform.fusion import FusionMerge
 from ..transform.infer_type import InferType
 from ..transform.optimize import optimize
 from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
+from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import plan_memory
 
@@ -170,11 +171,13 @@ class _ExecutorBuilder:
                 return group
         name = _kernel_name(func, len(self.kernels))
         group = lower_primitive_function(func, name)
+        check_kernel(name, group.op_names, group.prim_func and group.prim_func.body)
         self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
         self.kernels.append((func, group))
         return group
 
     def finish(self) -> Executor:
+        check_values(model_values(self.values, self.steps))  # before any C is compiled
         groups = [group for _, group in self.kernels if group.prim_func is not None]
         functions: dict[str, Any] = {}
         source = ""
@@ -194,6 +197,7 @@ class _ExecutorBuilder:
                     ty = self.values[value].type
                     nbytes[value] = _nbytes(ty)
         plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
+        check_values([], plan.total_bytes)
         executor = Executor(self.input_names, self.values, self.steps, self.outputs, plan,
                             self.tuple_output)
         executor.modules = functions

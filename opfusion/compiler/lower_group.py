@@ -30,6 +30,7 @@ from ..ir.visitor import post_order
 from ..tir.lower import lower
 from ..tir.stmt import PrimFunc
 from ..topi import get_compute, get_schedule
+from ..topi.schedules import arrange_blocked_sums
 
 K = OpPatternKind
 
@@ -212,7 +213,9 @@ def _anchor(builder: _TEBuilder) -> tuple[Call, te.Tensor] | None:
 def default_schedule(s: te.Schedule) -> None:
     """Every root stage not yet arranged: the innermost data axis split and vectorized when
     no reduction runs inside it, and the loops outside fused into one, parallel when the
-    stage is big enough."""
+    stage is big enough. Blocked sums first (see :func:`~opfusion.topi.schedules.
+    arrange_blocked_sums`): their partial sums vectorized at the result's rows."""
+    arrange_blocked_sums(s)
     for stage in s.stages:
         op = stage.op
         if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:

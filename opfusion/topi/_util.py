@@ -142,6 +142,16 @@ def is_unsigned(dtype: str) -> bool:
 
 
 def accumulator_dtype(dtype: str) -> str:
-    """The dtype sums and products accumulate in: float16 sums in float32 (it has too few bits
-    to add up many terms), every other dtype in itself as TVM does."""
+    """The dtype products accumulate in: float16 in float32 (it has too few bits to multiply
+    many terms), every other dtype in itself as TVM does."""
     return "float32" if dtype == "float16" else dtype
+
+
+def sum_dtype(dtype: str) -> str:
+    """The dtype sums (and the statistics made of them: means, variances, softmax
+    denominators) accumulate in: float16 and float32 in float64. A float32 running sum of n
+    terms loses up to n ulps of the total: a row of 768 values around 1000 then has a mean
+    off by ~1e-4 and a constant row normalizes to values near 1 instead of 0. In float64 the
+    sum of float32 terms is exact up to 2^29 of them; with vector partial sums (see
+    :func:`opfusion.topi.reduce.blocked_sum`) it costs about what a scalar float32 sum did."""
+    return "float64" if dtype in ("float16", "float32") else dtype

@@ -64,7 +64,9 @@ def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int
     otherwise through a padded copy (a stage named ``name``, tagged ``tag``) that a schedule
     builds first. Strided columns are stored in phases: ``pad[n, c, y, r, x]`` holds padded
     column ``x*stride + r``, so the taps of consecutive outputs are consecutive within phase
-    ``shift % stride`` and vectorize."""
+    ``shift % stride`` and vectorize. Only the phases a shift reaches are stored
+    (``min(stride, reach + 1)``): a stride wider than the window skips the columns between
+    windows, and the copy stays proportional to the output, whatever the stride."""
     batch, channels, height, width = data.shape
     phase_w = out_cols + reach // stride  # columns per phase
     cols = phase_w * stride
@@ -87,7 +89,8 @@ def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int
     if stride == 1:
         pad = te.compute((batch, channels, rows, cols), padded, name=name, tag=tag)
         return lambda n, c, y, x, shift: pad[n, c, y, x + shift]
-    pad = te.compute((batch, channels, rows, stride, phase_w),
+    phases = min(stride, reach + 1)
+    pad = te.compute((batch, channels, rows, phases, phase_w),
                      lambda n, c, y, r, x: padded(n, c, y, x * stride + r), name=name, tag=tag)
     return lambda n, c, y, x, shift: pad[n, c, y, shift % stride, x + shift // stride]
 

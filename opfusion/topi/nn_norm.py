@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import te
+from ._util import accumulator_dtype, sum_dtype
 from .nn import normalize_axis_of
+from .reduce import blocked_sum
 from .registry import register_compute
 
 NORM_MAX = "norm_max"
@@ -42,6 +44,17 @@ def _row_reduce(data: te.Tensor, axis: int, reducer: Any, value: Any, name: str,
                       name=name, tag=tag)
 
 
+def _row_sum(data: te.Tensor, axis: int, value: Any, name: str, tag: str) -> te.Tensor:
+    """``sum(value(row_index, x[...]))`` along ``axis``, one value per row: a
+    :func:`.reduce.blocked_sum` (vector partial sums) when the axis is the innermost one.
+    ``value`` should cast to :func:`._util.sum_dtype`."""
+    shape = _drop(data.shape, axis)
+    contiguous = axis == data.ndim - 1
+    return blocked_sum(shape, [data.shape[axis]],
+                       lambda i, p: value(i, data[_insert(i, axis, p[0])]), name, tag=tag,
+                       contiguous=contiguous)
+
+
 def _shift(peak: te.Tensor, row: Sequence[Any]) -> te.PrimExpr:
     """The row maximum, or 0 where it is infinite (m - m is then NaN, not 0)."""
     m = peak[tuple(row)]
@@ -52,31 +65,37 @@ def _shift(peak: te.Tensor, row: Sequence[Any]) -> te.PrimExpr:
 @register_compute("nn.softmax")
 def softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """exp(x - max) / sum(exp(x - max)) along ``axis``; the exponentials are a stage of their
-    own (``norm_exp``), read by the sum and the result: exp costs more than a memory pass."""
+    own (``norm_exp``), read by the sum and the result: exp costs more than a memory pass.
+    The sum accumulates in :func:`._util.sum_dtype`."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     peak = _row_reduce(data, axis, te.max, lambda i, x: x, "softmax_max", NORM_MAX)
-    from ._util import accumulator_dtype
     acc = accumulator_dtype(data.dtype)
     exps = te.compute(data.shape,
                       lambda *i: te.exp(te.cast(data[i] - _shift(peak, _drop(i, axis)), acc)),
                       name="softmax_exp", tag=NORM_EXP)
-    total = _row_reduce(exps, axis, te.sum, lambda i, x: x, "softmax_sum", NORM_SUM)
-    return te.compute(data.shape, lambda *i: te.cast(exps[i] / total[_drop(i, axis)], data.dtype),
-                      name="softmax", tag=NORM_OUT, attrs={"axis": axis})
+    wide = sum_dtype(data.dtype)
+    total = _row_sum(exps, axis, lambda i, x: te.cast(x, wide), "softmax_sum", NORM_SUM)
+    return te.compute(
+        data.shape,
+        lambda *i: te.cast(exps[i] / te.cast(total[_drop(i, axis)], acc), data.dtype),
+        name="softmax", tag=NORM_OUT, attrs={"axis": axis})
 
 
 @register_compute("nn.log_softmax")
 def log_softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """x - max - log(sum(exp(x - max))) along ``axis``."""
+    """x - max - log(sum(exp(x - max))) along ``axis`` (the sum and its log in
+    :func:`._util.sum_dtype`)."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     peak = _row_reduce(data, axis, te.max, lambda i, x: x, "log_softmax_max", NORM_MAX)
-    total = _row_reduce(data, axis, te.sum, lambda i, x: te.exp(x - _shift(peak, i)),
-                        "log_softmax_sum", NORM_SUM)
+    wide = sum_dtype(data.dtype)
+    total = _row_sum(data, axis, lambda i, x: te.cast(te.exp(x - _shift(peak, i)), wide),
+                     "log_softmax_sum", NORM_SUM)
     return te.compute(
         data.shape,
-        lambda *i: data[i] - _shift(peak, _drop(i, axis)) - te.log(total[_drop(i, axis)]),
+        lambda *i: data[i] - _shift(peak, _drop(i, axis))
+        - te.cast(te.log(total[_drop(i, axis)]), data.dtype),
         name="log_softmax", tag=NORM_OUT, attrs={"axis": axis})
 
 
@@ -92,22 +111,28 @@ def _affine(value: te.PrimExpr, gamma: te.Tensor, beta: te.Tensor, channel: Any,
 @register_compute("nn.layer_norm")
 def layer_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """(x - mean) / sqrt(variance + epsilon) * gamma + beta along ``axis`` (two passes: the
-    mean, then the squared deviations from it)."""
+    mean, then the squared deviations from it, both summed in :func:`._util.sum_dtype`, so
+    that a constant row has exactly its value as mean and normalizes to 0)."""
     data, gamma, beta = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     size = data.shape[axis]
-    inv_size = 1.0 / size if size else float("nan")
-    total = _row_reduce(data, axis, te.sum, lambda i, x: x, "layer_norm_mean", NORM_MEAN)
+    wide = sum_dtype(data.dtype)
+    count = te.const(float(size), wide)  # a division, exact for a constant row
+    total = _row_sum(data, axis, lambda i, x: te.cast(x, wide), "layer_norm_mean", NORM_MEAN)
 
     def mean(row: Sequence[Any]) -> te.PrimExpr:
-        return total[tuple(row)] * inv_size
+        return total[tuple(row)] / count
 
-    squares = _row_reduce(data, axis, te.sum, lambda i, x: (x - mean(i)) * (x - mean(i)),
-                          "layer_norm_var", NORM_SUM)
+    def square(row: Sequence[Any], x: te.PrimExpr) -> te.PrimExpr:
+        deviation = te.cast(x, wide) - mean(row)
+        return deviation * deviation
+
+    squares = _row_sum(data, axis, square, "layer_norm_var", NORM_SUM)
 
     def body(*i: Any) -> te.PrimExpr:
         row = _drop(i, axis)
-        normed = (data[i] - mean(row)) / te.sqrt(squares[row] * inv_size + attrs.epsilon)
+        std = te.sqrt(squares[row] / count + te.const(attrs.epsilon, wide))
+        normed = (data[i] - te.cast(mean(row), data.dtype)) / te.cast(std, data.dtype)
         return _affine(normed, gamma, beta, i[axis], attrs)
 
     return te.compute(data.shape, body, name="layer_norm", tag=NORM_OUT, attrs={"axis": axis})

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import te
+from ._util import sum_dtype
 from .nn import width_blocks, window_reader
+from .reduce import blocked_sum
 from .registry import register_compute
 
 POOL = "pool"
@@ -137,15 +139,17 @@ def global_max_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor
 
 @register_compute("nn.global_avg_pool2d")
 def global_avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """Mean over H and W: (N, C, H, W) -> (N, C, 1, 1)."""
+    """Mean over H and W: (N, C, H, W) -> (N, C, 1, 1); a blocked sum in
+    :func:`._util.sum_dtype` (a whole image is many terms)."""
     (data,) = inputs
-    ry = te.reduce_axis((0, data.shape[2]), name="ry")
-    rx = te.reduce_axis((0, data.shape[3]), name="rx")
-    sums = te.compute(out_type.shape,
-                      lambda n, c, y, x: te.sum(data[n, c, ry, rx], axis=[ry, rx]),
-                      name="global_avg_pool2d_sum", tag=POOL_SUM)
-    scale = 1.0 / (data.shape[2] * data.shape[3])
-    return te.compute(out_type.shape, lambda n, c, y, x: sums[n, c, y, x] * scale,
+    wide = sum_dtype(data.dtype)
+    _, _, height, width = (int(d) for d in data.shape)
+    sums = blocked_sum(out_type.shape, [height, width],
+                       lambda i, p: te.cast(data[i[0], i[1], p[0], p[1]], wide),
+                       "global_avg_pool2d_sum", tag=POOL_SUM)
+    count = te.const(float(height * width), wide)
+    return te.compute(out_type.shape,
+                      lambda n, c, y, x: te.cast(sums[n, c, y, x] / count, data.dtype),
                       name="global_avg_pool2d", tag=POOL_AVG)
 
 

@@ -12,8 +12,13 @@ Axes follow the declarations (``axis=None`` every axis, ``exclude`` the compleme
   one value, not (index, value) pairs, hence two passes; a NaN counts as the extreme, as in
   NumPy.
 
-float16 data is summed in float32 and cast back (the references sum in float64); max and min
-propagate NaN through the C code generator's max/min helpers, as np.max does."""
+Sums (and so means and variances) accumulate in float64 for float16 and float32 data
+(:func:`._util.sum_dtype`; the references sum in float64 too) and, when the innermost data
+axis is reduced, in :data:`SUM_LANES` interleaved partial sums (:func:`blocked_sum`): the
+schedules vectorize them, and each partial sum adds up only 1/SUM_LANES of the terms.
+Variances are two passes (the mean, then the squared deviations from it), never
+E[x^2] - E[x]^2. Products accumulate float16 in float32; max and min propagate NaN through
+the C code generator's max/min helpers, as np.max does."""
 
 from __future__ import annotations
 
@@ -22,10 +27,75 @@ from typing import Any
 
 from .. import te
 from ..tir.expr import PrimExpr, is_float
-from ._util import accumulator_dtype, reduced_axes, shape_of, stage_name
+from ._util import accumulator_dtype, reduced_axes, shape_of, stage_name, sum_dtype
 from .registry import register_compute
 
 Reducer = Callable[..., PrimExpr]
+
+#: Interleaved partial sums of a blocked sum: element k of a row goes to partial sum k % SUM_LANES
+#: (one vector of float64 is 4 or 8 lanes: 16 keeps 2-4 independent vector additions in
+#: flight, so the sum runs at the adds' throughput, not their latency).
+SUM_LANES = 16
+#: Tags of the stages of a blocked sum: the partial sums (shape ``(*shape, SUM_LANES)``), the
+#: terms left over when the row is not a whole number of lanes.
+SUM_PARTIAL = "sum_partial"
+SUM_TAIL = "sum_tail"
+
+Positions = list[PrimExpr]
+
+
+def blocked_sum(shape: Sequence[int], extents: Sequence[int],
+                value: Callable[[tuple[PrimExpr, ...], Positions], PrimExpr], name: str,
+                tag: str = "comm_reduce", attrs: dict[str, Any] | None = None,
+                contiguous: bool = True) -> te.Tensor:
+    """``sum(value(i, p) for p in the box extents)`` for every index ``i`` of ``shape``, where
+    the last of ``extents`` runs along memory. ``value(i, positions)`` gets one position per
+    extent.
+
+    With at least 2 * SUM_LANES along the last extent, the sum is three stages: partial sums
+    ``{name}_lanes[i, l]`` over the positions ``b * SUM_LANES + l`` (tag SUM_PARTIAL; the
+    schedules put ``l`` innermost and vectorize it), the leftover positions past the last
+    whole block (``{name}_tail``, tag SUM_TAIL, only when there are some), and the result
+    adding up the lanes and the tail (tag ``tag``, ``attrs``). Otherwise one plain
+    reduction. Either way the sum is in ``value``'s dtype: pass terms cast to
+    :func:`._util.sum_dtype`."""
+    shape = tuple(shape)
+    extents = [int(e) for e in extents]
+    count = extents[-1] if extents else 0
+
+    def axes(tail_extents: Sequence[int], prefix: str) -> list[te.IterVar]:
+        return [te.reduce_axis((0, e), name=f"{prefix}{d}") for d, e in enumerate(tail_extents)]
+
+    if count < 2 * SUM_LANES or not contiguous:
+        def plain(*i: PrimExpr) -> PrimExpr:
+            ks = axes(extents, "k")
+            return te.sum(value(i, list(ks)), axis=ks) if ks else value(i, [])
+        return te.compute(shape, plain, name=name, tag=tag, attrs=attrs)
+    lanes = SUM_LANES
+    blocks, rest = divmod(count, lanes)
+
+    def partial_sum(*i: PrimExpr) -> PrimExpr:
+        ks = axes([*extents[:-1], blocks], "k")
+        return te.sum(value(i[:-1], [*ks[:-1], ks[-1] * lanes + i[-1]]), axis=ks)
+
+    partial = te.compute((*shape, lanes), partial_sum, name=f"{name}_lanes", tag=SUM_PARTIAL)
+    tail = None
+    if rest:
+        def tail_sum(*i: PrimExpr) -> PrimExpr:
+            ks = axes([*extents[:-1], rest], "t")
+            return te.sum(value(i, [*ks[:-1], ks[-1] + blocks * lanes]), axis=ks)
+
+        tail = te.compute(shape, tail_sum, name=f"{name}_tail", tag=SUM_TAIL)
+
+    def total(*i: PrimExpr) -> PrimExpr:
+        lane = te.reduce_axis((0, lanes), name="lane")
+        term = partial[(*i, lane)]
+        if tail is not None:
+            term = term + te.select(lane == 0, tail[i], te.const(0, partial.dtype))
+        return te.sum(term, axis=lane)
+
+    return te.compute(shape, total, name=name, tag=tag, attrs=attrs)
+
 
 prod = te.comm_reducer(lambda acc, value: acc * value, lambda dtype: te.const(1, dtype),
                        name="prod")
@@ -75,6 +145,28 @@ class Reduction:
 
         return te.compute(tuple(out_shape), element, name=name, tag=tag)
 
+    def sum(self, name: str, body: Callable[[list[Any], list[PrimExpr]], PrimExpr],
+            tag: str = "comm_reduce") -> te.Tensor:
+        """The sum of ``body(data_index, kept)`` over the reduced axes, in the kept shape:
+        a :func:`blocked_sum` when the innermost data axis is reduced (it runs along
+        memory), else one reduction."""
+        last = self.data.ndim - 1
+        if not self.axes or self.axes[-1] != last:
+            return self.reduce(name, self.kept_shape, False, te.sum,
+                               lambda index, kept, axes: body(index, kept), tag=tag)
+
+        def value(out: tuple[PrimExpr, ...], positions: list[PrimExpr]) -> PrimExpr:
+            kept = list(out)
+            index: list[Any] = [0] * self.data.ndim
+            for d, i in zip(self.kept, kept):
+                index[d] = i
+            for d, p in zip(self.axes, positions):
+                index[d] = p
+            return body(index, kept)
+
+        extents = [int(self.data.shape[d]) for d in self.axes]
+        return blocked_sum(self.kept_shape, extents, value, name, tag=tag)
+
     def finish(self, name: str, out_type: Any, source: te.Tensor,
                fn: Callable[[PrimExpr], PrimExpr]) -> te.Tensor:
         """The result stage: ``fn`` of the kept-shape stage ``source``, cast to the result
@@ -86,6 +178,14 @@ class Reduction:
             return te.cast(fn(source[tuple(kept)]), dtype)
 
         return te.compute(shape_of(out_type), element, name=name, tag="elemwise")
+
+
+@register_compute("sum")
+def compute_sum(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """The sum over the reduced axes (see :meth:`Reduction.sum`), cast to the result dtype."""
+    red = Reduction("sum", inputs[0], attrs.axis, attrs.keepdims, attrs.exclude)
+    total = _sum_stage(red, "sum_acc")
+    return red.finish("sum", out_type, total, lambda s: s)
 
 
 def _simple(op_name: str, reducer: Reducer, accumulate: bool) -> None:
@@ -106,18 +206,16 @@ def _simple(op_name: str, reducer: Reducer, accumulate: bool) -> None:
     compute.__doc__ = f"TE compute of {op_name}."
 
 
-_simple("sum", te.sum, True)
 _simple("prod", prod, True)
 _simple("max", te.max, False)
 _simple("min", te.min, False)
 
 
 def _sum_stage(red: Reduction, name: str) -> te.Tensor:
-    """The sum over the reduced axes in the accumulation dtype, in the kept shape."""
+    """The sum over the reduced axes in :func:`sum_dtype`, in the kept shape."""
     data = red.data
-    acc = accumulator_dtype(data.dtype)
-    return red.reduce(name, red.kept_shape, False, te.sum,
-                      lambda index, kept, axes: te.cast(data[tuple(index)], acc))
+    acc = sum_dtype(data.dtype)
+    return red.sum(name, lambda index, kept: te.cast(data[tuple(index)], acc))
 
 
 def _divide_by(count: int) -> Callable[[PrimExpr], PrimExpr]:
@@ -140,16 +238,16 @@ def compute_variance(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     by count - 1 when ``unbiased``)."""
     data = inputs[0]
     red = Reduction("variance", data, attrs.axis, attrs.keepdims, attrs.exclude)
-    acc = accumulator_dtype(data.dtype)
+    acc = sum_dtype(data.dtype)
     total = _sum_stage(red, "variance_sum")
     mean = te.compute(red.kept_shape, lambda *i: total[i] / te.const(float(red.count), acc),
                       name="variance_mean", tag="elemwise")
 
-    def square(index: list[Any], kept: list[PrimExpr], axes: list[te.IterVar]) -> PrimExpr:
+    def square(index: list[Any], kept: list[PrimExpr]) -> PrimExpr:
         deviation = te.cast(data[tuple(index)], acc) - mean[tuple(kept)]
         return deviation * deviation
 
-    squares = red.reduce("variance_squares", red.kept_shape, False, te.sum, square)
+    squares = red.sum("variance_squares", square)
     return red.finish("variance", out_type, squares,
                       _divide_by(red.count - 1 if attrs.unbiased else red.count))
 

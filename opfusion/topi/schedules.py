@@ -37,6 +37,7 @@ from .. import te
 from .nn import CONV_ACC, CONV_PAD, LANES, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
 from .nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
 from .nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
+from .reduce import SUM_PARTIAL, SUM_TAIL
 from .registry import register_schedule
 
 #: Loops with fewer iterations in all stay serial: starting threads costs more.
@@ -112,21 +113,78 @@ def _parallel_outer(stage: te.Stage, axes: list[Any], elements: int) -> Any:
     return fused
 
 
+def _untouched(s: te.Schedule, stage: te.Stage) -> bool:
+    """A root compute stage no rule arranged: no split, fuse, loop kind or reorder, nothing
+    computed at it."""
+    op = stage.op
+    if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
+        return False
+    untouched = [*op.axis, *op.reduce_axis]
+    reordered = len(stage.leaf_iter_vars) != len(untouched) or any(
+        a is not b for a, b in zip(stage.leaf_iter_vars, untouched))
+    parents = [st.attach_stage for st in s.stages if st.attach_type == "scope"]
+    return not (stage.relations or stage.iter_var_attrs or reordered
+                or any(p is stage for p in parents))
+
+
+def _reduction_work(op: te.ComputeOp) -> int:
+    """Iterations of ``op``'s loops, the reduction's inputs (partial sums) included."""
+    work = _size(op.output(0))
+    for r in op.reduce_axis:
+        work *= int(r.dom.extent)
+    for t in op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == SUM_PARTIAL:
+            work = max(work, _reduction_work(t.op))
+    return work
+
+
+def sum_parts_at(s: te.Schedule, total: te.Tensor) -> None:
+    """The partial sums and the tail of the blocked sum ``total`` (see
+    :func:`.reduce.blocked_sum`) computed at ``total``'s innermost data loop, so that they
+    are a small temporary per row (at the root when ``total`` is a scalar); each partial
+    sum's lanes innermost and vectorized: SUM_LANES independent accumulators, the reduction
+    around them. Call it once ``total``'s own loops are arranged."""
+    parent = s[total]
+    data_loops = [v for v in parent.leaf_iter_vars if not v.is_reduce]
+    loop = data_loops[-1] if data_loops else None
+    for tensor in total.op.input_tensors:
+        if not isinstance(tensor.op, te.ComputeOp) or tensor.op.tag not in (SUM_PARTIAL,
+                                                                             SUM_TAIL):
+            continue
+        stage = s[tensor]
+        if loop is not None:
+            stage.compute_at(parent, loop)
+        elif tensor.op.tag == SUM_TAIL:
+            continue  # a root tail gets the default
+        if tensor.op.tag == SUM_PARTIAL:
+            axes = list(stage.op.axis)
+            stage.reorder(*axes[:-1], *stage.op.reduce_axis, axes[-1])
+            stage.vectorize(axes[-1])
+
+
+def arrange_blocked_sums(s: te.Schedule) -> None:
+    """Every blocked sum whose result no rule arranged: the result's data loops fused (and
+    parallel when big enough), its partial sums computed at them."""
+    for stage in list(s.stages):
+        op = stage.op
+        if not isinstance(op, te.ComputeOp) or not any(
+                isinstance(t.op, te.ComputeOp) and t.op.tag == SUM_PARTIAL
+                and s[t].attach_type == "root" and not s[t].relations
+                for t in op.input_tensors):
+            continue
+        if _untouched(s, stage):
+            _parallel_outer(stage, list(op.axis), _reduction_work(op))
+        sum_parts_at(s, op.output(0))
+
+
 def _arrange_rest(s: te.Schedule) -> None:
     """The default for every root stage no rule touched (no split, fuse, loop kind or
-    reorder, nothing computed at it): data loops fused and parallel."""
-    parents = [st.attach_stage for st in s.stages if st.attach_type == "scope"]
+    reorder, nothing computed at it): data loops fused and parallel; blocked sums as
+    :func:`arrange_blocked_sums` arranges them."""
+    arrange_blocked_sums(s)
     for stage in s.stages:
-        op = stage.op
-        if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
-            continue
-        untouched = [*op.axis, *op.reduce_axis]
-        reordered = len(stage.leaf_iter_vars) != len(untouched) or any(
-            a is not b for a, b in zip(stage.leaf_iter_vars, untouched))
-        if (stage.relations or stage.iter_var_attrs or reordered
-                or any(p is stage for p in parents)):
-            continue
-        _parallel_outer(stage, list(op.axis), _size(op.output(0)))
+        if _untouched(s, stage):
+            _parallel_outer(stage, list(stage.op.axis), _size(stage.op.output(0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,6 +470,7 @@ def schedule_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> None:
             xo, xi = red.split(axes[3], factor=LANES)
             red.reorder(*axes[:3], xo, *red.op.reduce_axis, xi)
             red.vectorize(xi)
+        sum_parts_at(s, reduced)  # a blocked sum's partial sums (global average pooling)
     pad = _producer(anchor, POOL_PAD)
     if pad is not None:
         pad_stage = s[pad]
@@ -445,6 +504,7 @@ def schedule_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> None:
         stage.vectorize(lanes)
     first_stage = s[first]
     _parallel_outer(first_stage, list(first.op.axis), _size(anchor))
+    sum_parts_at(s, first)
     exps = _producer(anchor, NORM_EXP)
     if exps is not None:  # rows in parallel, as the result's, so each thread reuses its rows
         exp_stage = s[exps]
@@ -454,7 +514,9 @@ def schedule_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> None:
         _parallel_outer(exp_stage, exp_rest, _size(exps))
     if row is not None:
         s[second].compute_at(stage, row)
+    sum_parts_at(s, second)
     _arrange_rest(s)
 
 
-__all__ = ["schedule_conv2d", "schedule_matmul", "schedule_pool", "schedule_rows"]
+__all__ = ["arrange_blocked_sums", "schedule_conv2d", "schedule_matmul", "schedule_pool",
+           "schedule_rows", "sum_parts_at"]

@@ -1,0 +1,178 @@
+"""Compile-time resource limits: refuse a model whose kernels would run for hours or whose
+memory would not fit, before any C is compiled or memory allocated.
+
+Shapes are static, so both costs are known exactly at compile time:
+
+* a kernel's *work* is the number of innermost statement executions of its loop IR (the
+  product of the loop extents around each statement, summed over the statements): a
+  ``ReduceSum(Expand(x -> 10^6 x 10^6))`` is 10^12 iterations whatever its input size;
+* its *allocations* are the temporaries of its loop IR (``Allocate``), and the executor's
+  are every value of the model (constants, kernel results) and the blocks of its memory
+  plan.
+
+The limits are PassContext config keys, raised with
+``PassContext(config={"compile.max_kernel_work": ...})`` around ``opf.compile``; going past
+one raises :class:`~opfusion.errors.ResourceLimitError` naming the kernel (and its fused
+operators) or the value, the estimate and the key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ResourceLimitError
+from ..ir.types import TensorType
+from ..tir import stmt as S
+from ..tir.expr import IntImm
+from ..transform.context import PassContext, register_pass_config
+
+MAX_KERNEL_WORK = "compile.max_kernel_work"
+MAX_ALLOCATION_BYTES = "compile.max_allocation_bytes"
+
+register_pass_config(
+    MAX_KERNEL_WORK, int, 10**11,
+    "Loop iterations one kernel may run (the product of the loop extents around each "
+    "statement of its loop IR, summed): 10^11 is about a minute on one core. opf.compile "
+    "raises ResourceLimitError for a kernel beyond it.")
+register_pass_config(
+    MAX_ALLOCATION_BYTES, int, 16 << 30,
+    "Bytes one allocation may take (a kernel temporary, a model value: constant, "
+    "intermediate or result) and the executor's memory plan may take in all (16 GiB). "
+    "opf.compile raises ResourceLimitError beyond it.")
+
+
+def kernel_work(body: S.Stmt) -> int:
+    """Innermost statement executions of ``body``: each store, evaluate or branch test
+    weighted by the product of the extents of the loops around it (an exact Python int,
+    however large; a loop with a non-constant extent counts once)."""
+    total = 0
+    stack: list[tuple[S.Stmt, int]] = [(body, 1)]
+    while stack:
+        node, weight = stack.pop()
+        if isinstance(node, S.For):
+            extent = node.extent.value if isinstance(node.extent, IntImm) else 1
+            if extent > 0:
+                stack.append((node.body, weight * extent))
+        elif isinstance(node, S.SeqStmt):
+            stack.extend((child, weight) for child in node.stmts)
+        elif isinstance(node, (S.Allocate, S.LetStmt)):
+            stack.append((node.body, weight))
+        elif isinstance(node, S.IfThenElse):
+            total += weight
+            stack.append((node.then_case, weight))
+            if node.else_case is not None:
+                stack.append((node.else_case, weight))
+        else:
+            total += weight
+    return total
+
+
+def kernel_allocations(body: S.Stmt) -> list[tuple[str, int]]:
+    """``(buffer name, bytes)`` of every temporary ``body`` allocates."""
+    found = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, S.Allocate):
+            buffer = node.buffer
+            found.append((buffer.name, _count(buffer.shape) * _itemsize(buffer.dtype)))
+            stack.append(node.body)
+        elif isinstance(node, (S.For, S.LetStmt)):
+            stack.append(node.body)
+        elif isinstance(node, S.SeqStmt):
+            stack.extend(node.stmts)
+        elif isinstance(node, S.IfThenElse):
+            stack.append(node.then_case)
+            if node.else_case is not None:
+                stack.append(node.else_case)
+    return found
+
+
+def check_kernel(name: str, op_names: Sequence[str], body: S.Stmt | None) -> None:
+    """Raise ResourceLimitError if the kernel ``name`` (fusing ``op_names``) would run more
+    iterations than ``compile.max_kernel_work`` or allocate a temporary larger than
+    ``compile.max_allocation_bytes``."""
+    if body is None:
+        return
+    ctx = PassContext.current()
+    what = _kernel_text(name, op_names)
+    work_limit = ctx.get_config(MAX_KERNEL_WORK)
+    work = kernel_work(body)
+    if work > work_limit:
+        raise ResourceLimitError(
+            f"{what} would run {work:.3g} loop iterations, more than the limit "
+            f"{MAX_KERNEL_WORK}={work_limit:.3g}; check the shapes feeding it (a broadcast or "
+            f"expand to a huge shape?), or raise the limit: with opf.transform.PassContext("
+            f"config={{{MAX_KERNEL_WORK!r}: ...}}): opf.compile(...)")
+    byte_limit = ctx.get_config(MAX_ALLOCATION_BYTES)
+    for buffer, nbytes in kernel_allocations(body):
+        if nbytes > byte_limit:
+            raise ResourceLimitError(
+                f"{what} would allocate {_bytes_text(nbytes)} for its temporary {buffer}, "
+                f"more than the limit {_limit_text(byte_limit)}")
+
+
+def check_values(values: Iterable[tuple[str, TensorType]], plan_bytes: int | None = None
+                 ) -> None:
+    """Raise ResourceLimitError if one of ``values`` (``(description, type)``: constants,
+    intermediates, results) or the memory plan's ``plan_bytes`` in all exceed
+    ``compile.max_allocation_bytes``."""
+    limit = PassContext.current().get_config(MAX_ALLOCATION_BYTES)
+    for what, ty in values:
+        nbytes = _count(ty.shape) * _itemsize(ty.dtype)
+        if nbytes > limit:
+            raise ResourceLimitError(
+                f"{what} of type {ty!r} would take {_bytes_text(nbytes)}, more than the limit "
+                f"{_limit_text(limit)}")
+    if plan_bytes is not None and plan_bytes > limit:
+        raise ResourceLimitError(
+            f"the executor's memory plan for the intermediate values would take "
+            f"{_bytes_text(plan_bytes)}, more than the limit {_limit_text(limit)}")
+
+
+def model_values(values: Sequence[Any], steps: Sequence[Any]) -> list[tuple[str, TensorType]]:
+    """``(description, type)`` of the executor's constants and kernel results (``values``:
+    its ValueInfo list, ``steps``: its ExecSteps), for :func:`check_values`."""
+    described = []
+    for step in steps:
+        ops = ", ".join(dict.fromkeys(step.group.op_names))
+        described += [(f"the result of kernel {step.group.name} ({ops})", values[v].type)
+                      for v in step.writes]
+    described += [("a constant", info.type) for info in values
+                  if info.constant is not None]
+    return described
+
+
+def _kernel_text(name: str, op_names: Sequence[str]) -> str:
+    ops = ", ".join(dict.fromkeys(op_names))
+    return f"kernel {name} ({ops})" if ops else f"kernel {name}"
+
+
+def _limit_text(limit: int) -> str:
+    return (f"{MAX_ALLOCATION_BYTES}={_bytes_text(limit)}; check the shapes, or raise the "
+            f"limit: with opf.transform.PassContext(config={{{MAX_ALLOCATION_BYTES!r}: ...}}): "
+            f"opf.compile(...)")
+
+
+def _bytes_text(nbytes: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit} ({nbytes} bytes)"
+    return f"{nbytes} bytes"
+
+
+def _count(shape: Sequence[Any]) -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
+
+
+def _itemsize(dtype: str) -> int:
+    return 1 if dtype == "bool" else np.dtype(dtype).itemsize
+
+
+__all__ = ["MAX_ALLOCATION_BYTES", "MAX_KERNEL_WORK", "check_kernel", "check_values",
+           "kernel_allocations", "kernel_work", "model_values"]
