@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import OpfusionError
 from ..ir.evaluate import evaluate
+from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep
@@ -281,10 +282,8 @@ class Executor:
             _call_kernel(step, [arrays[v].ctypes.data for v in step.reads + step.writes])
         if func is None:
             return f"{step.group.name}: not checked (no IR kept after opf.load)"
-        inputs = [arrays[v] for v in step.reads[:len(func.params)]]
-        want = evaluate(func, inputs)
-        wants = want if isinstance(want, tuple) else (want,)
-        for value, expected in zip(step.writes, wants):
+        wants = _flat_tensors(evaluate(func, group_inputs(func, step.reads, arrays)))
+        for value, expected in zip(step.writes, wants, strict=True):
             error = _relative_error(arrays[value], expected)
             if not error <= rtol:
                 raise KernelMismatchError(
@@ -353,18 +352,38 @@ def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
 def _run_reference(step: ExecStep, arrays: dict[int, np.ndarray]) -> None:
     func = step.group.reference_function
     assert func is not None
-    inputs: list[Any] = []
-    cursor = 0
-    for param in func.params:  # tuple parameters take several flattened values
-        ty = param.type_annotation
-        count = len(ty.fields) if isinstance(ty, TupleType) else 1
-        values = [arrays[v] for v in step.reads[cursor:cursor + count]]
-        inputs.append(tuple(values) if isinstance(ty, TupleType) else values[0])
-        cursor += count
-    out = evaluate(func, inputs)
-    results = out if isinstance(out, tuple) else (out,)
-    for value, result in zip(step.writes, results):
+    results = _flat_tensors(evaluate(func, group_inputs(func, step.reads, arrays)))
+    for value, result in zip(step.writes, results, strict=True):
         np.copyto(arrays[value], result)
+
+
+def group_inputs(func: Function, reads: Sequence[int], arrays: Mapping[int, Any]) -> list[Any]:
+    """The arguments of a group's primitive function ``func`` for the interpreter, gathered
+    from its step's flat ``reads``: a tensor parameter takes the next value, a tuple
+    parameter (``concatenate``'s operand under fusion "none") a tuple of as many values as
+    it holds tensors, rebuilt to its nesting. The reads after the parameters' (the group's
+    large constants) are no arguments of ``func``."""
+    values = iter(reads)
+
+    def take(ty: Any) -> Any:  # recursion over a type's tuple nesting: a few levels at most
+        if isinstance(ty, TupleType):
+            return tuple(take(field) for field in ty.fields)
+        return arrays[next(values)]
+
+    return [take(param.type_annotation) for param in func.params]
+
+
+def _flat_tensors(value: Any) -> list[Any]:
+    """The tensors of an interpreter result (a tensor or nested tuples), in order: a step
+    writes one value per tensor."""
+    flat, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            flat.append(item)
+    return flat
 
 
 def _fresh(array: np.ndarray, index: int, executor: Executor) -> np.ndarray:
