@@ -73,3 +73,9 @@ class ScheduleError(OpfusionError):
 
 class LoweringError(OpfusionError):
     """A schedule could not be lowered to loop IR (bad args, an impossible attachment, ...)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped early on Ctrl-C (SIGINT): its kernels returned without finishing (see
+    :mod:`opfusion.runtime.interrupt`). A KeyboardInterrupt, not an OpfusionError, so that
+    ``except Exception`` does not swallow it; the executor stays usable."""

@@ -10,7 +10,13 @@ intermediates of a run live in a :class:`Workspace` (the plan's blocks and every
 argument pointers into them) that the run has to itself: it takes one from the executor's
 :class:`WorkspacePool` and gives it back when it ends, so concurrent runs never share memory
 and a steady state allocates no workspace. Only taking and giving back hold a lock; the
-kernels of concurrent runs execute in parallel (ctypes releases the GIL)."""
+kernels of concurrent runs execute in parallel (ctypes releases the GIL).
+
+Ctrl-C stops a run within one task of its current kernel, however long the kernel: the kernels
+poll a cancellation flag that a SIGINT handler sets (:mod:`opfusion.runtime.interrupt`), and
+the run raises :class:`opfusion.errors.RunInterrupted`, a KeyboardInterrupt. Its workspace goes
+back to the pool half-written, which is harmless: every run writes each intermediate before
+reading it."""
 
 from __future__ import annotations
 
@@ -22,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
+from ..errors import OpfusionError, RunInterrupted
 from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
+from ..runtime import interrupt
+from ..runtime.interrupt import KERNEL_CANCELLED
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep
 
@@ -140,6 +148,8 @@ class Executor:
         self.workspaces = WorkspacePool(self._new_workspace)
         self.workspaces.give(self.workspaces.take())
         self._profiles = threading.local()
+        self._connected_modules: set[int] = set()  # ids of modules wired to Ctrl-C
+        self._run_hooks: tuple[Callable[[], Any], Callable[[], None]] = (_nothing, _nothing)
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
 
@@ -176,8 +186,11 @@ class Executor:
         """One run in a workspace of its own; appends (kernel, seconds) to ``timings``."""
         bound = self._bind_inputs(feeds)
         results = self._new_results(bound)
+        self._connect_interrupts()
+        begin, end = self._run_hooks
         workspace = self.workspaces.take()
         try:
+            begin()
             arrays = {**workspace.arrays, **bound, **results}
             for step, pointers, arguments in zip(self.steps, workspace.pointers,
                                                  self._arguments):
@@ -190,10 +203,22 @@ class Executor:
                 if timings is not None:
                     timings.append((step.group.name, time.perf_counter() - start))
         finally:
+            end()  # first: a KeyboardInterrupt may come at any Python call from here on
             self.workspaces.give(workspace)
         # Results are the run's own arrays (or copies of inputs and constants), never views of
         # the workspace, which the next run may already be using.
         return [_fresh(arrays[index], index, self) for index in self.outputs]
+
+    def _connect_interrupts(self) -> None:
+        """Point the cancellation flag of each kernel library at the one Ctrl-C sets (once per
+        module; ``modules`` is filled in after construction, so this runs lazily)."""
+        if len(self._connected_modules) == len(self.modules):
+            return
+        for module in list(self.modules.values()):
+            if id(module) not in self._connected_modules:
+                interrupt.connect(str(module.library.path))
+                self._connected_modules.add(id(module))
+        self._run_hooks = interrupt.run_hooks()
 
     def _new_results(self, bound: dict[int, Any]) -> dict[int, np.ndarray]:
         """Fresh arrays for the outputs that a kernel writes (outputs are never planned)."""
@@ -266,11 +291,15 @@ class Executor:
         first kernel whose output differs by more than ``rtol`` x max|reference|."""
         bound = self._bind_inputs(feeds)
         results = self._new_results(bound)
+        self._connect_interrupts()
+        begin, end = self._run_hooks
         workspace = self.workspaces.take()
         try:
+            begin()
             arrays = {**workspace.arrays, **bound, **results}
             return [self._verify_step(step, arrays, rtol) for step in self.steps]
         finally:
+            end()
             self.workspaces.give(workspace)
 
     def _verify_step(self, step: ExecStep, arrays: dict[int, np.ndarray], rtol: float) -> str:
@@ -343,9 +372,17 @@ def steps_for_plan(steps: Sequence[ExecStep]) -> list[PlannedStep]:
     return [PlannedStep(tuple(s.reads), tuple(s.writes)) for s in steps]
 
 
+def _nothing() -> None:
+    return None
+
+
 def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
     """Call a step's compiled kernel on argument addresses; raise on a failure status."""
-    if step.function(*pointers) != 0:
+    status = step.function(*pointers)
+    if status == KERNEL_CANCELLED:
+        raise RunInterrupted(f"the run was interrupted (Ctrl-C) in kernel {step.group.name}; "
+                             f"the executor can run again")
+    if status != 0:
         raise MemoryError(f"kernel {step.group.name} could not allocate scratch memory")
 
 
