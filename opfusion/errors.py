@@ -84,3 +84,9 @@ class ResourceLimitError(OpfusionError):
     """A model would need more work or memory than the compile limits allow (a kernel's loop
     iterations, one allocation, the executor's memory plan). The message names the kernel or
     value, the estimate and the ``PassContext`` config key that raises the limit."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped early on Ctrl-C (SIGINT): its kernels returned without finishing (see
+    :mod:`opfusion.runtime.interrupt`). A KeyboardInterrupt, not an OpfusionError, so that
+    ``except Exception`` does not swallow it; the executor stays usable."""

@@ -1,8 +1,14 @@
 """C code generation: one PrimFunc becomes one exported C function.
 
 The function is ``int32_t name(T0* restrict p0, ...)``, one pointer per buffer parameter in
-the PrimFunc's order (``const`` for the buffers it only reads); it returns 0, or -1 when a heap
-scratch buffer could not be allocated. Loops map to C as follows:
+the PrimFunc's order (``const`` for the buffers it only reads); it returns 0 (``KERNEL_OK``),
+-1 (``KERNEL_NO_MEMORY``) when a heap scratch buffer could not be allocated, or -2
+(``KERNEL_CANCELLED``) when it was asked to stop: each iteration of every PARALLEL or outermost
+loop that holds other loops first reads ``*opf_cancel_flag``, an ``int32_t volatile*`` that the
+file exports (pointing at a zero that nothing sets); when the flag is set the iteration is
+skipped and the kernel returns -2 with its outputs unfinished. The host points
+the flag at one it sets on Ctrl-C (:mod:`opfusion.runtime.interrupt`, which also defines
+the status codes). Loops map to C as follows:
 
 - PARALLEL: ``#pragma omp parallel for schedule(static)`` (see ``omp_schedule``);
 - VECTORIZED: straight-line code on GCC vector types when the body allows it (see
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
+from ..runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
 from ..runtime.module import KernelParam
 from ..tir import expr as E
 from ..tir import stmt as S
@@ -159,6 +166,7 @@ class CEmitter:
         self._plans: dict[int, VectorPlan] = {}
         self._tiles: dict[int, RegisterTilePlan] = {}
         self._fence_loops: set[int] = set()
+        self._loop_depth = 0  # loops open around the statement being emitted
 
     # -- names ------------------------------------------------------------------------------
 
@@ -407,11 +415,31 @@ class CEmitter:
             self._vector.emit(loop, plan, indent)
             return
         self.open_loop(loop, indent)
+        if (loop.kind is S.ForKind.PARALLEL or self._loop_depth == 0) and any(
+                isinstance(inner, S.For) for inner in _walk_stmts(loop.body)):
+            self._emit_cancel_check(indent + 1)
+        self._loop_depth += 1
         stack.append(lambda: self.line(indent, "}"))
         stack.append(lambda: self.unbind_var(loop.loop_var))
+        stack.append(lambda: setattr(self, "_loop_depth", self._loop_depth - 1))
         if id(loop) in self._fence_loops:
             stack.append(lambda: self._fence(indent + 1))
         stack.append((loop.body, indent + 1))
+
+    def _emit_cancel_check(self, indent: int) -> None:
+        """The first statement of an iteration of a parallel or outermost loop that holds other
+        loops: when the host has set ``*opf_cancel_flag``, skip the iteration (``continue``,
+        the only way out of an OpenMP loop) and make the kernel return ``KERNEL_CANCELLED``.
+        One predictable load per iteration of a loop whose iterations are whole tasks: no
+        measurable cost, and a cancelled kernel stops within one task. A loop without inner
+        loops is left alone: its iterations are single elements (too cheap to be worth a
+        check, and a check would keep GCC from vectorizing it)."""
+        self.need_helper("0_opf_cancel_flag", (
+            "static volatile int32_t opf_cancel_never = 0;\n"
+            f"int32_t volatile* {CANCEL_FLAG_SYMBOL} = &opf_cancel_never;"))
+        self.line(indent, f"if (__builtin_expect(*{CANCEL_FLAG_SYMBOL} != 0, 0)) {{ "
+                          f"__atomic_store_n(&{self.status_name}, {KERNEL_CANCELLED}, "
+                          "__ATOMIC_RELAXED); continue; }")
 
     def open_loop(self, loop: S.For, indent: int) -> None:
         """Emit the loop's pragma and ``for (...) {`` line and bind its variable; the caller
