@@ -441,7 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="check every kernel against the reference interpreter")
     compile_.set_defaults(handler=cmd_compile)
 
-    run = commands.add_parser("run", parents=[common], help="run a .opf or ONNX model")
+    run = commands.add_parser(
+        "run", parents=[common], help="run a .opf or ONNX model",
+        description="Run a compiled .opf file or an ONNX model. WARNING: a .opf file holds "
+                    "native code, and running it runs that code (like unpickling a file): "
+                    "run only .opf files from a source you trust. Loading checks the file "
+                    "against its library's own kernel table, so a damaged or edited file is "
+                    "an error, not a crash.")
     run.add_argument("model", metavar="MODEL.opf|MODEL.onnx")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="an input's value (repeatable); random standard-normal without any")

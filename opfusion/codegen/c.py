@@ -26,7 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
-from ..runtime.module import KernelParam
+from ..runtime.module import (
+    DTYPE_CODES,
+    KERNEL_TABLE_MAGIC,
+    KERNEL_TABLE_SYMBOL,
+    KERNEL_TABLE_VERSION,
+    KernelParam,
+)
 from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type, sanitize_identifier
@@ -575,7 +581,57 @@ def assemble_c(parts: list[CParts], header: str) -> str:
     for part in parts:
         out.append(part.function)
         out.append("")
+    out += kernel_table_c(parts)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def kernel_table_c(parts: list[CParts]) -> list[str]:
+    """Lines of C defining ``opf_kernel_table()``: what the library holds, for the loader.
+
+    The table lists every kernel of the file with its exported name, a pointer to the
+    function and, per parameter, the dtype code, rank, dimensions and whether the kernel
+    writes it (layout: :mod:`opfusion.runtime.module`). The loader takes function pointers
+    from this table and never looks a symbol up by a name it was given, so a library can only
+    be asked to run its own kernels, with the shapes they were compiled for. Names are written
+    with the preprocessor's ``#`` (they are plain identifiers), so the file has no string
+    literal."""
+    lines = [
+        "#define OPF_NAME(x) #x",
+        "typedef int32_t (*opf_entry_t)(void);",
+        "typedef struct { int32_t dtype; int32_t rank; int32_t written; int32_t reserved; "
+        "const int64_t* dims; } opf_param_info_t;",
+        "typedef struct { const char* name; opf_entry_t function; int32_t num_params; "
+        "int32_t reserved; const opf_param_info_t* params; } opf_kernel_info_t;",
+        "typedef struct { uint32_t magic; uint32_t version; int64_t num_kernels; "
+        "const opf_kernel_info_t* kernels; } opf_kernel_table_t;",
+    ]
+    kernels = []
+    for k, part in enumerate(parts):
+        infos = []
+        for p, param in enumerate(part.params):
+            dims = "0"
+            if param.shape:
+                dims = f"opf_dims_{k}_{p}"
+                values = ", ".join(str(int(d)) for d in param.shape)
+                lines.append(f"static const int64_t {dims}[] = {{{values}}};")
+            infos.append(f"{{{DTYPE_CODES[param.dtype]}, {len(param.shape)}, "
+                         f"{int(param.written)}, 0, {dims}}}")
+        params = "0"
+        if infos:
+            params = f"opf_params_{k}"
+            lines.append(f"static const opf_param_info_t {params}[] = {{{', '.join(infos)}}};")
+        kernels.append(f"{{OPF_NAME({part.entry_name}), (opf_entry_t){part.entry_name}, "
+                       f"{len(part.params)}, 0, {params}}}")
+    table = "0"
+    if kernels:
+        table = "opf_kernels"
+        lines.append("static const opf_kernel_info_t opf_kernels[] = {")
+        lines += [f"  {entry}," for entry in kernels]
+        lines.append("};")
+    lines.append(f"static const opf_kernel_table_t opf_table = {{{KERNEL_TABLE_MAGIC}u, "
+                 f"{KERNEL_TABLE_VERSION}u, {len(kernels)}, {table}}};")
+    lines.append(f"const opf_kernel_table_t* {KERNEL_TABLE_SYMBOL}(void) {{ return &opf_table; }}")
+    return lines
 
 
 def codegen_c_module(funcs: list[S.PrimFunc], options: CodegenOptions | None = None,
