@@ -39,7 +39,14 @@ from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.parser import parse
 from ..ir.types import TensorType, TupleType
-from ..runtime.compiler import CompiledLibrary, cache_dir, host_cpu_features
+from ..runtime.compiler import (
+    CompiledLibrary,
+    cache_dir,
+    has_recorded_digest,
+    host_cpu_features,
+    store_library,
+    touch,
+)
 from ..runtime.module import DTYPE_CODES, KernelParam, LibraryKernels, LibraryLoadError, Module
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
@@ -597,31 +604,19 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
 
 
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:
-    """Put the library in the cache directory under its checksum (atomically) and say where.
+    """Put the library in the cache directory under its checksum and say where.
 
-    A file already there is used only if its contents have that checksum; anything else (a
-    truncated or replaced copy) is overwritten."""
+    A copy already there is used only if it and the digest recorded beside it match
+    ``digest``; anything else (a truncated, damaged or replaced copy) is written again, with
+    its digest, atomically (see :func:`opfusion.runtime.compiler.store_library`)."""
     directory = cache_dir() / "artifacts"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{digest[:40]}.so"
-    if not _file_has_digest(path, digest):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    if has_recorded_digest(path, digest):
+        touch(path)
+    else:
+        store_library(path, data)
     return CompiledLibrary(path, path.with_suffix(".c"), digest[:40], True, 0.0)
-
-
-def _file_has_digest(path: Path, digest: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest() == digest
-    except OSError:
-        return False
 
 
 def _parse_function(text: str) -> Function:

@@ -5,6 +5,7 @@ ArtifactErrors (never a call into libc, an out-of-bounds access or a KeyError)."
 
 import io
 import json
+import os
 import struct
 import zipfile
 
@@ -263,3 +264,22 @@ def test_the_warning_that_artifacts_run_native_code_is_where_users_look(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "native code" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_damaged_installed_copy_of_the_library_is_written_again(artifact):
+    path, want = artifact
+    opf.load(path)
+    from opfusion.runtime.compiler import cache_dir, file_sha256
+
+    with zipfile.ZipFile(path) as archive:
+        digest = json.loads(archive.read("manifest.json"))["library_sha256"]
+    installed = cache_dir() / "artifacts" / f"{digest[:40]}.so"
+    # Replaced, not truncated in place: this process has the library mapped, and shrinking
+    # a mapped file under it would fault (which is why the cache only ever renames).
+    damaged = installed.with_name("damaged.tmp")
+    damaged.write_bytes(installed.read_bytes()[:len(installed.read_bytes()) // 2])
+    os.replace(damaged, installed)
+    got = opf.load(path)(X)
+    assert file_sha256(installed) == digest
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
