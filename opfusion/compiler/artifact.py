@@ -52,7 +52,8 @@ from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
 from .memory_plan import ALIGNMENT, MemoryPlan
 
-FORMAT = "opfusion-artifact-1"
+#: Version 2: the library exports a kernel table (files of version 1 lack it).
+FORMAT = "opfusion-artifact-2"
 
 #: Largest ``manifest.json`` accepted (uncompressed).
 MAX_MANIFEST_BYTES = 64 << 20

@@ -266,7 +266,7 @@ class LibraryKernels:
         except AttributeError:
             raise LibraryLoadError(f"{path} has no kernel table ({KERNEL_TABLE_SYMBOL}); it "
                                    f"was not built by this opfusion") from None
-        base = _object_base(ctypes.cast(getter, ctypes.c_void_p).value, path)
+        base = _object_base(ctypes.cast(getter, ctypes.c_void_p).value, path, check_file=True)
         getter.restype = ctypes.POINTER(_TableInfo)
         getter.argtypes = []
         table = getter()
@@ -372,10 +372,10 @@ def _dladdr() -> Any:
     return None
 
 
-def _object_base(address: int | None, path: Any) -> int | None:
-    """The load address of the shared object holding ``address``, after checking that the
-    object is the file at ``path``; None where the system has no dladdr (then the table is
-    trusted as the library's own)."""
+def _object_base(address: int | None, path: Any, check_file: bool = False) -> int | None:
+    """The load address of the shared object holding ``address`` (with ``check_file``, after
+    checking that the object is the file at ``path``); None where the system has no dladdr
+    (then the table is trusted as the library's own)."""
     dladdr = _dladdr()
     if dladdr is None:
         return None
@@ -383,7 +383,7 @@ def _object_base(address: int | None, path: Any) -> int | None:
     if not address or not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
         raise LibraryLoadError(f"{path}: the kernel table points outside any library")
     found = os.fsdecode(info.dli_fname)
-    if os.path.realpath(found) != os.path.realpath(os.fspath(path)):
+    if check_file and os.path.realpath(found) != os.path.realpath(os.fspath(path)):
         raise LibraryLoadError(f"{path}: its kernel table was found in {found}, another "
                                f"library; it was not built by this opfusion")
     return int(info.dli_fbase or 0)
