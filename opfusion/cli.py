@@ -1,10 +1,11 @@
-"""The ``opfusion`` command: demo, compile, run, show and bench.
+"""The ``opfusion`` command: demo, compile, run, show, bench and cache.
 
     opfusion demo                                  built-in models, fused vs unfused
     opfusion compile model.onnx -o model.opf       import, optimize, fuse, generate C, export
     opfusion run model.opf [--input x=x.npy]       run (random inputs when none are given)
     opfusion show model.onnx --explain             the IR at a stage; why edges were not fused
     opfusion bench model.onnx --compare none,ort   a latency table
+    opfusion cache info | clear                    the kernel cache: where, how big; empty it
 
 Every error is one line on stderr and a non-zero exit status (1; 2 for a bad command line);
 ``--debug`` shows the traceback instead. ``-v`` logs each stage (``-vv`` more) through the
@@ -317,6 +318,30 @@ def write_dot(text: str, path: str) -> None:
     _print(f"wrote the fused groups (one cluster per group) to {target}")
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .runtime.compiler import cache_info, clear_cache
+
+    if args.action == "clear":
+        removed = clear_cache()
+        print(f"removed {removed} entries from {cache_info().path}")
+        return 0
+    info = cache_info()
+    print(f"path:    {info.path}")
+    print(f"entries: {info.entries}")
+    print(f"size:    {_bytes(info.total_bytes)} ({info.total_bytes} bytes)")
+    print(f"limit:   {_bytes(info.limit_bytes)} (set OPFUSION_CACHE_LIMIT to change it)")
+    return 0
+
+
+def _bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .compiler.compile import random_inputs
     from .demo import interleaved_medians, machine_summary, median_ratio, relative_error
@@ -450,7 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="check every kernel against the reference interpreter")
     compile_.set_defaults(handler=cmd_compile)
 
-    run = commands.add_parser("run", parents=[common], help="run a .opf or ONNX model")
+    run = commands.add_parser(
+        "run", parents=[common], help="run a .opf or ONNX model",
+        description="Run a compiled .opf file or an ONNX model. WARNING: a .opf file holds "
+                    "native code, and running it runs that code (like unpickling a file): "
+                    "run only .opf files from a source you trust. Loading checks the file "
+                    "against its library's own kernel table, so a damaged or edited file is "
+                    "an error, not a crash.")
     run.add_argument("model", metavar="MODEL.opf|MODEL.onnx")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="an input's value (repeatable); random standard-normal without any")
@@ -483,6 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     _compile_options(bench)
     bench.set_defaults(handler=cmd_bench)
+
+    cache = commands.add_parser(
+        "cache", parents=[common], help="show or empty the kernel cache",
+        description="The kernel cache ($OPFUSION_CACHE_DIR/kernels, default "
+                    "~/.cache/opfusion/kernels) holds compiled kernel libraries, each checked "
+                    "against a recorded SHA-256 before use. It is kept under "
+                    "$OPFUSION_CACHE_LIMIT bytes (default 2G), least recently used first.")
+    cache.add_argument("action", choices=("info", "clear"),
+                       help="info: path, entries, size and limit; clear: remove every entry")
+    cache.set_defaults(handler=cmd_cache)
     return parser
 
 

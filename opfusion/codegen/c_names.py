@@ -7,6 +7,7 @@ of the names the included headers declare, of identifiers C reserves (``_X``, ``
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from ..errors import BuildError
@@ -26,8 +27,12 @@ def c_type(dtype: str) -> str:
     except KeyError:
         raise BuildError(f"the C code generator has no type for dtype {dtype!r}") from None
 
-#: Longest identifier kept from a user's name (longer ones are cut; uniqueness suffixes follow).
+#: Longest identifier made from a user's name. A longer name is cut and ends in a hash of the
+#: whole name, so that two names that differ only after the cut still give two identifiers.
 MAX_NAME_LENGTH = 48
+
+#: Hex digits of the hash that ends a shortened identifier.
+_HASH_DIGITS = 8
 
 _C_KEYWORDS = (
     "auto break case char const continue default do double else enum extern float for goto if "
@@ -70,8 +75,13 @@ def sanitize_identifier(name: str) -> str:
 
     Characters outside ``[A-Za-z0-9_]`` become ``_``; a leading digit or underscore gets a
     ``v`` prefix; C keywords, library names and the ``opf_`` prefix get a ``_`` suffix or a
-    ``u`` prefix. ``'a"; system("rm'`` becomes ``a___system__rm``."""
-    text = _BAD_CHARS.sub("_", str(name))[:MAX_NAME_LENGTH]
+    ``u`` prefix. ``'a"; system("rm'`` becomes ``a___system__rm``. A name longer than
+    :data:`MAX_NAME_LENGTH` keeps its start and ends in ``_`` and a hash of the whole name
+    (the end of a long name, such as a kernel's index, is often what tells it apart)."""
+    text = _BAD_CHARS.sub("_", str(name))
+    if len(text) > MAX_NAME_LENGTH:
+        digest = hashlib.sha256(str(name).encode("utf-8", "surrogatepass")).hexdigest()
+        text = f"{text[:MAX_NAME_LENGTH - _HASH_DIGITS - 1]}_{digest[:_HASH_DIGITS]}"
     if not text:
         return "v"
     if text[0].isdigit() or text[0] == "_":
@@ -90,11 +100,13 @@ class NameTable:
         self._taken: set[str] = set()
 
     def fresh(self, hint: str) -> str:
-        """Return a new identifier based on ``hint`` that no earlier call returned."""
+        """Return a new identifier based on ``hint`` that no earlier call returned (at most
+        :data:`MAX_NAME_LENGTH` characters, so that it is its own sanitized form)."""
         base = sanitize_identifier(hint)
         name, counter = base, 1
         while name in self._taken:
-            name = f"{base}_{counter}"
+            suffix = f"_{counter}"
+            name = base[:MAX_NAME_LENGTH - len(suffix)] + suffix
             counter += 1
         self._taken.add(name)
         return name

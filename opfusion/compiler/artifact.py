@@ -5,7 +5,19 @@ for, inputs, values, steps, memory plan), ``kernels.so`` (the shared library), `
 (its source, for reading) and ``constants.npz`` (the weights). Loading checks the format and
 that this CPU has every instruction-set feature the library was compiled for *before* the
 library is loaded: code built with ``-march=native`` elsewhere could otherwise die with an
-illegal instruction."""
+illegal instruction.
+
+**Loading an artifact runs its native code**: the library's initializers run when it is
+loaded, so only load artifacts from a source you trust, as with pickle or
+``torch.load(weights_only=False)``. What loading does guarantee is that an artifact can do no
+more than its own library: kernels are taken from the library's own kernel table (see
+:mod:`opfusion.runtime.module`), never by a symbol name from the manifest, and every shape,
+dtype, index, memory block and constant in the manifest is checked against that table and
+against each other before anything runs, so a damaged or edited manifest is an
+:class:`ArtifactError`, not a call into libc or an out-of-bounds access. Sizes are checked
+before reading: a member larger than its limit (:data:`MAX_MANIFEST_BYTES`,
+:data:`MAX_LIBRARY_BYTES`, :data:`MAX_SOURCE_BYTES`, and ``max_bytes`` in all) or compressed
+beyond what deflate can do (a zip bomb) is refused without being expanded."""
 
 from __future__ import annotations
 
@@ -13,8 +25,10 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +38,36 @@ from ..errors import OpfusionError
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.parser import parse
-from ..ir.types import TensorType
-from ..runtime.compiler import CompiledLibrary, cache_dir, host_cpu_features
-from ..runtime.module import KernelParam, Module
+from ..ir.types import TensorType, TupleType
+from ..runtime.compiler import (
+    CompiledLibrary,
+    cache_dir,
+    has_recorded_digest,
+    host_cpu_features,
+    store_library,
+    touch,
+)
+from ..runtime.module import DTYPE_CODES, KernelParam, LibraryKernels, LibraryLoadError, Module
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
-from .memory_plan import MemoryPlan
+from .memory_plan import ALIGNMENT, MemoryPlan
 
-FORMAT = "opfusion-artifact-1"
+#: Version 2: the library exports a kernel table (files of version 1 lack it).
+FORMAT = "opfusion-artifact-2"
+
+#: Largest ``manifest.json`` accepted (uncompressed).
+MAX_MANIFEST_BYTES = 64 << 20
+#: Largest ``kernels.so`` accepted.
+MAX_LIBRARY_BYTES = 1 << 30
+#: Largest ``kernels.c`` accepted.
+MAX_SOURCE_BYTES = 256 << 20
+#: Default limit on everything an artifact expands to (``opf.load(path, max_bytes=...)``).
+DEFAULT_MAX_BYTES = 16 << 30
+#: Deflate expands at most about 1032:1; a member that claims more is damaged or a zip bomb.
+_MAX_DEFLATE_RATIO = 1100
+#: Highest rank of a tensor in an artifact.
+_MAX_RANK = 64
+_MEMBERS = ("manifest.json", "kernels.so", "kernels.c", "constants.npz")
 
 
 class ArtifactError(OpfusionError):
@@ -105,24 +141,66 @@ def _version() -> str:
     return __version__
 
 
-def load(path: str | os.PathLike[str]) -> Executor:
-    """Load a model written by ``exe.export(path)``; nothing is recompiled."""
+def load(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> Executor:
+    """Load a model written by ``exe.export(path)``; nothing is recompiled.
+
+    **Only load artifacts you trust.** An artifact holds a native shared library, and loading
+    it runs that library's code, just as unpickling runs code (``pickle.load``,
+    ``torch.load(weights_only=False)``). Loading does make sure that the artifact can do no
+    more than its own library: kernels come from the library's own kernel table, and the
+    manifest's shapes, dtypes, indices, memory plan and constants are checked against the
+    table and each other before anything runs.
+
+    ``max_bytes`` bounds what the file may expand to (default 16 GiB); larger or
+    over-compressed members are refused before they are read. Raises :class:`ArtifactError`
+    for a missing, damaged, truncated, foreign or inconsistent file and for one built for a
+    CPU with features this one lacks."""
+    try:
+        return _load(path, max_bytes)
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, EOFError, OSError,
+            RecursionError, zipfile.BadZipFile, zlib.error, OpfusionError) as err:
+        raise ArtifactError(f"{path} is damaged or not an opfusion artifact "
+                            f"({type(err).__name__}: {err}); export the model again") from None
+
+
+def _load(path: str | os.PathLike[str], max_bytes: int) -> Executor:
     archive = _open(path)
     with archive:
-        manifest = _manifest(archive, path)
+        budget = _Budget(path, max_bytes)
+        members = _members(archive, path, budget)
+        manifest = _manifest(_read(archive, members["manifest.json"], MAX_MANIFEST_BYTES, path),
+                             path)
         _check_cpu(manifest, path)
-        library_bytes = archive.read("kernels.so")
-        source = archive.read("kernels.c").decode()
-        with archive.open("constants.npz") as handle:
-            constants = dict(np.load(io.BytesIO(handle.read()), allow_pickle=False))
-    if hashlib.sha256(library_bytes).hexdigest() != manifest["library_sha256"]:
-        raise ArtifactError(f"{path}: the kernel library does not match its checksum; the file "
-                            f"is corrupt, export the model again")
-    try:
-        return _rebuild(manifest, library_bytes, source, constants)
-    except (KeyError, TypeError, ValueError, IndexError) as err:
-        raise ArtifactError(f"{path}: the manifest is inconsistent ({type(err).__name__}: "
-                            f"{err}); export the model again") from None
+        library_bytes = _read(archive, members["kernels.so"], MAX_LIBRARY_BYTES, path)
+        digest = _field(manifest, "library_sha256", str, "manifest")
+        if hashlib.sha256(library_bytes).hexdigest() != digest:
+            raise ArtifactError(f"{path}: the kernel library does not match its checksum; the "
+                                f"file is corrupt, export the model again")
+        try:
+            source = _read(archive, members["kernels.c"], MAX_SOURCE_BYTES, path).decode()
+        except UnicodeDecodeError:
+            raise ArtifactError(f"{path}: kernels.c is not text; the file is corrupt") from None
+        npz_info = members["constants.npz"]  # its size was checked with the rest
+        npz = _read(archive, npz_info, npz_info.file_size, path)
+    constants = _read_constants(npz, path, budget)
+    return _rebuild(manifest, library_bytes, digest, source, constants, path)
+
+
+class _Budget:
+    """What is left of ``max_bytes`` for the members still to be read."""
+
+    def __init__(self, path: Any, max_bytes: int) -> None:
+        self.path = path
+        self.left = max_bytes
+
+    def take(self, nbytes: int, what: str) -> None:
+        if nbytes > self.left:
+            raise ArtifactError(f"{self.path}: {what} would expand beyond the limit on what an "
+                                f"artifact may hold; pass a larger max_bytes to opf.load if "
+                                f"the file is trusted and really that large")
+        self.left -= nbytes
 
 
 def _open(path: str | os.PathLike[str]) -> zipfile.ZipFile:
@@ -130,20 +208,67 @@ def _open(path: str | os.PathLike[str]) -> zipfile.ZipFile:
         return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, OSError) as err:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
         raise ArtifactError(f"{path} is not an opfusion artifact ({err}); write one with "
                             f"exe.export(path)") from None
 
 
-def _manifest(archive: zipfile.ZipFile, path: Any) -> dict[str, Any]:
-    names = set(archive.namelist())
-    missing = {"manifest.json", "kernels.so", "kernels.c", "constants.npz"} - names
-    if missing:
+def _members(archive: zipfile.ZipFile, path: Any, budget: _Budget
+             ) -> dict[str, zipfile.ZipInfo]:
+    """The four members, after checking every member's sizes (see :func:`_check_sizes`)."""
+    infos = archive.infolist()
+    found = {info.filename: info for info in infos}
+    missing = [name for name in _MEMBERS if name not in found]
+    if missing or len(found) != len(infos):
         raise ArtifactError(f"{path} is not an opfusion artifact (it lacks "
-                            f"{', '.join(sorted(missing))})")
+                            f"{', '.join(missing) or 'unique member names'})")
+    for info in infos:
+        _check_sizes(info, path, budget)
+    return found
+
+
+def _check_sizes(info: zipfile.ZipInfo, path: Any, budget: _Budget) -> None:
+    """Refuse, before reading it, a member that is too large or claims more expansion than its
+    compression method can give (a zip bomb)."""
+    if info.compress_type == zipfile.ZIP_STORED:
+        honest = info.file_size == info.compress_size
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        honest = info.file_size <= _MAX_DEFLATE_RATIO * info.compress_size + 1024
+    else:
+        honest = False
+    if not honest:
+        raise ArtifactError(f"{path}: member {info.filename!r} claims {info.file_size} bytes "
+                            f"from {info.compress_size} (method {info.compress_type}); the file "
+                            f"is damaged or a zip bomb")
+    budget.take(info.file_size, f"member {info.filename!r} ({info.file_size} bytes)")
+
+
+def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, path: Any) -> bytes:
+    """The member's bytes, read in bounded chunks: never more than ``limit`` or than the size
+    its header declares."""
+    if info.file_size > limit:
+        raise ArtifactError(f"{path}: member {info.filename!r} is {info.file_size} bytes, more "
+                            f"than the {limit} an artifact's {info.filename} may have")
+    chunks, total = [], 0
+    with archive.open(info) as handle:
+        while True:
+            chunk = handle.read(min(1 << 20, info.file_size - total + 1))
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > info.file_size:
+                raise ArtifactError(f"{path}: member {info.filename!r} expands beyond its "
+                                    f"declared size; the file is damaged")
+            chunks.append(chunk)
+    if total != info.file_size:
+        raise ArtifactError(f"{path}: member {info.filename!r} is truncated")
+    return b"".join(chunks)
+
+
+def _manifest(data: bytes, path: Any) -> dict[str, Any]:
     try:
-        manifest = json.loads(archive.read("manifest.json"))
-    except (ValueError, zipfile.BadZipFile) as err:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError) as err:
         raise ArtifactError(f"{path}: the manifest cannot be read ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
@@ -160,51 +285,338 @@ def _check_cpu(manifest: dict[str, Any], path: Any) -> None:
                             f"({shown}); compile the model again on this machine")
 
 
-def _rebuild(manifest: dict[str, Any], library_bytes: bytes, source: str,
-             constants: dict[str, np.ndarray]) -> Executor:
-    values = []
-    for entry in manifest["values"]:
-        ty = TensorType(tuple(entry["shape"]), entry["dtype"])
-        constant = constants[entry["constant"]] if entry["constant"] is not None else None
-        values.append(ValueInfo(ty, entry["input_index"], constant))
-    library = _install_library(library_bytes, source, manifest["library_sha256"])
-    steps, modules = [], {}
-    for entry in manifest["steps"]:
-        output_types = [TensorType(tuple(shape), dtype) for shape, dtype in entry["output_types"]]
-        reference = _parse_function(entry["reference"]) if entry["reference"] else None
-        prim = None
-        group = LoweredGroup(entry["name"], prim, output_types, reference_function=reference,
-                             op_names=list(entry["ops"]))
-        function = None
-        if entry["entry"] is not None:
-            module = modules.get(entry["name"])
-            if module is None:
-                params = [KernelParam(n, tuple(shape), dtype, written)
-                          for n, shape, dtype, written in entry["params"]]
-                module = Module(entry["name"], entry["entry"], params, source, library)
-                modules[entry["name"]] = module
-            function = module._function
-        steps.append(ExecStep(group, function, list(entry["reads"]), list(entry["writes"])))
-    plan_entry = manifest["plan"]
-    plan = MemoryPlan({int(k): v for k, v in plan_entry["block_of"].items()},
-                      list(plan_entry["block_sizes"]), plan_entry["naive_bytes"])
-    exe = Executor(manifest["input_names"], values, steps, manifest["outputs"], plan,
-                   manifest["tuple_output"])
+_NPY_NAME = re.compile(r"[A-Za-z0-9_]{1,64}\.npy")
+
+
+def _read_constants(data: bytes, path: Any, budget: _Budget) -> dict[str, np.ndarray]:
+    """The arrays of ``constants.npz``, each header checked before its data is touched: a
+    plain dtype, C order, and exactly as many bytes as its shape needs."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, EOFError) as err:
+        raise ArtifactError(f"{path}: constants.npz is damaged ({err})") from None
+    constants: dict[str, np.ndarray] = {}
+    with archive:
+        for info in archive.infolist():
+            if not _NPY_NAME.fullmatch(info.filename) or info.filename[:-4] in constants:
+                raise ArtifactError(f"{path}: constants.npz holds an unexpected member "
+                                    f"{info.filename!r}")
+            _check_sizes(info, path, budget)
+            raw = _read(archive, info, info.file_size, path)
+            constants[info.filename[:-4]] = _parse_npy(raw, f"{path}: constant "
+                                                             f"{info.filename[:-4]!r}")
+    return constants
+
+
+def _parse_npy(raw: bytes, where: str) -> np.ndarray:
+    handle = io.BytesIO(raw)
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise ArtifactError(f"{where} has .npy version {version}, not one this opfusion reads")
+    if fortran or dtype.name not in DTYPE_CODES or not dtype.isnative:
+        raise ArtifactError(f"{where} is a {dtype} array in "
+                            f"{'Fortran' if fortran else 'C'} order; artifacts hold plain "
+                            f"native C-order arrays")
+    count = _element_count(list(shape), where)
+    offset = handle.tell()
+    if len(raw) - offset != count * dtype.itemsize:
+        raise ArtifactError(f"{where} has {len(raw) - offset} bytes of data, not the "
+                            f"{count * dtype.itemsize} its shape {tuple(shape)} needs")
+    return np.frombuffer(memoryview(raw)[offset:], dtype=dtype, count=count).reshape(shape)
+
+
+# -- checking the manifest ------------------------------------------------------------------
+
+def _field(entry: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``entry[key]``, which must be of ``kind`` (a bool is not an int)."""
+    owner = "the manifest" if where == "manifest" else f"the manifest's {where}"
+    if not isinstance(entry, dict) or key not in entry:
+        raise ArtifactError(f"{owner} lacks {key!r}")
+    value = entry[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        name = f"the manifest's {key}" if where == "manifest" else f"{owner}.{key}"
+        raise ArtifactError(f"{name} is {value!r}, not a "
+                            f"{'/'.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _index(value: Any, size: int, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < size:
+        raise ArtifactError(f"the manifest's {where} is {value!r}, not an index below {size}")
+    return value
+
+
+def _element_count(shape: Any, where: str) -> int:
+    if not isinstance(shape, (list, tuple)) or len(shape) > _MAX_RANK:
+        raise ArtifactError(f"{where}: shape {shape!r} is not a list of dimensions")
+    count = 1
+    for dim in shape:
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise ArtifactError(f"{where}: shape {shape!r} has a dimension that is not a "
+                                f"non-negative integer")
+        count *= dim
+    if count >= 1 << 48:
+        raise ArtifactError(f"{where}: shape {shape!r} is impossibly large")
+    return count
+
+
+def _tensor_type(shape: Any, dtype: Any, where: str) -> TensorType:
+    _element_count(shape, where)
+    if dtype not in DTYPE_CODES:
+        raise ArtifactError(f"{where}: dtype {dtype!r} is not one opfusion compiles")
+    return TensorType(tuple(shape), dtype)
+
+
+def _nbytes(ty: TensorType) -> int:
+    return _element_count(list(ty.shape), "value") * np.dtype(ty.dtype).itemsize
+
+
+def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source: str,
+             constants: dict[str, np.ndarray], path: Any) -> Executor:
+    input_names = _field(manifest, "input_names", list, "manifest")
+    if not all(isinstance(n, str) for n in input_names) or len(set(input_names)) != len(
+            input_names):
+        raise ArtifactError("the manifest's input_names are not distinct strings")
+    values = _values(manifest, input_names, constants)
+    entries = _field(manifest, "steps", list, "manifest")
+    library = None
+    if any(isinstance(e, dict) and e.get("entry") is not None for e in entries):
+        if not library_bytes:
+            raise ArtifactError(f"{path}: steps call kernels but the artifact has no library")
+        library = _install_library(library_bytes, source, digest)
+    steps, modules = _steps(entries, values, library, source, path)
+    outputs, tuple_output = _outputs(manifest, values, steps)
+    plan = _plan(manifest, values, steps, outputs)
+    exe = Executor(input_names, values, steps, outputs, plan, tuple_output)
     exe.modules = modules
     exe.source_code = source
     return exe
 
 
+def _values(manifest: dict[str, Any], input_names: list[str],
+            constants: dict[str, np.ndarray]) -> list[ValueInfo]:
+    values = []
+    seen_inputs: set[int] = set()
+    for index, entry in enumerate(_field(manifest, "values", list, "manifest")):
+        where = f"values[{index}]"
+        ty = _tensor_type(_field(entry, "shape", list, where),
+                          _field(entry, "dtype", str, where), where)
+        input_index = _field(entry, "input_index", (int, type(None)), where)
+        key = _field(entry, "constant", (str, type(None)), where)
+        constant = None
+        if input_index is not None:
+            _index(input_index, len(input_names), f"{where}.input_index")
+            if input_index in seen_inputs or key is not None:
+                raise ArtifactError(f"the manifest's {where} is input {input_index} twice over "
+                                    f"or also a constant")
+            seen_inputs.add(input_index)
+        if key is not None:
+            constant = constants.get(key)
+            if constant is None:
+                raise ArtifactError(f"the manifest's {where} names constant {key!r}, which "
+                                    f"constants.npz lacks")
+            if constant.shape != ty.shape or constant.dtype != np.dtype(ty.dtype):
+                raise ArtifactError(f"constant {key!r} is {constant.dtype}{constant.shape} but "
+                                    f"the manifest's {where} is {ty.dtype}{ty.shape}")
+        values.append(ValueInfo(ty, input_index, constant))
+    if len(seen_inputs) != len(input_names):
+        raise ArtifactError(f"the manifest has {len(input_names)} inputs but "
+                            f"{len(seen_inputs)} input values")
+    return values
+
+
+def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary | None,
+           source: str, path: Any) -> tuple[list[ExecStep], dict[str, Module]]:
+    """The steps, each checked: values in range, read after they are made and written once;
+    a kernel from the library's table whose parameters are exactly the step's values (and
+    which writes none of the values it reads); a reference function typed like its values."""
+    kernels = None
+    if library is not None:
+        try:
+            kernels = LibraryKernels(library)
+        except LibraryLoadError as err:
+            raise ArtifactError(f"{path}: {err}") from None
+    ready = {i for i, v in enumerate(values) if v.input_index is not None or v.constant is not None}
+    steps, modules = [], {}
+    for number, entry in enumerate(entries):
+        where = f"steps[{number}]"
+        name = _field(entry, "name", str, where)
+        ops = _field(entry, "ops", list, where)
+        reads = [_index(v, len(values), f"{where}.reads") for v in _field(entry, "reads", list,
+                                                                         where)]
+        writes = [_index(v, len(values), f"{where}.writes")
+                  for v in _field(entry, "writes", list, where)]
+        for value in reads:
+            if value not in ready:
+                raise ArtifactError(f"the manifest's {where} reads value {value} before any "
+                                    f"step makes it")
+        for value in writes:
+            if value in ready or writes.count(value) > 1:
+                raise ArtifactError(f"the manifest's {where} writes value {value}, an input, a "
+                                    f"constant or a value written before")
+        output_types = []
+        for pair in _field(entry, "output_types", list, where):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ArtifactError(f"the manifest's {where}.output_types holds {pair!r}, not "
+                                    f"[shape, dtype]")
+            output_types.append(_tensor_type(*pair, f"{where}.output_types"))
+        if output_types != [values[v].type for v in writes]:
+            raise ArtifactError(f"the manifest's {where}.output_types differ from the types of "
+                                f"the values it writes")
+        entry_name = _field(entry, "entry", (str, type(None)), where)
+        reference_text = _field(entry, "reference", (str, type(None)), where)
+        function, reference = None, None
+        if entry_name is not None:
+            module = _kernel_module(entry, name, entry_name, reads, writes, values, source,
+                                    library, kernels, modules, where)
+            function = module._function
+        elif reference_text is not None:
+            reference = _reference(reference_text, reads, writes, values, where)
+        else:
+            raise ArtifactError(f"the manifest's {where} has neither a kernel nor a reference")
+        group = LoweredGroup(name, None, output_types, reference_function=reference,
+                             op_names=[str(op) for op in ops])
+        steps.append(ExecStep(group, function, reads, writes))
+        ready.update(writes)
+    return steps, modules
+
+
+def _kernel_module(entry: dict[str, Any], name: str, entry_name: str, reads: list[int],
+                   writes: list[int], values: list[ValueInfo], source: str,
+                   library: CompiledLibrary | None, kernels: LibraryKernels | None,
+                   modules: dict[str, Module], where: str) -> Module:
+    params = []
+    for number, param in enumerate(_field(entry, "params", list, where)):
+        if not isinstance(param, list) or len(param) != 4 or not isinstance(param[0], str) \
+                or not isinstance(param[3], bool):
+            raise ArtifactError(f"the manifest's {where}.params[{number}] is not "
+                                f"[name, shape, dtype, written]")
+        ty = _tensor_type(param[1], param[2], f"{where}.params[{number}]")
+        params.append(KernelParam(param[0], ty.shape, ty.dtype, param[3]))
+    operands = reads + writes
+    if len(params) != len(operands):
+        raise ArtifactError(f"the manifest's {where} passes {len(operands)} values to a kernel "
+                            f"of {len(params)} parameters")
+    for number, (param, value) in enumerate(zip(params, operands)):
+        ty = values[value].type
+        if (tuple(param.shape), param.dtype) != (tuple(ty.shape), ty.dtype):
+            raise ArtifactError(f"the manifest's {where} passes value {value} ({ty.dtype}"
+                                f"{list(ty.shape)}) as parameter {number} ({param.dtype}"
+                                f"{list(param.shape)})")
+        if param.written and number < len(reads):
+            raise ArtifactError(f"the manifest's {where}: the kernel writes parameter {number}, "
+                                f"which the step reads (value {value})")
+    module = modules.get(name)
+    if module is not None:
+        if module.entry_name != entry_name or module.params != tuple(params):
+            raise ArtifactError(f"the manifest's {where} calls kernel {name!r} with another "
+                                f"entry or parameters than an earlier step")
+        return module
+    assert library is not None and kernels is not None
+    try:
+        module = Module(name, entry_name, params, source, library, kernels)
+    except LibraryLoadError as err:  # no such kernel in the table, or other parameters
+        raise ArtifactError(f"the manifest's {where} does not match the library: "
+                            f"{err}") from None
+    modules[name] = module
+    return module
+
+
+def _flat_types(ty: Any) -> list[Any]:
+    return [t for field in ty.fields for t in _flat_types(field)] if isinstance(
+        ty, TupleType) else [ty]
+
+
+def _reference(text: str, reads: list[int], writes: list[int], values: list[ValueInfo],
+               where: str) -> Function:
+    function = _parse_function(text)
+    params = [t for p in function.params for t in _flat_types(p.type_annotation)]
+    results = _flat_types(function.ret_type)
+    if params != [values[v].type for v in reads] or results != [values[v].type for v in writes]:
+        raise ArtifactError(f"the manifest's {where}: the reference function's types differ "
+                            f"from the values the step reads and writes")
+    return function
+
+
+def _outputs(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep]
+             ) -> tuple[list[int], bool]:
+    made = {v for step in steps for v in step.writes}
+    outputs = [_index(v, len(values), "outputs") for v in _field(manifest, "outputs", list,
+                                                                 "manifest")]
+    for value in outputs:
+        info = values[value]
+        if value not in made and info.input_index is None and info.constant is None:
+            raise ArtifactError(f"the manifest's output value {value} is made by no step")
+    tuple_output = _field(manifest, "tuple_output", bool, "manifest")
+    if not tuple_output and len(outputs) != 1:
+        raise ArtifactError(f"the manifest has {len(outputs)} outputs but no tuple output")
+    return outputs, tuple_output
+
+
+def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep],
+          outputs: list[int]) -> MemoryPlan:
+    """The memory plan, checked: exactly the intermediate values are planned, each block is
+    as large as its largest value, and no two values of one block are alive together."""
+    entry = _field(manifest, "plan", dict, "manifest")
+    sizes = _field(entry, "block_sizes", list, "plan")
+    for size in sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ArtifactError(f"the manifest's plan has a block of size {size!r}")
+    block_of: dict[int, int] = {}
+    for key, block in _field(entry, "block_of", dict, "plan").items():
+        if not isinstance(key, str) or not key.isdigit():
+            raise ArtifactError(f"the manifest's plan names value {key!r}")
+        block_of[_index(int(key), len(values), "plan.block_of")] = _index(
+            block, len(sizes), f"plan.block_of[{key}]")
+    naive = _field(entry, "naive_bytes", int, "plan")
+    kept = set(outputs)
+    intermediates = {v for step in steps for v in step.writes if v not in kept}
+    if set(block_of) != intermediates:
+        raise ArtifactError("the manifest's memory plan does not place exactly the "
+                            "intermediate values")
+    first, last = {}, {}
+    for number, step in enumerate(steps):
+        for value in step.writes:
+            first[value] = last[value] = number
+        for value in step.reads:
+            if value in block_of:
+                last[value] = number
+    needed = [0] * len(sizes)
+    spans: dict[int, list[tuple[int, int, int]]] = {}
+    for value, block in block_of.items():
+        aligned = -(-max(_nbytes(values[value].type), 1) // ALIGNMENT) * ALIGNMENT
+        needed[block] = max(needed[block], aligned)
+        spans.setdefault(block, []).append((first[value], last[value], value))
+    if needed != sizes:
+        raise ArtifactError("the manifest's memory plan has blocks of other sizes than their "
+                            "values need")
+    for block, live in spans.items():
+        live.sort()
+        for (_, end, value), (start, _, other) in zip(live, live[1:]):
+            if start <= end:
+                raise ArtifactError(f"the manifest's memory plan puts values {value} and "
+                                    f"{other}, alive together, in block {block}")
+    return MemoryPlan(block_of, list(sizes), naive)
+
+
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:
-    """Put the library in the cache directory under its checksum (atomically) and say where."""
+    """Put the library in the cache directory under its checksum and say where.
+
+    A copy already there is used only if it and the digest recorded beside it match
+    ``digest``; anything else (a truncated, damaged or replaced copy) is written again, with
+    its digest, atomically (see :func:`opfusion.runtime.compiler.store_library`)."""
     directory = cache_dir() / "artifacts"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{digest[:40]}.so"
-    if not path.is_file():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+    if has_recorded_digest(path, digest):
+        touch(path)
+    else:
+        store_library(path, data)
     return CompiledLibrary(path, path.with_suffix(".c"), digest[:40], True, 0.0)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen.c import codegen_c_module
+from ..codegen.c_names import MAX_NAME_LENGTH
 from ..errors import OpfusionError
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
@@ -225,7 +226,11 @@ def _nbytes(ty: TensorType) -> int:
 
 
 def _kernel_name(func: Function, index: int) -> str:
+    """``fused_<first operators>_<index>``: the index makes the name unique, so only the
+    descriptive stem is ever shortened, to fit the C code generator's identifier length."""
     names = [n.op.name for n in post_order(func.body, into_functions=False)
              if isinstance(n, Call) and isinstance(n.op, Op)]
     stem = "_".join(re.sub(r"[^A-Za-z0-9]", "_", name) for name in names[:4])
-    return f"fused_{stem[:60]}_{index}"
+    suffix = f"_{index}"
+    room = max(0, MAX_NAME_LENGTH - len("fused_") - len(suffix))
+    return f"fused_{stem[:room]}".rstrip("_") + suffix

@@ -7,7 +7,21 @@ the source, the flags, the compiler's identity and version, and the host CPU's f
 
 Writes are atomic: the compiler writes a temporary file in the same directory, which is then
 renamed over the final name, so a process that finds ``<key>.so`` always finds a whole file,
-even while another process is building the same kernel."""
+even while another process is building the same kernel.
+
+Nothing in the cache is trusted for being there. Beside each library, ``<key>.sha256`` holds
+the SHA-256 of the library as it was written (the digest is written first, then the library
+renamed into place); a library whose digest file is missing or does not match — truncated,
+damaged, replaced — is evicted and built again, never loaded. After loading, the library's
+kernel table must list the kernels the caller expects (see :mod:`opfusion.runtime.module`),
+else it too is evicted and rebuilt.
+
+The cache is bounded: when it grows beyond :func:`cache_limit` bytes (default
+:data:`DEFAULT_CACHE_LIMIT`, 2 GiB; set ``OPFUSION_CACHE_LIMIT`` to a byte count such as
+``500M`` or ``4G``), the least recently used entries (by access time, which a cache hit
+renews) are removed. Temporary files left by a compile that was killed are removed once they
+are :data:`STALE_TMP_SECONDS` old (a live compile's temporary file is younger).
+``opfusion cache info`` and ``opfusion cache clear`` show and empty it."""
 
 from __future__ import annotations
 
@@ -23,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CompileError, CompilerNotFoundError
+from ..errors import BuildError, CompileError, CompilerNotFoundError
 
 #: Flags every kernel is compiled with. ``-ffast-math`` is deliberately absent: it lets the
 #: compiler reassociate and drop NaN/Inf handling, which changes results. The two flags that
@@ -41,6 +55,14 @@ _CANDIDATES = ("cc", "gcc", "clang")
 
 #: Bumped when the layout of the cache or the meaning of a key changes.
 _CACHE_FORMAT = "opfusion-kernel-cache-1"
+
+#: Default size limit of the kernel cache in bytes (``OPFUSION_CACHE_LIMIT`` overrides it).
+DEFAULT_CACHE_LIMIT = 2 << 30
+
+#: Age in seconds after which a ``*.tmp`` file in the cache is a leftover of a killed compile.
+STALE_TMP_SECONDS = 3600
+
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -163,6 +185,62 @@ def cache_key(source: str, argv: list[str], flags: tuple[str, ...]) -> str:
     return digest.hexdigest()[:40]
 
 
+def cache_limit() -> int:
+    """The kernel cache's size limit in bytes: ``$OPFUSION_CACHE_LIMIT`` (a byte count, with an
+    optional K, M, G or T suffix) or :data:`DEFAULT_CACHE_LIMIT`."""
+    text = os.environ.get("OPFUSION_CACHE_LIMIT", "").strip().upper().removesuffix("B")
+    if not text:
+        return DEFAULT_CACHE_LIMIT
+    number, suffix = (text[:-1], text[-1]) if text[-1] in _SIZE_SUFFIXES else (text, "")
+    try:
+        value = float(number) * _SIZE_SUFFIXES[suffix]
+    except ValueError:
+        raise BuildError(f"OPFUSION_CACHE_LIMIT={os.environ['OPFUSION_CACHE_LIMIT']!r} is not "
+                         f"a size; set it to a byte count such as 500M or 4G") from None
+    return max(0, int(value))
+
+
+def digest_path(library: Path) -> Path:
+    """Where the SHA-256 of ``library`` is recorded (``<key>.sha256``)."""
+    return library.with_suffix(".sha256")
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's contents, in hex."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def has_recorded_digest(library: Path, expected: str | None = None) -> bool:
+    """True when ``library`` exists and its contents have the digest recorded beside it (and
+    that digest is ``expected``, when given)."""
+    try:
+        recorded = digest_path(library).read_text().strip()
+        return (len(recorded) == 64 and (expected is None or recorded == expected)
+                and file_sha256(library) == recorded)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def store_library(library: Path, data: bytes) -> None:
+    """Write ``data`` as ``library`` with its digest, both atomically (digest first, so that a
+    library that can be found always has its digest)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", suffix=".tmp", dir=library.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        _publish(Path(tmp), library)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    tidy_cache(keep=library)
+
+
+def _publish(tmp: Path, library: Path) -> None:
+    _write_atomically(digest_path(library), file_sha256(tmp) + "\n")
+    os.replace(tmp, library)
+
+
 def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -192,9 +270,13 @@ def compile_source(source: str, *, flags: tuple[str, ...] = DEFAULT_FLAGS,
     directory = cache_dir() if directory is None else directory
     library = directory / f"{key}.so"
     source_path = directory / f"{key}.c"
-    if library.is_file():
+    if has_recorded_digest(library):
         _stats["cache_hits"] += 1
+        touch(library)
         return CompiledLibrary(library, source_path, key, True, 0.0)
+    if library.exists():
+        # Truncated, damaged, replaced, or from before digests: loading it could crash.
+        evict_path(library)
 
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
@@ -219,13 +301,138 @@ def compile_source(source: str, *, flags: tuple[str, ...] = DEFAULT_FLAGS,
                 f"command: {shlex.join(command)}\n{output}",
                 source_path=str(source_path), compiler_output=output,
             )
-        os.replace(tmp, library)
+        _publish(Path(tmp), library)
     except BaseException:
         _remove_quietly(tmp)
         raise
+    tidy_cache(directory, keep=library)
     return CompiledLibrary(library, source_path, key, False, time.perf_counter() - started)
 
 
 def evict(library: CompiledLibrary) -> None:
-    """Remove a library from the cache (e.g. one that the dynamic loader rejected)."""
-    _remove_quietly(library.path)
+    """Remove a library and its digest from the cache (e.g. one that the dynamic loader or
+    the kernel-table check rejected)."""
+    evict_path(library.path)
+
+
+def evict_path(library: Path) -> None:
+    """Remove the library at ``library`` and its digest (the C source stays, for reading)."""
+    _remove_quietly(library)
+    _remove_quietly(digest_path(library))
+
+
+def touch(path: Path) -> None:
+    """Renew a cache entry for the least-recently-used eviction: its access time becomes now
+    (set explicitly, as mounts with noatime or relatime would not; the modification time stays,
+    which says when it was built). A read-only cache is fine."""
+    try:
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What the kernel cache holds: its directory, number of entries (a library with its
+    digest and source, or a source alone), their total size and the size limit."""
+
+    path: Path
+    entries: int
+    total_bytes: int
+    limit_bytes: int
+
+
+def _entries(directory: Path) -> dict[Path, list[tuple[Path, os.stat_result]]]:
+    """Files of the cache grouped by entry (the path without suffix); temporaries excluded."""
+    groups: dict[Path, list[tuple[Path, os.stat_result]]] = {}
+    for folder in (directory, directory / "artifacts"):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = folder / name
+            if name.endswith(".tmp") or path.suffix not in (".so", ".c", ".sha256"):
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            groups.setdefault(path.with_suffix(""), []).append((path, stat))
+    return groups
+
+
+def cache_info(directory: Path | None = None) -> CacheInfo:
+    """Describe the kernel cache (``opfusion cache info``)."""
+    directory = cache_dir() if directory is None else directory
+    groups = _entries(directory)
+    total = sum(stat.st_size for files in groups.values() for _, stat in files)
+    return CacheInfo(directory, len(groups), total, cache_limit())
+
+
+def clear_cache(directory: Path | None = None) -> int:
+    """Remove every entry of the kernel cache and stale temporaries; return how many entries
+    were removed (``opfusion cache clear``). A compile running meanwhile is unaffected: its
+    temporary file is kept and it publishes its library afterwards."""
+    directory = cache_dir() if directory is None else directory
+    groups = _entries(directory)
+    for files in groups.values():
+        for path, _ in files:
+            _remove_quietly(path)
+    remove_stale_temporaries(directory)
+    return len(groups)
+
+
+def remove_stale_temporaries(directory: Path | None = None,
+                             max_age: float = STALE_TMP_SECONDS) -> int:
+    """Remove ``*.tmp`` files older than ``max_age`` seconds (left by a killed compile);
+    return how many were removed."""
+    directory = cache_dir() if directory is None else directory
+    cutoff = time.time() - max_age
+    removed = 0
+    for folder in (directory, directory / "artifacts"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = folder / name
+            try:
+                if name.endswith(".tmp") and path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def enforce_cache_limit(directory: Path | None = None, limit: int | None = None,
+                        keep: Path | None = None) -> int:
+    """Remove least recently used entries (oldest access time first) until the cache
+    is within ``limit`` bytes (default :func:`cache_limit`); the entry of ``keep`` stays.
+    Return how many entries were removed."""
+    directory = cache_dir() if directory is None else directory
+    limit = cache_limit() if limit is None else limit
+    groups = _entries(directory)
+    total = sum(stat.st_size for files in groups.values() for _, stat in files)
+    if total <= limit:
+        return 0
+    kept = keep.with_suffix("") if keep is not None else None
+    order = sorted((max(stat.st_atime for _, stat in files), str(stem), stem)
+                   for stem, files in groups.items() if stem != kept)
+    removed = 0
+    for _, _, stem in order:
+        if total <= limit:
+            break
+        for path, stat in groups[stem]:
+            _remove_quietly(path)
+            total -= stat.st_size
+        removed += 1
+    return removed
+
+
+def tidy_cache(directory: Path | None = None, keep: Path | None = None) -> None:
+    """After a write: remove stale temporaries and keep the cache within its limit."""
+    directory = cache_dir() if directory is None else directory
+    remove_stale_temporaries(directory)
+    enforce_cache_limit(directory, keep=keep)

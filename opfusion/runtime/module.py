@@ -4,20 +4,50 @@ The kernel's C signature is ``int32_t name(T0* p0, T1* p1, ...)``: one pointer p
 parameter, in the PrimFunc's order; it returns 0, or -1 when it could not allocate scratch
 memory. Before the call every argument is checked against its parameter — dtype, shape,
 C-contiguity, alignment, writability and overlap with the other arguments — because a mismatch
-that reached the C code would read or write out of bounds instead of failing."""
+that reached the C code would read or write out of bounds instead of failing.
+
+Every generated library exports ``opf_kernel_table()``, a table of the kernels it holds: name,
+function pointer, and per parameter dtype code, rank, dimensions and written flag (emitted by
+:func:`opfusion.codegen.c.kernel_table_c`). Kernels are taken from that table only: a name is
+never looked up with ``dlsym``, which would also find any global symbol of the process (libc's
+``system``, say), and a kernel whose table entry has other parameters than the caller expects
+is refused, because calling it would read or write out of bounds."""
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import functools
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import KernelArgumentError, OpfusionError
+from ..errors import KernelArgumentError, OpfusionError, RunInterrupted
 from .compiler import CompiledLibrary, compile_source, evict
+from .interrupt import KERNEL_CANCELLED
 from .ndarray import NDArray
+
+#: The function every generated library exports to describe its kernels.
+KERNEL_TABLE_SYMBOL = "opf_kernel_table"
+#: First field of a kernel table ("OPFT"), then its layout version.
+KERNEL_TABLE_MAGIC = 0x4F504654
+KERNEL_TABLE_VERSION = 1
+#: Dtype codes of kernel-table parameters.
+DTYPE_CODES = {dtype: code for code, dtype in enumerate(
+    ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64"), start=1)}
+_DTYPE_OF_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+# Bounds a table must respect (a generated one is far below them): a damaged table must not
+# make the loader read without end.
+_MAX_KERNELS = 1 << 20
+_MAX_PARAMS = 1 << 16
+_MAX_RANK = 64
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -39,18 +69,21 @@ class Module:
     """A compiled kernel: call it with ``opf.nd.array``s or NumPy arrays, one per parameter.
 
     ``name`` is the kernel's name as given to ``build``, ``entry_name`` the exported C
-    symbol, ``get_source()`` the generated C."""
+    symbol, ``get_source()`` the generated C. ``kernels`` is the library's table when the
+    caller has loaded it already (several modules of one library share it).
+
+    Raises :class:`KernelTableError` when the library's table has no kernel ``entry_name`` or
+    lists it with other parameters than ``params``."""
 
     def __init__(self, name: str, entry_name: str, params: Sequence[KernelParam], source: str,
-                 library: CompiledLibrary) -> None:
+                 library: CompiledLibrary, kernels: LibraryKernels | None = None) -> None:
         self.name = name
         self.entry_name = entry_name
         self.params = tuple(params)
         self.library = library
         self._source = source
-        self._function = _load(library, entry_name)
-        self._function.restype = ctypes.c_int32
-        self._function.argtypes = [ctypes.c_void_p] * len(self.params)
+        self._kernels = kernels if kernels is not None else LibraryKernels(library)
+        self._function = self._kernels.function(entry_name, self.params)
 
     def get_source(self, fmt: str = "c") -> str:
         """Return the generated C source of this kernel."""
@@ -69,6 +102,8 @@ class Module:
     def __call__(self, *args: object) -> None:
         arrays = self._check_arguments(args)
         status = self._function(*[a.ctypes.data for a in arrays])
+        if status == KERNEL_CANCELLED:  # only when an executor connected this library
+            raise RunInterrupted(f"kernel {self.name!r} was interrupted (Ctrl-C)")
         if status != 0:
             raise MemoryError(f"kernel {self.name!r} could not allocate its scratch buffers")
 
@@ -135,48 +170,223 @@ def load_kernel(name: str, entry_name: str, params: Sequence[KernelParam],
                 source: str) -> Module:
     """Compile ``source`` (or find it in the cache) and load it as a :class:`Module`.
 
-    A cached library that the dynamic loader rejects (a truncated or foreign file) is removed
-    from the cache and compiled once more."""
-    library = compile_source(source)
-    try:
-        return Module(name, entry_name, params, source, library)
-    except _LoadError:
-        if not library.from_cache:
-            raise
-        evict(library)
-    return Module(name, entry_name, params, source, compile_source(source))
+    A cached library that the dynamic loader rejects (a truncated or foreign file), or whose
+    kernel table does not list this kernel with these parameters, is removed from the cache
+    and compiled once more."""
+    return load_kernels(source, [(name, entry_name, params)])[0]
 
 
 def load_kernels(source: str, kernels: Sequence[tuple[str, str, Sequence[KernelParam]]]
                  ) -> list[Module]:
     """Compile one source holding several kernels (or find it in the cache) and load each
-    ``(name, entry_name, params)`` as a :class:`Module`; all share one shared library."""
+    ``(name, entry_name, params)`` as a :class:`Module`; all share one shared library.
+
+    A cached library that cannot be loaded or whose table does not match ``kernels`` is
+    evicted and compiled again; a freshly compiled one that does not match is an error."""
     library = compile_source(source)
     try:
-        return [Module(name, entry, params, source, library) for name, entry, params in kernels]
-    except _LoadError:
+        return _modules(source, library, kernels)
+    except LibraryLoadError:
         if not library.from_cache:
             raise
         evict(library)
-    library = compile_source(source)
-    return [Module(name, entry, params, source, library) for name, entry, params in kernels]
+    return _modules(source, compile_source(source), kernels)
 
 
-class _LoadError(OpfusionError):
-    pass
-
-
-def _load(library: CompiledLibrary, entry_name: str) -> Any:
+def _modules(source: str, library: CompiledLibrary,
+             kernels: Sequence[tuple[str, str, Sequence[KernelParam]]]) -> list[Module]:
+    table = LibraryKernels(library)
     try:
-        handle = ctypes.CDLL(str(library.path))
-    except OSError as err:
-        raise _LoadError(
-            f"could not load the compiled kernel {library.path} ({err}); delete it from the "
-            "cache directory and build again"
-        ) from err
-    try:
-        return getattr(handle, entry_name)
-    except AttributeError as err:
-        raise OpfusionError(
-            f"the compiled library {library.path} has no function {entry_name!r}"
-        ) from err
+        return [Module(name, entry, params, source, library, table)
+                for name, entry, params in kernels]
+    except LibraryLoadError:
+        table.close()  # nothing of it was handed out; a rebuilt file must load afresh
+        raise
+
+
+class LibraryLoadError(OpfusionError):
+    """A shared library that the dynamic loader rejects, or whose kernel table is missing or
+    unreadable."""
+
+
+class KernelTableError(LibraryLoadError):
+    """A library's kernel table does not hold the kernel asked for, with the parameters asked
+    for."""
+
+
+class _ParamInfo(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("written", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("dims", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _KernelInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("function", ctypes.c_void_p),
+                ("num_params", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("params", ctypes.POINTER(_ParamInfo))]
+
+
+class _TableInfo(ctypes.Structure):
+    _fields_ = [("magic", ctypes.c_uint32), ("version", ctypes.c_uint32),
+                ("num_kernels", ctypes.c_int64), ("kernels", ctypes.POINTER(_KernelInfo))]
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One kernel as its library's table lists it: exported name, parameters (named p0,
+    p1, ...) and the function's address."""
+
+    name: str
+    params: tuple[KernelParam, ...]
+    address: int
+
+
+class LibraryKernels:
+    """A shared library loaded with ctypes and the kernels its table lists, by name.
+
+    Raises :class:`LibraryLoadError` when the loader rejects the file or the table is
+    missing, damaged, or points outside the library."""
+
+    def __init__(self, library: CompiledLibrary) -> None:
+        self.library = library
+        try:
+            self._handle: ctypes.CDLL | None = ctypes.CDLL(str(library.path))
+        except OSError as err:
+            raise LibraryLoadError(
+                f"could not load the compiled kernels {library.path} ({err}); delete it from "
+                "the cache directory and build again"
+            ) from err
+        try:
+            self.entries = self._read_table()
+        except LibraryLoadError:
+            self.close()
+            raise
+
+    def _read_table(self) -> dict[str, TableEntry]:
+        path = self.library.path
+        try:
+            getter = getattr(self._handle, KERNEL_TABLE_SYMBOL)
+        except AttributeError:
+            raise LibraryLoadError(f"{path} has no kernel table ({KERNEL_TABLE_SYMBOL}); it "
+                                   f"was not built by this opfusion") from None
+        base = _object_base(ctypes.cast(getter, ctypes.c_void_p).value, path, check_file=True)
+        getter.restype = ctypes.POINTER(_TableInfo)
+        getter.argtypes = []
+        table = getter()
+        if not table or table.contents.magic != KERNEL_TABLE_MAGIC:
+            raise LibraryLoadError(f"{path}: the kernel table is damaged")
+        info = table.contents
+        if info.version != KERNEL_TABLE_VERSION:
+            raise LibraryLoadError(f"{path} has a kernel table of version {info.version}; this "
+                                   f"opfusion reads version {KERNEL_TABLE_VERSION}")
+        if not 0 <= info.num_kernels <= _MAX_KERNELS or (info.num_kernels and not info.kernels):
+            raise LibraryLoadError(f"{path}: the kernel table is damaged")
+        entries: dict[str, TableEntry] = {}
+        for k in range(info.num_kernels):
+            entry = _read_entry(info.kernels[k], path, base)
+            if entry.name in entries:
+                raise LibraryLoadError(f"{path}: the kernel table lists {entry.name!r} twice")
+            entries[entry.name] = entry
+        return entries
+
+    def entry(self, name: str) -> TableEntry:
+        """The table entry of kernel ``name``; KernelTableError if there is none."""
+        entry = self.entries.get(name)
+        if entry is None:
+            shown = ", ".join(sorted(self.entries)[:8]) or "none"
+            raise KernelTableError(f"the compiled library {self.library.path} has no kernel "
+                                   f"{name!r} (its kernels: {shown})")
+        return entry
+
+    def function(self, name: str, params: Sequence[KernelParam]) -> Any:
+        """A ctypes function for kernel ``name``, after checking that the table lists it with
+        ``params`` (count, dtypes, shapes, written flags)."""
+        entry = self.entry(name)
+        mismatch = _param_mismatch(entry.params, params)
+        if mismatch:
+            raise KernelTableError(f"kernel {name!r} in {self.library.path}: {mismatch}")
+        prototype = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(params))
+        function = prototype(entry.address)
+        function._opf_library = self  # the library stays loaded while the function lives
+        return function
+
+    def close(self) -> None:
+        """Unload the library; only while no function of it has been handed out."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            import _ctypes
+
+            _ctypes.dlclose(handle._handle)
+
+
+def _read_entry(info: _KernelInfo, path: Any, base: int | None) -> TableEntry:
+    name = (info.name or b"").decode("ascii", "replace")
+    if not _IDENTIFIER.fullmatch(name) or not info.function:
+        raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
+    if base is not None and _object_base(info.function, path) != base:
+        raise LibraryLoadError(f"{path}: the kernel table points outside the library "
+                               f"(entry {name!r})")
+    if not 0 <= info.num_params <= _MAX_PARAMS or (info.num_params and not info.params):
+        raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
+    params = []
+    for p in range(info.num_params):
+        param = info.params[p]
+        dtype = _DTYPE_OF_CODE.get(param.dtype)
+        if (dtype is None or not 0 <= param.rank <= _MAX_RANK or param.written not in (0, 1)
+                or (param.rank and not param.dims)):
+            raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
+        shape = tuple(int(param.dims[d]) for d in range(param.rank))
+        if any(d < 0 for d in shape):
+            raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
+        params.append(KernelParam(f"p{p}", shape, dtype, bool(param.written)))
+    return TableEntry(name, tuple(params), int(info.function))
+
+
+def _param_mismatch(have: Sequence[KernelParam], want: Sequence[KernelParam]) -> str:
+    """Why parameters ``want`` cannot be passed to a kernel taking ``have`` ("" if they can)."""
+    if len(have) != len(want):
+        return f"the library's kernel takes {len(have)} parameters, not {len(want)}"
+    for position, (a, b) in enumerate(zip(have, want)):
+        if (a.dtype, tuple(a.shape), a.written) != (b.dtype, tuple(b.shape), b.written):
+            def show(p: KernelParam) -> str:
+                return f"{p.dtype}{list(p.shape)}{' written' if p.written else ''}"
+
+            return (f"parameter {position} is {show(a)} in the library, not {show(b)}; the "
+                    f"library was built for other shapes")
+    return ""
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=1)
+def _dladdr() -> Any:
+    """libc's dladdr (libdl's before glibc 2.34), or None on a system without it."""
+    for name in (None, ctypes.util.find_library("dl")):
+        try:
+            function = ctypes.CDLL(name).dladdr
+        except (OSError, AttributeError, TypeError):
+            continue
+        function.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        function.restype = ctypes.c_int
+        return function
+    return None
+
+
+def _object_base(address: int | None, path: Any, check_file: bool = False) -> int | None:
+    """The load address of the shared object holding ``address`` (with ``check_file``, after
+    checking that the object is the file at ``path``); None where the system has no dladdr
+    (then the table is trusted as the library's own)."""
+    dladdr = _dladdr()
+    if dladdr is None:
+        return None
+    info = _DlInfo()
+    if not address or not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        raise LibraryLoadError(f"{path}: the kernel table points outside any library")
+    found = os.fsdecode(info.dli_fname)
+    if check_file and os.path.realpath(found) != os.path.realpath(os.fspath(path)):
+        raise LibraryLoadError(f"{path}: its kernel table was found in {found}, another "
+                               f"library; it was not built by this opfusion")
+    return int(info.dli_fbase or 0)

@@ -1,0 +1,285 @@
+"""opf.load trusts an artifact no further than its own library: kernels come from the
+library's kernel table, every manifest field is checked against that table and against the
+rest of the manifest, and damaged, truncated, foreign or over-expanding files are
+ArtifactErrors (never a call into libc, an out-of-bounds access or a KeyError)."""
+
+import io
+import json
+import os
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.artifact import ArtifactError
+from opfusion.runtime import have_c_compiler
+
+pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
+
+X = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    """exp -> add constant -> relu -> argsort (a reference step): kernels, a constant, planned
+    intermediates and a NumPy step, exported once."""
+    directory = tmp_path_factory.mktemp("trust")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPFUSION_CACHE_DIR", str(directory / "cache"))
+        x, w = opf.var("x", (4, 8)), opf.var("w", (8,))
+        relu = opf.op.nn.relu(opf.op.add(opf.op.exp(x), w))
+        mod = opf.IRModule.from_expr(opf.Function([x, w], opf.Tuple(
+            [relu, opf.op.argsort(relu, axis=1)])))
+        exe = opf.compile(mod, params={"w": np.arange(8, dtype="float32")}, fusion="none")
+        path = directory / "model.opf"
+        exe.export(path)
+        yield path, exe(X)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(artifact, monkeypatch):
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(artifact[0].parent / "cache"))
+
+
+def _rewrite(src, dst, manifest=None, members=None):
+    """Copy artifact ``src`` to ``dst`` with the manifest edited by ``manifest(dict)`` and
+    members replaced by ``members`` (name -> bytes)."""
+    with zipfile.ZipFile(src) as source, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as out:
+        for name in source.namelist():
+            data = source.read(name)
+            if name == "manifest.json" and manifest is not None:
+                edited = json.loads(data)
+                manifest(edited)
+                data = json.dumps(edited).encode()
+            if members and name in members:
+                data = members[name]
+            out.writestr(name, data)
+    return dst
+
+
+def test_export_and_load_round_trip_gives_identical_outputs(artifact, tmp_path):
+    path, want = artifact
+    got = opf.load(path)(X)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_an_entry_naming_a_libc_function_is_refused_and_never_called(artifact, tmp_path):
+    path, _ = artifact
+    marker = tmp_path / "pwned"
+
+    def to_system(manifest):
+        manifest["steps"][0]["entry"] = "system"
+
+    forged = _rewrite(path, tmp_path / "forged.opf", to_system)
+    command = f"touch {marker}".encode() + b"\0"
+    x = np.zeros(32, np.float32)
+    x.view(np.uint8)[:len(command)] = np.frombuffer(command, np.uint8)
+    with pytest.raises(ArtifactError, match="no kernel 'system'"):
+        opf.load(forged).run([x.reshape(4, 8)])
+    assert not marker.exists()
+
+
+def _shrink_input_and_its_params(manifest):
+    manifest["values"][0]["shape"] = [1, 8]
+    manifest["steps"][0]["params"][0][1] = [1, 8]
+
+
+def _shrink_output_and_its_params(manifest):
+    manifest["values"][4]["shape"] = [1, 2]
+    manifest["steps"][2]["params"][1][1] = [1, 2]
+    manifest["steps"][2]["output_types"][0][0] = [1, 2]
+    manifest["steps"][3]["reference"] = manifest["steps"][3]["reference"].replace(
+        "%p0: Tensor[(4, 8)", "%p0: Tensor[(1, 2)")
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def edit(manifest):
+        target = manifest
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit", [
+    _shrink_input_and_its_params,
+    _shrink_output_and_its_params,
+    _set("values", 0, "shape", [2, 8]),                     # value smaller than the kernel's
+    _set("values", 1, "dtype", "float64"),
+    _set("values", 1, "dtype", "object"),
+    _set("values", 2, "shape", [16]),                        # constant vs its array
+    _set("values", 2, "constant", "v99"),
+    _set("values", 0, "input_index", 3),
+    _set("values", 1, "input_index", 0),                     # input twice
+    _set("steps", 0, "reads", [7]),
+    _set("steps", 0, "reads", [1]),                          # read before it is made
+    _set("steps", 1, "writes", [1]),                         # written twice
+    _set("steps", 0, "writes", [2]),                         # writes a constant
+    _set("steps", 1, "reads", [1]),                          # too few operands for the kernel
+    _set("steps", 1, "params", 2, 3, False),                 # written flag vs the table
+    _set("steps", 0, "params", 1, 3, "yes"),
+    _set("steps", 0, "entry", "fused_add_1"),                # another kernel's entry
+    _set("steps", 3, "reference", "def @main(%p0: Tensor[(4, 8), float32]) { %p0 }"),
+    _set("steps", 3, "reference", "not ir at all"),
+    _set("steps", 3, "reference", None),
+    _set("outputs", [9]),
+    _set("outputs", [1]),                                    # an intermediate of the plan
+    _set("tuple_output", False),
+    _set("plan", "block_sizes", [64, 128]),                  # a block smaller than its value
+    _set("plan", "block_sizes", [1 << 40, 128]),             # or absurdly large
+    _set("plan", {"block_of": {"1": 0, "3": 0}, "block_sizes": [128, 0],  # two live values
+                  "naive_bytes": 256}),                      # share a block
+    _set("plan", "block_of", {"1": 0}),
+    _set("plan", "block_of", {"1": 5, "3": 1}),
+    _set("plan", "block_of", {"x": 0, "3": 1}),
+    _set("input_names", ["x", "x"]),
+    _set("values", "all"),
+    _set("steps", 0, "reads", "0"),
+    _set("plan", None),
+])
+def test_an_inconsistent_manifest_is_an_artifact_error(artifact, tmp_path, edit):
+    forged = _rewrite(artifact[0], tmp_path / "forged.opf", edit)
+    with pytest.raises(ArtifactError):
+        opf.load(forged)
+
+
+def _npz(**arrays):
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _npy_claiming(shape):
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return header.getvalue() + b"\0" * 32
+
+
+@pytest.mark.parametrize("members", [
+    {"constants.npz": _npz(v2=np.arange(16, dtype="float32"))},
+    {"constants.npz": _npz(v2=np.arange(8, dtype="float64"))},
+    {"constants.npz": _npz(v2=np.array([None] * 8, dtype=object))},
+    {"constants.npz": b"PK\x05\x06" + b"\0" * 18},
+    {"constants.npz": b"not a zip"},
+    {"manifest.json": b"{not json"},
+    {"manifest.json": b"[]"},
+    {"kernels.c": b"\xff\xfe\xfa"},
+])
+def test_damaged_members_are_artifact_errors(artifact, tmp_path, members):
+    forged = _rewrite(artifact[0], tmp_path / "forged.opf", members=members)
+    with pytest.raises(ArtifactError):
+        opf.load(forged)
+
+
+def test_an_npy_header_claiming_a_huge_array_is_refused_without_allocating(artifact, tmp_path):
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as npz:
+        npz.writestr("v2.npy", _npy_claiming((1 << 40,)))
+    forged = _rewrite(artifact[0], tmp_path / "forged.opf",
+                      members={"constants.npz": inner.getvalue()})
+    with pytest.raises(ArtifactError, match="bytes of data"):
+        opf.load(forged)
+
+
+def test_flipped_bytes_in_the_library_are_refused_before_loading(artifact, tmp_path):
+    with zipfile.ZipFile(artifact[0]) as source:
+        library = bytearray(source.read("kernels.so"))
+    library[len(library) // 2] ^= 0xFF
+    forged = _rewrite(artifact[0], tmp_path / "forged.opf", members={"kernels.so": library})
+    with pytest.raises(ArtifactError, match="checksum"):
+        opf.load(forged)
+
+
+def test_truncated_files_are_artifact_errors(artifact, tmp_path):
+    data = artifact[0].read_bytes()
+    for cut in (0, 10, len(data) // 3, len(data) // 2, len(data) - 30, len(data) - 1):
+        truncated = tmp_path / f"cut{cut}.opf"
+        truncated.write_bytes(data[:cut])
+        with pytest.raises(ArtifactError):
+            opf.load(truncated)
+
+
+def test_flipped_bytes_anywhere_are_an_error_or_change_nothing(artifact, tmp_path):
+    path, want = artifact
+    data = artifact[0].read_bytes()
+    for position in range(0, len(data), max(1, len(data) // 40)):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x5A
+        target = tmp_path / f"flip{position}.opf"
+        target.write_bytes(damaged)
+        try:
+            exe = opf.load(target)
+        except ArtifactError:
+            continue
+        for g, w in zip(exe(X), want):  # the flip hit bytes nothing reads (a name, padding)
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_foreign_zip_is_an_artifact_error(tmp_path):
+    foreign = tmp_path / "foreign.opf"
+    with zipfile.ZipFile(foreign, "w") as out:
+        out.writestr("hello.txt", "hi")
+    with pytest.raises(ArtifactError, match="lacks"):
+        opf.load(foreign)
+
+
+def _claim_size(path, member, size):
+    """Patch the central directory so that ``member`` claims ``size`` uncompressed bytes."""
+    data = bytearray(path.read_bytes())
+    position = data.find(b"PK\x01\x02")
+    while position != -1:
+        name_length = struct.unpack_from("<H", data, position + 28)[0]
+        name = bytes(data[position + 46:position + 46 + name_length]).decode()
+        if name == member:
+            struct.pack_into("<I", data, position + 24, size)
+        position = data.find(b"PK\x01\x02", position + 4)
+    path.write_bytes(bytes(data))
+
+
+def test_a_member_claiming_a_huge_expansion_is_refused_unread(artifact, tmp_path):
+    forged = _rewrite(artifact[0], tmp_path / "bomb.opf")
+    _claim_size(forged, "constants.npz", 0xFFFFFFF0)
+    with pytest.raises(ArtifactError, match="zip bomb"):
+        opf.load(forged)
+
+
+def test_a_real_zip_bomb_is_refused_by_the_size_limit(artifact, tmp_path):
+    # 64 MiB of zeros deflate to about 64 KiB: an honest ratio, but over the limit given.
+    forged = _rewrite(artifact[0], tmp_path / "bomb.opf",
+                      members={"kernels.c": b"\0" * (64 << 20)})
+    with pytest.raises(ArtifactError, match="limit"):
+        opf.load(forged, max_bytes=16 << 20)
+
+
+def test_the_warning_that_artifacts_run_native_code_is_where_users_look(capsys):
+    from opfusion.cli import main
+
+    assert "Only load artifacts you trust" in opf.load.__doc__
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "native code" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_damaged_installed_copy_of_the_library_is_written_again(artifact):
+    path, want = artifact
+    opf.load(path)
+    from opfusion.runtime.compiler import cache_dir, file_sha256
+
+    with zipfile.ZipFile(path) as archive:
+        digest = json.loads(archive.read("manifest.json"))["library_sha256"]
+    installed = cache_dir() / "artifacts" / f"{digest[:40]}.so"
+    # Replaced, not truncated in place: this process has the library mapped, and shrinking
+    # a mapped file under it would fault (which is why the cache only ever renames).
+    damaged = installed.with_name("damaged.tmp")
+    damaged.write_bytes(installed.read_bytes()[:len(installed.read_bytes()) // 2])
+    os.replace(damaged, installed)
+    got = opf.load(path)(X)
+    assert file_sha256(installed) == digest
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
