@@ -448,6 +448,10 @@ class Arange(Op):
     }
 
     def count(self, start: float, stop: float, step: float) -> int:
+        """max(ceil((stop - start) / step), 0); exact in integers when all three are whole
+        numbers (a float quotient rounds large spans)."""
+        if all(float(v).is_integer() for v in (start, stop, step)):
+            return max(-((int(start) - int(stop)) // int(step)), 0)  # ceil division
         return max(math.ceil((stop - start) / step), 0)
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:

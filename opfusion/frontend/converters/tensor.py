@@ -328,7 +328,11 @@ def trilu(node: OnnxNode) -> Expr:
         raise node.error(f"input must have rank 2 or more, got shape {shape}")
     k = node.const_input(1, "k")
     k = 0 if k is None else int(k.reshape(-1)[0])
-    ones = np.ones(shape[-2:], bool)
+    rows, cols = shape[-2:]
+    # Diagonals beyond the matrix keep all or nothing, so clamping k changes no value and
+    # keeps INT64_MIN/INT64_MAX from overflowing NumPy's index arithmetic.
+    k = min(max(k, -rows), cols)
+    ones = np.ones((rows, cols), bool)
     keep = np.triu(ones, k) if node.attr("upper", 1) else np.tril(ones, k)
     return op.where(Constant(keep), x, scalar_const(0, tensor_type(x).dtype))
 
@@ -391,15 +395,51 @@ def constant(node: OnnxNode) -> Expr:
     return Constant(value)
 
 
+# A Range folds to a constant held in memory at import; more elements than this (8 GiB of
+# int32, 16 GiB of int64) is refused rather than allocated, as ONNX Runtime refuses what it
+# cannot allocate.
+RANGE_MAX_ELEMENTS = 2**31 - 1
+
+
+def range_count(node: OnnxNode, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
+    """The spec's max(ceil((limit - start) / delta), 0), exactly: in Python integers for
+    integer inputs (float64 would round INT64_MAX and overflow int64 differences), in float64
+    for floating-point ones, which must be finite."""
+    values = {"start": start.item(), "limit": limit.item(), "delta": delta.item()}
+    if start.dtype.kind == "f":
+        for what, value in values.items():
+            if not math.isfinite(value):
+                raise node.error(f"{what} is {value}; start, limit and delta must be finite")
+    if values["delta"] == 0:
+        raise node.error("delta is 0; the range would never reach its limit")
+    span = values["limit"] - values["start"]
+    if start.dtype.kind == "f":
+        count = max(math.ceil(span / values["delta"]), 0)
+    else:
+        count = max(-(-span // values["delta"]), 0)  # ceil division, exact
+    if count > RANGE_MAX_ELEMENTS:
+        raise node.error(f"Range({values['start']}, {values['limit']}, {values['delta']}) has "
+                         f"{count} elements, more than the {RANGE_MAX_ELEMENTS} opfusion folds "
+                         "into a constant; check the limit")
+    return count
+
+
 @converter("Range", since=11)
 def range_(node: OnnxNode) -> Expr:
     start, limit, delta = (required_const(node, i, what).reshape(())
                            for i, what in enumerate(("start", "limit", "delta")))
-    if delta == 0:
-        raise node.error("delta is 0; the range would never reach its limit")
-    # np.arange computes the length as the spec's max(ceil((limit - start) / delta), 0) and
-    # the elements in float64 or int64, then they take the inputs' dtype, as onnx.reference.
-    return Constant(np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype))
+    if not start.dtype == limit.dtype == delta.dtype:
+        raise node.error(f"start, limit and delta must share one type, got {start.dtype}, "
+                         f"{limit.dtype} and {delta.dtype}")
+    count = range_count(node, start, limit, delta)
+    # Element i is start + i * delta, computed in float64 or int64 (wrapping int64 products
+    # land back in range: every element lies between start and limit), then in the inputs'
+    # dtype, as onnx.reference.
+    wide = np.float64 if start.dtype.kind == "f" else np.int64
+    steps = np.arange(count, dtype=wide)
+    with np.errstate(over="ignore"):
+        values = wide(start.item()) + steps * wide(delta.item())
+    return Constant(values.astype(start.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
