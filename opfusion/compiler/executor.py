@@ -3,21 +3,13 @@
 Everything that can be decided before the first run is decided at construction: which value
 lives where (constants bound once, intermediates in the blocks of the static memory plan),
 which pointers each kernel call takes. A run checks the inputs, allocates the results, and
-calls the kernels in order.
-
-Runs may come from many threads at once, as with ONNX Runtime's ``InferenceSession.run``. The
-intermediates of a run live in a :class:`Workspace` (the plan's blocks and every kernel's
-argument pointers into them) that the run has to itself: it takes one from the executor's
-:class:`WorkspacePool` and gives it back when it ends, so concurrent runs never share memory
-and a steady state allocates no workspace. Only taking and giving back hold a lock; the
-kernels of concurrent runs execute in parallel (ctypes releases the GIL)."""
+calls the kernels in order."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +18,7 @@ from ..errors import OpfusionError
 from ..ir.evaluate import evaluate
 from ..ir.types import TensorType, TupleType
 from .lower_group import LoweredGroup
-from .memory_plan import MemoryPlan, PlannedStep
+from .memory_plan import ALIGNMENT, MemoryPlan, PlannedStep
 
 
 @dataclass
@@ -38,6 +30,7 @@ class ExecStep:
     function: Any
     reads: list[int]
     writes: list[int]
+    pointers: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -71,56 +64,8 @@ class InputError(OpfusionError):
     """A compiled model was run with missing, unknown or mis-shaped inputs."""
 
 
-@dataclass
-class Workspace:
-    """The memory of one run in progress: ``blocks`` (the memory plan's), ``arrays`` (every
-    constant, shared read-only by all workspaces, and every planned intermediate as a view of
-    this workspace's blocks, by value index) and ``pointers`` (per step, the address of each
-    argument in ``reads + writes`` order, None where the run binds it: inputs and results)."""
-
-    blocks: list[np.ndarray]
-    arrays: dict[int, np.ndarray]
-    pointers: list[list[int | None]]
-
-
-class WorkspacePool:
-    """A thread-safe free list of workspaces: :meth:`take` pops a free one (or builds one
-    when all are in use), :meth:`give` pushes it back. Only the push and pop hold the lock, so
-    the pool never serialises runs, and it holds at most as many workspaces as there were
-    runs in progress at once (``built``)."""
-
-    def __init__(self, build: Callable[[], Workspace]) -> None:
-        self._build = build
-        self._free: list[Workspace] = []
-        self._lock = threading.Lock()
-        self._built = 0
-
-    @property
-    def built(self) -> int:
-        """How many workspaces this pool has built (free or in use)."""
-        return self._built
-
-    def take(self) -> Workspace:
-        """A workspace for the caller's exclusive use until it :meth:`give`s it back."""
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            self._built += 1
-        return self._build()  # outside the lock: allocating may take a while
-
-    def give(self, workspace: Workspace) -> None:
-        """Return a workspace taken with :meth:`take`; its contents need not be clean (every
-        run writes each intermediate before it reads it)."""
-        with self._lock:
-            self._free.append(workspace)
-
-
 class Executor:
-    """Runs steps over values with a memory plan. Built by :func:`opfusion.compile`.
-
-    :meth:`run`, :meth:`__call__`, :meth:`profile` and :meth:`verify` may be called from
-    several threads at once: each run works in a workspace of its own (see the module
-    docstring), and the arrays it returns are allocated for that run alone."""
+    """Runs steps over values with a memory plan. Built by :func:`opfusion.compile`."""
 
     def __init__(self, input_names: Sequence[str], values: Sequence[ValueInfo],
                  steps: Sequence[ExecStep], outputs: Sequence[int], plan: MemoryPlan,
@@ -131,77 +76,49 @@ class Executor:
         self.outputs = list(outputs)
         self.plan = plan
         self.tuple_output = tuple_output
-        self._constants = {index: np.require(info.constant, requirements="C")
-                           for index, info in enumerate(self.values)
-                           if info.constant is not None}
-        self._arguments = [step.reads + step.writes for step in self.steps]
-        #: The workspaces of the runs (one is built now, more only for concurrent runs).
-        self.workspaces = WorkspacePool(self._new_workspace)
-        self.workspaces.give(self.workspaces.take())
-        self._profiles = threading.local()
+        self._blocks = [_aligned_empty(size) for size in plan.block_sizes]
+        self._fixed: dict[int, np.ndarray] = {}
+        for index, info in enumerate(self.values):
+            if info.constant is not None:
+                self._fixed[index] = np.require(info.constant, requirements="C")
+            elif index in plan.block_of:
+                block = self._blocks[plan.block_of[index]]
+                self._fixed[index] = _view(block, info.type)
+        for step in self.steps:
+            step.pointers = [self._fixed[v].ctypes.data if v in self._fixed else None
+                             for v in step.reads + step.writes]
+        self.last_profile: list[tuple[str, float]] | None = None
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
-
-    def _new_workspace(self) -> Workspace:
-        blocks = self.plan.allocate_blocks()
-        arrays = dict(self._constants)
-        for value, block in self.plan.block_of.items():
-            arrays[value] = _view(blocks[block], self.values[value].type)
-        pointers = [[arrays[v].ctypes.data if v in arrays else None for v in arguments]
-                    for arguments in self._arguments]
-        return Workspace(blocks, arrays, pointers)
-
-    @property
-    def last_profile(self) -> list[tuple[str, float]] | None:
-        """(kernel, seconds) of each step of the calling thread's last ``run(...,
-        profile=True)``; None before one. Per thread, so concurrent runs do not mix."""
-        return getattr(self._profiles, "timings", None)
 
     # -- running -----------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any] | Sequence[Any] | None = None,
             profile: bool = False) -> list[np.ndarray]:
         """Run on ``feeds`` (input name -> array, or arrays in input order); returns the
-        outputs as a list of arrays, as ONNX Runtime does. Safe to call from several threads
-        at once; the returned arrays belong to the caller (never memory of the executor).
-        ``profile=True`` also records each kernel's time in :attr:`last_profile`."""
-        timings: list[tuple[str, float]] | None = [] if profile else None
-        outputs = self._execute(feeds, timings)
-        if timings is not None:
-            self._profiles.timings = timings
-        return outputs
-
-    def _execute(self, feeds: Mapping[str, Any] | Sequence[Any] | None,
-                 timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
-        """One run in a workspace of its own; appends (kernel, seconds) to ``timings``."""
-        bound = self._bind_inputs(feeds)
-        results = self._new_results(bound)
-        workspace = self.workspaces.take()
-        try:
-            arrays = {**workspace.arrays, **bound, **results}
-            for step, pointers, arguments in zip(self.steps, workspace.pointers,
-                                                 self._arguments):
-                start = time.perf_counter() if timings is not None else 0.0
-                if step.function is None:
-                    _run_reference(step, arrays)
-                else:
-                    _call_kernel(step, [p if p is not None else arrays[v].ctypes.data
-                                        for p, v in zip(pointers, arguments)])
-                if timings is not None:
-                    timings.append((step.group.name, time.perf_counter() - start))
-        finally:
-            self.workspaces.give(workspace)
-        # Results are the run's own arrays (or copies of inputs and constants), never views of
-        # the workspace, which the next run may already be using.
-        return [_fresh(arrays[index], index, self) for index in self.outputs]
-
-    def _new_results(self, bound: dict[int, Any]) -> dict[int, np.ndarray]:
-        """Fresh arrays for the outputs that a kernel writes (outputs are never planned)."""
-        results = {}
+        outputs as a list of arrays, as ONNX Runtime does."""
+        arrays = dict(self._fixed)
+        for index, array in self._bind_inputs(feeds).items():
+            arrays[index] = array
         for index in self.outputs:
-            if index not in bound and index not in self._constants:
+            if index not in arrays:
                 info = self.values[index]
-                results[index] = np.empty(info.type.shape, info.type.dtype)
-        return results
+                arrays[index] = np.empty(info.type.shape, info.type.dtype)
+        timings: list[tuple[str, float]] = []
+        for step in self.steps:
+            start = time.perf_counter() if profile else 0.0
+            if step.function is None:
+                _run_reference(step, arrays)
+            else:
+                pointers = [p if p is not None else arrays[v].ctypes.data
+                            for p, v in zip(step.pointers, step.reads + step.writes)]
+                if step.function(*pointers) != 0:
+                    raise MemoryError(f"kernel {step.group.name} could not allocate scratch "
+                                      f"memory")
+            if profile:
+                timings.append((step.group.name, time.perf_counter() - start))
+        if profile:
+            self.last_profile = timings
+        return [_fresh(arrays[index], index, self) for index in self.outputs]
 
     def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> dict[int, Any]:
         positions = {v.input_index: i for i, v in enumerate(self.values)
@@ -248,9 +165,8 @@ class Executor:
         fuses (``print(exe.profile(inputs))`` shows the table)."""
         runs: list[list[tuple[str, float]]] = []
         for _ in range(max(1, repeat)):
-            timings: list[tuple[str, float]] = []
-            self._execute(feeds, timings)
-            runs.append(timings)
+            self.run(feeds, profile=True)
+            runs.append(list(self.last_profile or []))
         rows = []
         for index, step in enumerate(self.steps):
             times = sorted(run[index][1] for run in runs)
@@ -263,35 +179,34 @@ class Executor:
         """Run kernel by kernel and compare each with the reference interpreter on the same
         inputs; return one line per kernel, and raise :class:`KernelMismatchError` naming the
         first kernel whose output differs by more than ``rtol`` x max|reference|."""
-        bound = self._bind_inputs(feeds)
-        results = self._new_results(bound)
-        workspace = self.workspaces.take()
-        try:
-            arrays = {**workspace.arrays, **bound, **results}
-            return [self._verify_step(step, arrays, rtol) for step in self.steps]
-        finally:
-            self.workspaces.give(workspace)
-
-    def _verify_step(self, step: ExecStep, arrays: dict[int, np.ndarray], rtol: float) -> str:
-        """Run one step on ``arrays`` and compare what it wrote with the interpreter."""
-        func = step.group.function
-        if step.function is None:
-            _run_reference(step, arrays)
-        else:
-            _call_kernel(step, [arrays[v].ctypes.data for v in step.reads + step.writes])
-        if func is None:
-            return f"{step.group.name}: not checked (no IR kept after opf.load)"
-        inputs = [arrays[v] for v in step.reads[:len(func.params)]]
-        want = evaluate(func, inputs)
-        wants = want if isinstance(want, tuple) else (want,)
-        for value, expected in zip(step.writes, wants):
-            error = _relative_error(arrays[value], expected)
-            if not error <= rtol:
-                raise KernelMismatchError(
-                    f"kernel {step.group.name} ({', '.join(step.group.op_names)}) differs "
-                    f"from the reference interpreter: max error {error:.3g} x max|want| "
-                    f"(tolerance {rtol:g})")
-        return f"{step.group.name}: ok"
+        arrays = dict(self._fixed)
+        arrays.update(self._bind_inputs(feeds))
+        for index in self.outputs:
+            if index not in arrays:
+                info = self.values[index]
+                arrays[index] = np.empty(info.type.shape, info.type.dtype)
+        report = []
+        for step in self.steps:
+            func = step.group.function
+            if step.function is None:
+                _run_reference(step, arrays)
+            else:
+                step.function(*[arrays[v].ctypes.data for v in step.reads + step.writes])
+            if func is None:
+                report.append(f"{step.group.name}: not checked (no IR kept after opf.load)")
+                continue
+            inputs = [arrays[v] for v in step.reads[:len(func.params)]]
+            want = evaluate(func, inputs)
+            wants = want if isinstance(want, tuple) else (want,)
+            for value, expected in zip(step.writes, wants):
+                error = _relative_error(arrays[value], expected)
+                if not error <= rtol:
+                    raise KernelMismatchError(
+                        f"kernel {step.group.name} ({', '.join(step.group.op_names)}) differs "
+                        f"from the reference interpreter: max error {error:.3g} x max|want| "
+                        f"(tolerance {rtol:g})")
+            report.append(f"{step.group.name}: ok")
+        return report
 
     @property
     def num_kernels(self) -> int:
@@ -344,12 +259,6 @@ def steps_for_plan(steps: Sequence[ExecStep]) -> list[PlannedStep]:
     return [PlannedStep(tuple(s.reads), tuple(s.writes)) for s in steps]
 
 
-def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
-    """Call a step's compiled kernel on argument addresses; raise on a failure status."""
-    if step.function(*pointers) != 0:
-        raise MemoryError(f"kernel {step.group.name} could not allocate scratch memory")
-
-
 def _run_reference(step: ExecStep, arrays: dict[int, np.ndarray]) -> None:
     func = step.group.reference_function
     assert func is not None
@@ -373,6 +282,12 @@ def _fresh(array: np.ndarray, index: int, executor: Executor) -> np.ndarray:
     if info.input_index is not None or info.constant is not None:
         return np.array(array, copy=True)
     return array
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset:offset + nbytes]
 
 
 def _view(block: np.ndarray, ty: TensorType) -> np.ndarray:

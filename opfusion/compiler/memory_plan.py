@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 ALIGNMENT = 64  # bytes: a cache line, and enough for any vector load
 
 
@@ -36,18 +34,6 @@ class MemoryPlan:
     @property
     def total_bytes(self) -> int:
         return sum(self.block_sizes)
-
-    def allocate_blocks(self) -> list[np.ndarray]:
-        """Fresh, uninitialized memory for the plan: one ``ALIGNMENT``-aligned byte array per
-        block. Each concurrent run needs its own set (see ``executor.WorkspacePool``)."""
-        return [aligned_empty(size) for size in self.block_sizes]
-
-
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialized byte array of ``nbytes`` whose first byte is ``ALIGNMENT``-aligned."""
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT
-    return raw[offset:offset + nbytes]
 
 
 def _aligned(nbytes: int) -> int:
