@@ -73,3 +73,8 @@ class ScheduleError(OpfusionError):
 
 class LoweringError(OpfusionError):
     """A schedule could not be lowered to loop IR (bad args, an impossible attachment, ...)."""
+
+
+class IndexOutOfRangeError(EvaluationError):
+    """An index input (take, gather_elements, check_indices) held a value outside the axis it
+    indexes; the message names the op, the index, its position and the allowed range."""

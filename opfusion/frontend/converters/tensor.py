@@ -16,7 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ... import op
+from ...errors import IndexOutOfRangeError
 from ...ir.expr import Constant, Expr, TupleGetItem
+from ...ops.transform import check_in_range
 from ..onnx_registry import OnnxNode, converter
 from ._common import shape_of, tensor_type
 
@@ -263,20 +265,45 @@ def space_to_depth(node: OnnxNode) -> Expr:
 # indexing
 
 
+def checked_indices(node: OnnxNode, indices: Expr, bounds: Sequence[int]) -> Expr:
+    """``indices`` known to lie in [-n, n) for their bound n (one for all, or one per position
+    of the last axis), as ONNX Runtime requires: constant ones are checked now, ones computed
+    at run time pass through ``check_indices``, which raises in the reference and, run with
+    NumPy between kernels, in compiled models too (a kernel clamps instead of failing)."""
+    if isinstance(indices, Constant):
+        try:
+            check_in_range(indices.data, bounds, "the constant indices")
+        except IndexOutOfRangeError as error:
+            raise node.error(str(error)) from None
+        return indices
+    return op.check_indices(indices, bounds=list(bounds),
+                            consumer=f"{node.op_type} (node {node.name!r}) indices")
+
+
 @converter("Gather")
 def gather(node: OnnxNode) -> Expr:
-    return op.take(node.input(0), node.input(1), axis=node.attr("axis", 0))
+    data = node.input(0)
+    shape = shape_of(data)
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    indices = checked_indices(node, node.input(1), [shape[axis]])
+    return op.take(data, indices, axis=axis)
 
 
 @converter("GatherElements", since=11)
 def gather_elements(node: OnnxNode) -> Expr:
-    return op.gather_elements(node.input(0), node.input(1), axis=node.attr("axis", 0))
+    data = node.input(0)
+    shape = shape_of(data)
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    indices = checked_indices(node, node.input(1), [shape[axis]])
+    return op.gather_elements(data, indices, axis=axis)
 
 
 @converter("GatherND", since=11)
 def gather_nd(node: OnnxNode) -> Expr:
     """data[b..., indices[b..., q..., :]] as one take from a flattened data: each index tuple
-    becomes a row-major offset (plus the batch's), so GatherND needs no operator of its own."""
+    becomes a row-major offset (plus the batch's), so GatherND needs no operator of its own.
+    Each tuple entry is checked against its own axis first (a flat offset in range does not
+    mean every entry was)."""
     data, indices = node.input(0), node.input(1)
     batch_dims = node.attr("batch_dims", 0)  # opset 12
     dshape, ishape = shape_of(data), shape_of(indices)
@@ -285,6 +312,8 @@ def gather_nd(node: OnnxNode) -> Expr:
         raise node.error(f"indices {ishape} do not index data {dshape} with "
                          f"batch_dims={batch_dims}")
     indexed = dshape[batch_dims:batch_dims + depth]
+    if depth:
+        indices = checked_indices(node, indices, indexed)
     inner = math.prod(indexed)
     index = indices if tensor_type(indices).dtype == "int64" else op.cast(indices, dtype="int64")
     sizes = Constant(np.array(indexed, np.int64))
