@@ -90,3 +90,8 @@ class RunInterrupted(KeyboardInterrupt):
     """A run stopped early on Ctrl-C (SIGINT): its kernels returned without finishing (see
     :mod:`opfusion.runtime.interrupt`). A KeyboardInterrupt, not an OpfusionError, so that
     ``except Exception`` does not swallow it; the executor stays usable."""
+
+
+class IndexOutOfRangeError(EvaluationError):
+    """An index input (take, gather_elements, check_indices) held a value outside the axis it
+    indexes; the message names the op, the index, its position and the allowed range."""

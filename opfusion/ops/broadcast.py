@@ -1,6 +1,20 @@
 """Binary operators with NumPy broadcasting, and ``where``. All are kBroadcast.
 
-Arithmetic keeps the inputs' (shared) dtype; comparisons and logical ops return bool."""
+Arithmetic keeps the inputs' (shared) dtype; comparisons and logical ops return bool.
+
+Integer arithmetic is total, with the same values in the reference and in compiled kernels:
+
+* ``divide`` truncates toward zero; ``floor_divide`` and ``mod`` round down (NumPy's).
+* Division by zero: ``divide``, ``floor_divide`` and ``mod`` give 0. ONNX Runtime raises
+  instead; a compiled kernel cannot stop mid-way (its tensor expressions have no way to
+  report an error), so opfusion defines the value rather than trap as C would or give the
+  platform-dependent cast of inf that a float division would.
+* ``INT_MIN / -1`` and ``INT_MIN // -1`` wrap to INT_MIN (NumPy's value; ONNX Runtime
+  crashes with SIGFPE), and ``INT_MIN % -1`` is 0.
+* ``power`` with a negative exponent is the real power truncated toward zero, as ONNX Runtime
+  computes it: 1 for a base of 1, 1 or -1 for -1 (even or odd exponent), 0 for any other base
+  (0 ** -n is a division by zero: 0, where ONNX Runtime gives the cast of inf). Positive
+  exponents wrap as NumPy's int64 power cast to the dtype."""
 
 from __future__ import annotations
 
@@ -37,24 +51,56 @@ class BroadcastOp(Op):
         return TensorType(shape, "bool" if self.result == "bool" else dtype)
 
 
+def _int_quotient(lhs: np.ndarray, rhs: np.ndarray, remainder: bool) -> np.ndarray:
+    """Integer a / b truncated toward zero (or its remainder, a - b * (a / b)), exact at any
+    magnitude and total: a zero divisor gives 0, and b == -1 gives the wrapped -a (INT_MIN for
+    INT_MIN) and remainder 0. The TE computes define the same values (topi/broadcast.py)."""
+    lhs, rhs = np.broadcast_arrays(lhs, rhs)
+    special = (rhs == 0) | ((rhs == -1) if rhs.dtype.kind == "i" else False)
+    divisor = np.where(special, 1, rhs).astype(rhs.dtype)
+    floor = np.floor_divide(lhs, divisor)
+    inexact = np.remainder(lhs, divisor) != 0
+    negative = (lhs < 0) != (divisor < 0)
+    quotient = np.where(inexact & negative, floor + 1, floor).astype(lhs.dtype)
+    if remainder:
+        return np.where(special, 0, lhs - divisor * quotient).astype(lhs.dtype)
+    with np.errstate(over="ignore"):
+        wrapped = np.negative(lhs)
+    return np.where(rhs == 0, 0, np.where(special, wrapped, quotient)).astype(lhs.dtype)
+
+
 def _divide(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     if lhs.dtype.kind in "iu":
-        # Integer division truncates toward zero, as C and ONNX Div do.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            quotient = np.trunc(lhs.astype(np.float64) / rhs.astype(np.float64))
-        return quotient.astype(lhs.dtype)
+        # Truncates toward zero, as C and ONNX Div; by zero it is 0 (see _int_quotient).
+        return _int_quotient(lhs, rhs, remainder=False)
     return np.divide(lhs, rhs)
 
 
 def _floor_divide(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     if lhs.dtype.kind == "f":
         return np.floor(np.divide(lhs, rhs))
-    return np.floor_divide(lhs, rhs)
+    lhs, rhs = np.broadcast_arrays(lhs, rhs)
+    with np.errstate(divide="ignore", over="ignore"):  # by 0: 0; INT_MIN // -1: INT_MIN
+        return np.floor_divide(lhs, rhs)
+
+
+def _mod(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """NumPy's mod (the divisor's sign); an integer mod by zero is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.mod(lhs, rhs)
 
 
 def _power(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     if lhs.dtype.kind in "iu":
-        return np.power(lhs.astype(np.int64), rhs.astype(np.int64))
+        # A negative exponent gives the truncated real power, as ONNX Runtime: 1 for a base
+        # of 1, +-1 for -1, 0 for larger bases and (a division by zero) for 0.
+        base, exponent = np.broadcast_arrays(lhs.astype(np.int64), rhs.astype(np.int64))
+        negative = exponent < 0
+        with np.errstate(over="ignore"):
+            power = np.power(base, np.where(negative, 0, exponent))
+        odd = (exponent % 2) != 0
+        inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+        return np.where(negative, inverse, power)
     return np.power(lhs, rhs)
 
 
@@ -65,7 +111,7 @@ _TABLE: list[tuple[str, Callable[[np.ndarray, np.ndarray], Any], str, str]] = [
     ("multiply", np.multiply, "same", "number"),
     ("divide", _divide, "same", "number"),
     ("floor_divide", _floor_divide, "same", "number"),
-    ("mod", np.mod, "same", "number"),  # result takes the divisor's sign (Python/NumPy mod)
+    ("mod", _mod, "same", "number"),  # result takes the divisor's sign (Python/NumPy mod)
     ("power", _power, "same", "number"),
     ("maximum", np.maximum, "same", "number"),
     ("minimum", np.minimum, "same", "number"),

@@ -9,6 +9,7 @@ that the rounded output size does not reproduce. kInjective, as in TVM."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -137,8 +138,8 @@ class Resize2D(Op):
         height, width = attrs.size
         if height < 1 or width < 1:
             raise self.type_error(f"attribute 'size'={attrs.size} must be positive")
-        if attrs.scale is not None and min(attrs.scale) <= 0:
-            raise self.type_error(f"attribute 'scale'={attrs.scale} must be positive")
+        if attrs.scale is not None and not all(math.isfinite(v) and v > 0 for v in attrs.scale):
+            raise self.type_error(f"attribute 'scale'={attrs.scale} must be positive and finite")
         if data.shape[2] == 0 or data.shape[3] == 0:
             raise self.type_error(f"input 'data' {data.shape} has an empty image; there is "
                                   "nothing to resize")

@@ -66,6 +66,9 @@ class _ConvBase(Op):
         expect_rank(self, weight, "weight", 4, self.attrs["kernel_layout"].default)
         dtype = numeric_dtype(self, [data, weight], self.inputs)
         kernel = weight.shape[2:]
+        if min(kernel) < 1:
+            raise self.type_error(f"weight {weight.shape} has an empty kernel {kernel}; every "
+                                  "kernel extent must be at least 1")
         if attrs.kernel_size is not None and tuple(attrs.kernel_size) != kernel:
             raise self.type_error(f"attribute 'kernel_size'={attrs.kernel_size} does not match "
                                   f"weight {weight.shape} (kernel {kernel}); fix the attribute "

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import IndexOutOfRangeError
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, TupleType, Type, is_int
 from ._common import normalize_axes, normalize_axis, same_dtype, shape_size
@@ -312,6 +313,25 @@ def _check_indices(op: Op, indices: TensorType) -> None:
                             "cast it")
 
 
+def check_in_range(indices: np.ndarray, bounds: Sequence[int], where: str) -> None:
+    """Raise :class:`IndexOutOfRangeError` naming ``where`` unless every index lies in
+    [-n, n) for its bound n (ONNX Gather's range: negative indices count from the end).
+    One bound covers every index; several are one per position of the last axis (GatherND's
+    index tuples)."""
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    if idx.size == 0:
+        return
+    limits = np.asarray(bounds, np.int64)
+    limits = limits.reshape(()) if limits.size == 1 else np.broadcast_to(limits, idx.shape)
+    bad = (idx < -limits) | (idx >= limits)
+    if bad.any():
+        position = tuple(int(p) for p in np.argwhere(bad)[0])
+        bound = int(limits[position] if limits.ndim else limits)
+        raise IndexOutOfRangeError(
+            f"{where}: index {int(idx[position])} at position {position} is out of range for "
+            f"an axis of size {bound}; indices must lie in [{-bound}, {bound - 1}]")
+
+
 def _resolve_indices(indices: np.ndarray, size: int, wrap: bool = False) -> np.ndarray:
     """Negative indices count from the end (ONNX Gather); the rest wrap or clamp into range."""
     idx = indices.astype(np.int64)
@@ -322,17 +342,26 @@ def _resolve_indices(indices: np.ndarray, size: int, wrap: bool = False) -> np.n
     return np.clip(np.where(idx < 0, idx + size, idx), 0, size - 1)
 
 
+_INDEX_MODE_DOC = ("out-of-range indices (beyond [-n, n)): 'checked' raises "
+                   "IndexOutOfRangeError in the reference, 'clip' clamps them")
+
+
 @register_op
 class Take(Op):
     name = "take"
     doc = ("Gather slices of data along ``axis`` (flattened for None) at ``indices``; negative "
-           "indices count from the end as ONNX Gather.")
+           "indices count from the end as ONNX Gather. An index beyond [-n, n) is an error "
+           "(mode 'checked', the default, as ONNX Runtime) unless mode clamps or wraps it. "
+           "Compiled kernels cannot stop with an error, so there a checked take clamps: "
+           "indices computed at run time are checked by a ``check_indices`` call before it "
+           "(the ONNX importer puts one there), constant ones when imported.")
     inputs = ("data", "indices")
     pattern = OpPatternKind.kInjective
     attrs = {
         "axis": Attr("int", optional=True, doc="the axis indexed; None indexes the flat tensor"),
-        "mode": Attr("str", "clip", choices=("clip", "wrap", "fast"),
-                     doc="out-of-range indices: clamp, wrap around, or assume none (undefined)"),
+        "mode": Attr("str", "checked", choices=("checked", "clip", "wrap", "fast"),
+                     doc="out-of-range indices: an error (checked), clamp, wrap around, or "
+                         "assume none (undefined)"),
     }
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
@@ -354,6 +383,9 @@ class Take(Op):
         # "fast" promises in-range indices; the reference clamps so it stays defined.
         source = data.reshape(-1) if axis is None else data
         along = 0 if axis is None else axis % data.ndim
+        if mode == "checked":
+            check_in_range(indices, [source.shape[along]],
+                           f"take along axis {axis} (mode 'checked'; 'clip' would clamp)")
         idx = _resolve_indices(indices, source.shape[along], wrap=mode == "wrap")
         return np.take(source, idx, axis=along)
 
@@ -362,10 +394,12 @@ class Take(Op):
 class GatherElements(Op):
     name = "gather_elements"
     doc = ("ONNX GatherElements: out[i][j] = data[indices[i][j]][j] for axis 0; the result has "
-           "the indices' shape.")
+           "the indices' shape. Out-of-range indices are an error (mode 'checked', compiled "
+           "kernels clamp: see take) or clamped (mode 'clip').")
     inputs = ("data", "indices")
     pattern = OpPatternKind.kInjective
-    attrs = {"axis": Attr("int", 0, doc="the axis the indices select along")}
+    attrs = {"axis": Attr("int", 0, doc="the axis the indices select along"),
+             "mode": Attr("str", "checked", choices=("checked", "clip"), doc=_INDEX_MODE_DOC)}
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         data, indices = self.expect_tensors(arg_types)
@@ -384,11 +418,52 @@ class GatherElements(Op):
                                   f"{attrs.axis}: it has no elements there")
         return TensorType(indices.shape, data.dtype)
 
-    def reference(self, data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    def reference(self, data: np.ndarray, indices: np.ndarray, axis: int,
+                  mode: str) -> np.ndarray:
         axis %= data.ndim
+        if mode == "checked":
+            check_in_range(indices, [data.shape[axis]],
+                           f"gather_elements along axis {axis} (mode 'checked'; 'clip' would "
+                           "clamp)")
         grid = list(np.indices(indices.shape, sparse=True))
-        grid[axis] = _resolve_indices(indices, data.shape[axis])  # out of range: clamped
+        grid[axis] = _resolve_indices(indices, data.shape[axis])  # clip mode: clamped
         return data[tuple(grid)]
+
+
+@register_op
+class CheckIndices(Op):
+    name = "check_indices"
+    doc = ("The indices, unchanged, once every one is known to lie in [-n, n) for its bound "
+           "n; IndexOutOfRangeError naming ``consumer`` otherwise. It has no TE compute, so a "
+           "compiled model runs it with NumPy between kernels: this is how an out-of-range "
+           "index computed at run time stops a compiled take or gather as it stops the "
+           "reference (a kernel cannot report an error).")
+    inputs = ("indices",)
+    pattern = OpPatternKind.kOpaque
+    attrs = {
+        "bounds": Attr("ints", required=True,
+                       doc="the size of the indexed axis; or one size per position of the "
+                           "indices' last axis (GatherND's index tuples)"),
+        "consumer": Attr("str", "", doc="what the indices index, for the error message"),
+    }
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (indices,) = self.expect_tensors(arg_types)
+        _check_indices(self, indices)
+        bounds = attrs.bounds
+        if min(bounds, default=0) < 0 or not bounds:
+            raise self.type_error(f"attribute 'bounds'={bounds} must be one or more "
+                                  "non-negative axis sizes")
+        if len(bounds) > 1 and (indices.ndim == 0 or indices.shape[-1] != len(bounds)):
+            raise self.type_error(f"attribute 'bounds'={bounds} gives one size per position of "
+                                  f"the last axis, but indices {indices.shape} have "
+                                  f"{indices.shape[-1] if indices.ndim else 'no'} there")
+        return indices
+
+    def reference(self, indices: np.ndarray, bounds: tuple[int, ...],
+                  consumer: str) -> np.ndarray:
+        check_in_range(indices, bounds, consumer or "check_indices")
+        return indices
 
 
 @register_op
@@ -448,6 +523,10 @@ class Arange(Op):
     }
 
     def count(self, start: float, stop: float, step: float) -> int:
+        """max(ceil((stop - start) / step), 0); exact in integers when all three are whole
+        numbers (a float quotient rounds large spans)."""
+        if all(float(v).is_integer() for v in (start, stop, step)):
+            return max(-((int(start) - int(stop)) // int(step)), 0)  # ceil division
         return max(math.ceil((stop - start) / step), 0)
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:

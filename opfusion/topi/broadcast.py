@@ -9,9 +9,10 @@ Where te has no node for an operation the expression below is exact for every in
   for the one case this does not cover: odd bases of magnitude 3 or more raised past that);
 * ``bitwise_*`` adds up the bits of the operands, shifts pick among constant shifts.
 
-Integer division or remainder by zero gives 0 (NumPy's floor_divide and mod give 0 too;
-for ``divide`` the reference is a platform-dependent cast of inf), and INT_MIN / -1 wraps to
-INT_MIN as in NumPy: neither traps as C's division would."""
+Integer division or remainder by zero gives 0, INT_MIN / -1 wraps to INT_MIN as in NumPy,
+and a negative integer exponent gives the truncated real power (0 unless the base is +-1):
+the values the references define (see opfusion/ops/broadcast.py); nothing traps as C's
+division would."""
 
 from __future__ import annotations
 
@@ -109,8 +110,9 @@ def _int_power(a: PrimExpr, e: PrimExpr) -> PrimExpr:
     # a (2**bits divides both products) and for |a| <= 1 (-1 is fixed below). For odd
     # |a| >= 3 and e >= bits it gives a ** bits instead of a ** e modulo 2**bits. Squaring
     # would need fewer factors but shares sub-expressions, which the C emitter and the
-    # interpreter write out as trees: exponentially long. (NumPy raises for e < 0; this
-    # gives 1, or -1 for a == -1 and odd e.)
+    # interpreter write out as trees: exponentially long. A negative e gives the truncated
+    # real power, as ONNX Runtime and the reference: 1 for a == 1, +-1 for a == -1 (below),
+    # 0 otherwise (0 ** -n included: a division by zero, which is 0 here).
     bits = dtype_bits(a.dtype)
     unsigned = _unsigned(a.dtype)
     one = te.const(1, unsigned)
@@ -119,6 +121,8 @@ def _int_power(a: PrimExpr, e: PrimExpr) -> PrimExpr:
                                 for k in range(bits)]), a.dtype)
     if is_unsigned(a.dtype):
         return product
+    one_over = te.select(a == te.const(1, a.dtype), te.const(1, a.dtype), _zero(a.dtype))
+    product = te.select(e < _zero(e.dtype), one_over, product)
     minus_one = te.const(-1, a.dtype)
     odd = (e % 2) != _zero(e.dtype)
     return te.select(a == minus_one, te.select(odd, minus_one, te.const(1, a.dtype)), product)

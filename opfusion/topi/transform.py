@@ -6,7 +6,10 @@ slices, split, reverse, tile of a size-1 axis and the copied dimensions of a res
 division; reshape divides only inside the groups of dimensions it really merges or splits
 (:func:`._util.reshape_indices`). Gathers resolve their indices as the references do:
 negative indices count from the end, out-of-range ones are clamped (or wrapped for
-``take(mode="wrap")``), so a bad index never reads outside the tensor."""
+``take(mode="wrap")``), so a bad index never reads outside the tensor. Mode "checked" (the
+references raise) clamps here too: a kernel cannot stop with an error, so out-of-range
+indices are caught before the kernel, by a ``check_indices`` call (run with NumPy, it has no
+compute) on indices computed at run time and at import for constant ones."""
 
 from __future__ import annotations
 
@@ -161,8 +164,9 @@ def resolve_index(value: PrimExpr, size: int, wrap: bool = False) -> PrimExpr:
 
 @register_compute("take")
 def compute_take(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """Slices of data along ``axis`` (the flat tensor for None) at ``indices``. Mode "fast"
-    clamps like "clip": the reference does, and it costs two selects."""
+    """Slices of data along ``axis`` (the flat tensor for None) at ``indices``. Modes "fast"
+    and "checked" clamp like "clip": the reference does for "fast", and it costs two selects;
+    "checked" indices were checked before the kernel (see the module docstring)."""
     data, indices = inputs
     wrap = attrs.mode == "wrap"
     k = indices.ndim
@@ -187,7 +191,8 @@ def compute_take(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 
 @register_compute("gather_elements")
 def compute_gather_elements(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """out[i] = data[i with the axis coordinate replaced by indices[i]] (clamped)."""
+    """out[i] = data[i with the axis coordinate replaced by indices[i]] (clamped; checked
+    indices were checked before the kernel)."""
     data, indices = inputs
     axis = axis_of("gather_elements", attrs.axis, data.ndim)
 

@@ -259,3 +259,9 @@ def test_scale_must_be_positive():
     with pytest.raises(opf.OpfusionTypeError, match=r"attribute 'scale'=\(0.0, 1.0\) must be "
                                                     "positive"):
         infer((1, 1, 4, 4), size=(2, 2), scale=(0.0, 1.0))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_scale_must_be_finite(bad):
+    with pytest.raises(opf.OpfusionTypeError, match="must be positive and finite"):
+        infer((1, 1, 4, 4), size=(2, 2), scale=(bad, 1.0))

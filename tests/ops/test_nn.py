@@ -217,6 +217,8 @@ def test_conv2d_padding_normalizes_to_four_values():
      r"nn\.conv2d attribute 'strides' must be positive"),
     ((1, 3, 8, 8), (4, 3, 3, 3), {"data_layout": "NHWC"}, opf.OpAttributeError,
      r"nn\.conv2d attribute 'data_layout' must be one of 'NCHW'"),
+    ((1, 3, 8, 8), (4, 3, 0, 0), {}, opf.OpfusionTypeError,
+     r"nn\.conv2d: weight \(4, 3, 0, 0\) has an empty kernel \(0, 0\)"),
 ])
 def test_conv2d_errors_name_the_op_and_the_cause(data, weight, attrs, error, match):
     with pytest.raises(error, match=match):
@@ -277,6 +279,8 @@ def test_conv2d_transpose_infers_shape(data, weight, attrs, shape):
     ((1, 3, 5, 5), (3, 4, 3, 3), {"strides": 2, "output_padding": 2}, opf.OpAttributeError,
      r"nn\.conv2d_transpose attribute 'output_padding'=\(2, 2\) must be .* smaller than the "
      r"stride"),
+    ((1, 3, 5, 5), (3, 4, 3, 0), {}, opf.OpfusionTypeError,
+     r"nn\.conv2d_transpose: weight \(3, 4, 3, 0\) has an empty kernel"),
 ])
 def test_conv2d_transpose_errors(data, weight, attrs, error, match):
     with pytest.raises(error, match=match):

@@ -493,6 +493,12 @@ def test_arange_matches_numpy(attrs):
     assert_close(eval_op(opf.op.arange, **attrs), want)
 
 
+def test_arange_length_of_whole_numbers_is_exact():
+    # float64 rounds 2**60 / 3 to 384307168202282325.33... -> ...304, 22 short of the ceiling.
+    call = opf.op.arange(start=0, stop=2.0**60, step=3, dtype="int64")
+    assert call.checked_type.shape == (-(-(2**60) // 3),)
+
+
 def test_arange_errors():
     with pytest.raises(opf.OpfusionTypeError, match="^arange: attribute 'step'=0"):
         _ = opf.op.arange(stop=3, step=0).checked_type

@@ -11,6 +11,7 @@ OPAQUE = {
     "argsort",
     "topk",
     "cumsum",  # a scan: as a compute it would be a quadratic triangular sum
+    "check_indices",  # raises on a bad index, which a kernel cannot do: it runs in NumPy
 }
 
 

@@ -112,8 +112,11 @@ def mod(node: OnnxNode) -> Expr:
         # fmod takes the dividend's sign: a - b * trunc(a / b).
         quotient = op.divide(a, b)
         if a.checked_type.dtype.startswith("float"):  # type: ignore[attr-defined]
-            quotient = op.trunc(quotient)
-        return op.subtract(a, op.multiply(b, quotient))
+            return op.subtract(a, op.multiply(b, op.trunc(quotient)))
+        # Integers: a remainder by zero is 0, as op.mod's (ONNX Runtime raises; see
+        # opfusion/ops/broadcast.py for why opfusion defines it instead).
+        rest = op.subtract(a, op.multiply(b, quotient))
+        return op.where(op.equal(b, scalar(0, b)), scalar(0, a), rest)
     return op.mod(a, b)
 
 

@@ -42,15 +42,37 @@ def _spatial_rank(node: OnnxNode, data: Expr, what: str, most: int = 3) -> int:
     return rank
 
 
-def _ints(node: OnnxNode, name: str, rank: int, default: int) -> list[int]:
-    """A per-spatial-axis attribute (strides, dilations, ...), checked for its length."""
+def _ints(node: OnnxNode, name: str, rank: int, default: int, least: int = 1) -> list[int]:
+    """A per-spatial-axis attribute (strides, dilations, ...), checked for its length and
+    for values of at least ``least`` (1 for strides and dilations: the window arithmetic
+    divides by them, and the IR's operators would refuse them later anyway)."""
     values = node.attr(name)
     if values is None:
         return [default] * rank
     if len(values) != rank:
         raise node.error(f"attribute {name}={values} needs {rank} value(s), one per spatial "
                          "axis")
+    if min(values) < least:
+        raise node.error(f"attribute {name}={list(values)} must hold values >= {least}")
     return list(values)
+
+
+def _kernel(node: OnnxNode, kernel: Sequence[int], what: str) -> list[int]:
+    """A window's kernel shape, every extent at least 1: an empty (0 or negative) window has
+    no output value to compute."""
+    if min(kernel, default=1) < 1:
+        raise node.error(f"{what} must be positive in every spatial axis, got {list(kernel)}; "
+                         "an empty window has nothing to compute")
+    return list(kernel)
+
+
+def _lp_order(node: OnnxNode) -> float:
+    """LpPool's and GlobalLpPool's p, which must be positive (p <= 0 is no norm: 1/p is
+    undefined at 0 and negative p is not a norm)."""
+    p = node.attr("p", 2)
+    if not p >= 1:
+        raise node.error(f"attribute p={p} must be a positive integer (the order of the norm)")
+    return float(p)
 
 
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -126,9 +148,12 @@ def _conv_geometry(node: OnnxNode, data: Expr, weight: Expr,
                          f"(M, C/group, {kernel_axes}) (ConvTranspose: (C, M/group, ...))")
     kernel = wshape[2:]
     declared = node.attr("kernel_shape")
-    if declared is not None and tuple(declared) != kernel:
-        raise node.error(f"attribute kernel_shape={declared} does not match weight {wshape}; "
-                         "fix the attribute or the weight")
+    if declared is not None:
+        _kernel(node, declared, "attribute kernel_shape")
+        if tuple(declared) != kernel:
+            raise node.error(f"attribute kernel_shape={declared} does not match weight "
+                             f"{wshape}; fix the attribute or the weight")
+    _kernel(node, kernel, f"the kernel extents of weight {wshape}")
     return rank, kernel
 
 
@@ -188,7 +213,7 @@ def conv_transpose(node: OnnxNode) -> Expr:
     data, weight = node.input(0), node.input(1)
     rank, kernel = _conv_geometry(node, data, weight, most=2)
     strides, dilations = _ints(node, "strides", rank, 1), _ints(node, "dilations", rank, 1)
-    extra = _ints(node, "output_padding", rank, 0)
+    extra = _ints(node, "output_padding", rank, 0, least=0)
     sizes = _shape(data)[2:]
     full = [(n - 1) * s + (k - 1) * d + 1 + e
             for n, k, s, d, e in zip(sizes, kernel, strides, dilations, extra)]
@@ -237,7 +262,7 @@ class _PoolGeometry:
         if kernel is None or len(kernel) != rank:
             raise node.error(f"attribute kernel_shape={kernel} needs {rank} value(s), one per "
                              "spatial axis")
-        self.kernel = list(kernel)
+        self.kernel = _kernel(node, kernel, "attribute kernel_shape")
         self.strides = _ints(node, "strides", rank, 1)
         self.dilations = _ints(node, "dilations", rank, 1)
         self.pads = _window_pads(node, _shape(data)[2:], kernel, self.strides, self.dilations)
@@ -306,7 +331,7 @@ def lp_pool(node: OnnxNode) -> Expr:
             reach = (out - 1) * s + d * (k - 1) + 1
             grown.append((before, max(after, reach - size - before)))
         window.pads = grown
-    p = float(node.attr("p", 2))
+    p = _lp_order(node)
     channels = _shape(data)[1]
     ones = Constant(np.ones((channels, 1, *window.kernel), dtype=_type(data).dtype))
     if window.rank == 3:
@@ -344,7 +369,7 @@ def global_max_pool(node: OnnxNode) -> Expr:
 @converter("GlobalLpPool")
 def global_lp_pool(node: OnnxNode) -> Expr:
     data = node.input(0)
-    p = float(node.attr("p", 2))
+    p = _lp_order(node)
     axes = list(range(2, len(_shape(data))))
     return root(op.sum(abs_power(data, p), axis=axes, keepdims=True), p)
 

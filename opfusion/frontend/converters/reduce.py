@@ -74,6 +74,14 @@ def _extreme(builder: Callable[..., Expr], largest: bool) -> Reducer:
     return reduce
 
 
+def _mean(x: Expr, axes: list[int] | None, keep: bool) -> Expr:
+    """The mean; of no elements it is 0, as ONNX Runtime gives (the sum over the count, with
+    the division by zero taken as 0), where op.mean follows NumPy's NaN."""
+    if _reduces_nothing(x, axes):
+        return _empty_result(x, axes, keep, 0)
+    return _in_float(x, lambda v: op.mean(v, axis=axes, keepdims=keep))
+
+
 def _log_sum_exp(x: Expr, axes: list[int] | None, keep: bool) -> Expr:
     """log(sum(exp(x - m))) + m with m the max, so exp never overflows. An infinite max is
     replaced by 0 (all -inf gives -inf, any +inf gives +inf, no NaN from inf - inf)."""
@@ -98,8 +106,7 @@ _REDUCERS: dict[str, Reducer] = {
     "ReduceProd": lambda x, axes, keep: op.prod(x, axis=axes, keepdims=keep),
     "ReduceMax": _extreme(op.max, largest=True),
     "ReduceMin": _extreme(op.min, largest=False),
-    "ReduceMean": lambda x, axes, keep: _in_float(
-        x, lambda v: op.mean(v, axis=axes, keepdims=keep)),
+    "ReduceMean": lambda x, axes, keep: _mean(x, axes, keep),
     "ReduceL1": lambda x, axes, keep: op.sum(op.abs(x), axis=axes, keepdims=keep),
     "ReduceSumSquare": lambda x, axes, keep: op.sum(op.multiply(x, x), axis=axes, keepdims=keep),
     "ReduceL2": lambda x, axes, keep: _in_float(

@@ -70,11 +70,29 @@ def _resize_spatial(node: OnnxNode, out_shape: list[int], scales: list[float] | 
     return image if rank == 4 else reshape_exact(node, image, out_shape)
 
 
+def _checked_scales(node: OnnxNode, scales: Sequence[float]) -> list[float]:
+    """Scales as floats, each finite and positive: the output size is floor(scale * size), so
+    NaN, an infinity, 0 or a negative scale gives no valid shape."""
+    factors = [float(s) for s in scales]
+    bad = [s for s in factors if not (math.isfinite(s) and s > 0)]
+    if bad:
+        raise node.error(f"scales {factors} must be finite and positive, got {bad[0]}")
+    return factors
+
+
+def _checked_sizes(node: OnnxNode, sizes: np.ndarray) -> list[int]:
+    """Sizes as ints, none negative."""
+    values = as_ints(sizes)
+    if min(values, default=0) < 0:
+        raise node.error(f"sizes {values} must not be negative")
+    return values
+
+
 def _legacy_resize(node: OnnxNode, scales: np.ndarray) -> Expr:
     """Upsample and Resize-10: out = floor(in * scale), asymmetric coordinates, and nearest
     rounds down (up on shrinking axes, as onnxruntime's mode for these versions)."""
     shape = shape_of(node.input(0))
-    factors = [float(s) for s in np.asarray(scales, np.float32).reshape(-1)]
+    factors = _checked_scales(node, np.asarray(scales, np.float32).reshape(-1))
     if len(factors) != len(shape):
         raise node.error(f"scales {factors} must have one entry per axis of {shape}")
     out = [int(s * d) for s, d in zip(factors, shape)]
@@ -121,7 +139,8 @@ def resize_11(node: OnnxNode) -> Expr:
     sizes = present(node.const_input(3, "sizes"))
     if (scales is None) == (sizes is None):
         raise node.error("needs exactly one of the 'scales' and 'sizes' inputs")
-    given = as_ints(sizes) if sizes is not None else [float(s) for s in scales.reshape(-1)]
+    given = (_checked_sizes(node, sizes) if sizes is not None
+             else _checked_scales(node, scales.reshape(-1)))
     if len(given) != len(axes):
         raise node.error(f"{'sizes' if sizes is not None else 'scales'} {given} must have one "
                          f"entry per resized axis {axes}")

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ... import op
+from ...errors import IndexOutOfRangeError
 from ...ir.expr import Constant, Expr, TupleGetItem
+from ...ops.transform import check_in_range
 from ..onnx_registry import OnnxNode, converter
 from ..onnx_tensors import MAX_TENSOR_ELEMENTS
 from ._common import shape_of, tensor_type
@@ -264,20 +266,45 @@ def space_to_depth(node: OnnxNode) -> Expr:
 # indexing
 
 
+def checked_indices(node: OnnxNode, indices: Expr, bounds: Sequence[int]) -> Expr:
+    """``indices`` known to lie in [-n, n) for their bound n (one for all, or one per position
+    of the last axis), as ONNX Runtime requires: constant ones are checked now, ones computed
+    at run time pass through ``check_indices``, which raises in the reference and, run with
+    NumPy between kernels, in compiled models too (a kernel clamps instead of failing)."""
+    if isinstance(indices, Constant):
+        try:
+            check_in_range(indices.data, bounds, "the constant indices")
+        except IndexOutOfRangeError as error:
+            raise node.error(str(error)) from None
+        return indices
+    return op.check_indices(indices, bounds=list(bounds),
+                            consumer=f"{node.op_type} (node {node.name!r}) indices")
+
+
 @converter("Gather")
 def gather(node: OnnxNode) -> Expr:
-    return op.take(node.input(0), node.input(1), axis=node.attr("axis", 0))
+    data = node.input(0)
+    shape = shape_of(data)
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    indices = checked_indices(node, node.input(1), [shape[axis]])
+    return op.take(data, indices, axis=axis)
 
 
 @converter("GatherElements", since=11)
 def gather_elements(node: OnnxNode) -> Expr:
-    return op.gather_elements(node.input(0), node.input(1), axis=node.attr("axis", 0))
+    data = node.input(0)
+    shape = shape_of(data)
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    indices = checked_indices(node, node.input(1), [shape[axis]])
+    return op.gather_elements(data, indices, axis=axis)
 
 
 @converter("GatherND", since=11)
 def gather_nd(node: OnnxNode) -> Expr:
     """data[b..., indices[b..., q..., :]] as one take from a flattened data: each index tuple
-    becomes a row-major offset (plus the batch's), so GatherND needs no operator of its own."""
+    becomes a row-major offset (plus the batch's), so GatherND needs no operator of its own.
+    Each tuple entry is checked against its own axis first (a flat offset in range does not
+    mean every entry was)."""
     data, indices = node.input(0), node.input(1)
     batch_dims = node.attr("batch_dims", 0)  # opset 12
     dshape, ishape = shape_of(data), shape_of(indices)
@@ -286,6 +313,8 @@ def gather_nd(node: OnnxNode) -> Expr:
         raise node.error(f"indices {ishape} do not index data {dshape} with "
                          f"batch_dims={batch_dims}")
     indexed = dshape[batch_dims:batch_dims + depth]
+    if depth:
+        indices = checked_indices(node, indices, indexed)
     inner = math.prod(indexed)
     index = indices if tensor_type(indices).dtype == "int64" else op.cast(indices, dtype="int64")
     sizes = Constant(np.array(indexed, np.int64))
@@ -329,7 +358,11 @@ def trilu(node: OnnxNode) -> Expr:
         raise node.error(f"input must have rank 2 or more, got shape {shape}")
     k = node.const_input(1, "k")
     k = 0 if k is None else int(k.reshape(-1)[0])
-    ones = np.ones(shape[-2:], bool)
+    rows, cols = shape[-2:]
+    # Diagonals beyond the matrix keep all or nothing, so clamping k changes no value and
+    # keeps INT64_MIN/INT64_MAX from overflowing NumPy's index arithmetic.
+    k = min(max(k, -rows), cols)
+    ones = np.ones((rows, cols), bool)
     keep = np.triu(ones, k) if node.attr("upper", 1) else np.tril(ones, k)
     return op.where(Constant(keep), x, scalar_const(0, tensor_type(x).dtype))
 
@@ -395,15 +428,51 @@ def constant(node: OnnxNode) -> Expr:
     return Constant(value)
 
 
+# A Range folds to a constant held in memory at import; more elements than this (8 GiB of
+# int32, 16 GiB of int64) is refused rather than allocated, as ONNX Runtime refuses what it
+# cannot allocate.
+RANGE_MAX_ELEMENTS = 2**31 - 1
+
+
+def range_count(node: OnnxNode, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
+    """The spec's max(ceil((limit - start) / delta), 0), exactly: in Python integers for
+    integer inputs (float64 would round INT64_MAX and overflow int64 differences), in float64
+    for floating-point ones, which must be finite."""
+    values = {"start": start.item(), "limit": limit.item(), "delta": delta.item()}
+    if start.dtype.kind == "f":
+        for what, value in values.items():
+            if not math.isfinite(value):
+                raise node.error(f"{what} is {value}; start, limit and delta must be finite")
+    if values["delta"] == 0:
+        raise node.error("delta is 0; the range would never reach its limit")
+    span = values["limit"] - values["start"]
+    if start.dtype.kind == "f":
+        count = max(math.ceil(span / values["delta"]), 0)
+    else:
+        count = max(-(-span // values["delta"]), 0)  # ceil division, exact
+    if count > RANGE_MAX_ELEMENTS:
+        raise node.error(f"Range({values['start']}, {values['limit']}, {values['delta']}) has "
+                         f"{count} elements, more than the {RANGE_MAX_ELEMENTS} opfusion folds "
+                         "into a constant; check the limit")
+    return count
+
+
 @converter("Range", since=11)
 def range_(node: OnnxNode) -> Expr:
     start, limit, delta = (required_const(node, i, what).reshape(())
                            for i, what in enumerate(("start", "limit", "delta")))
-    if delta == 0:
-        raise node.error("delta is 0; the range would never reach its limit")
-    # np.arange computes the length as the spec's max(ceil((limit - start) / delta), 0) and
-    # the elements in float64 or int64, then they take the inputs' dtype, as onnx.reference.
-    return Constant(np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype))
+    if not start.dtype == limit.dtype == delta.dtype:
+        raise node.error(f"start, limit and delta must share one type, got {start.dtype}, "
+                         f"{limit.dtype} and {delta.dtype}")
+    count = range_count(node, start, limit, delta)
+    # Element i is start + i * delta, computed in float64 or int64 (wrapping int64 products
+    # land back in range: every element lies between start and limit), then in the inputs'
+    # dtype, as onnx.reference.
+    wide = np.float64 if start.dtype.kind == "f" else np.int64
+    steps = np.arange(count, dtype=wide)
+    with np.errstate(over="ignore"):
+        values = wide(start.item()) + steps * wide(delta.item())
+    return Constant(values.astype(start.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
