@@ -501,6 +501,8 @@ def mutate_opset(model: Any, rng: random.Random) -> str | None:
         model.ir_version = rng.choice((0, -1, 1, 3, 99, HUGE))
         return f"ir_version {model.ir_version}"
     version = rng.choice((0, -1, 1, 6, 9, 11, 12, 13, 18, 19, 21, 99, 10**6, -HUGE))
+    if not model.opset_import:
+        model.opset_import.add(domain="")
     model.opset_import[0].version = version
     return f"opset {version}"
 
@@ -802,6 +804,7 @@ class FuzzCase:
     mutations: tuple[str, ...]
     data: bytes
     from_file: bool  # import from a file on disk (so external data is read) rather than bytes
+    wide_ints: bool = False  # integer inputs drawn from [-16, 16): indices out of range
 
 
 def make_case(number: int, seed: int = 0) -> FuzzCase:
@@ -832,8 +835,11 @@ def make_case(number: int, seed: int = 0) -> FuzzCase:
     if rng.random() < 0.04:
         data, description = _mutate_bytes(data, rng)
         done.append(f"bytes: {description}")
+    wide_ints = rng.random() < 0.1
+    if wide_ints:
+        done.append("feeds: integer inputs in [-16, 16)")
     from_file = any(item.startswith("external_data") for item in done)
-    return FuzzCase(number, seed, name, tuple(done), data, from_file)
+    return FuzzCase(number, seed, name, tuple(done), data, from_file, wide_ints)
 
 
 @dataclass
@@ -925,9 +931,9 @@ def _compare(got: Sequence[Any], want: Any) -> str:
     return ""
 
 
-def _inputs_for(mod: Any) -> dict[str, np.ndarray] | None:
-    """Standard-normal floats, integers in [0, 4) and random bools for ``@main``'s
-    parameters; None when they would be too large to feed."""
+def _inputs_for(mod: Any, wide_ints: bool = False) -> dict[str, np.ndarray] | None:
+    """Standard-normal floats, integers in [0, 4) (in [-16, 16) with ``wide_ints``) and
+    random bools for ``@main``'s parameters; None when they would be too large to feed."""
     rng = np.random.default_rng(0)
     feeds: dict[str, np.ndarray] = {}
     for param in mod["main"].params:
@@ -941,7 +947,8 @@ def _inputs_for(mod: Any) -> dict[str, np.ndarray] | None:
         elif dtype.kind == "b":
             feeds[param.name_hint] = rng.random(shape) < 0.5
         elif dtype.kind in "iu":
-            feeds[param.name_hint] = rng.integers(0, 4, shape).astype(dtype)
+            low, high = (-16, 16) if wide_ints else (0, 4)
+            feeds[param.name_hint] = rng.integers(low, high, shape).astype(dtype)
         else:
             return None
     return feeds
@@ -980,7 +987,7 @@ def run_case(case: FuzzCase, *, compile_model: bool = True, reraise: bool = Fals
                 stage = "compile"
                 exe = opf_compile(mod, params=params)
                 stage = "inputs"
-                feeds = _inputs_for(mod)
+                feeds = _inputs_for(mod, case.wide_ints)
                 if feeds is None:
                     outcome.notes.append("inputs too large or unsupported: not run")
                 else:
@@ -1226,8 +1233,12 @@ def summarize(outcomes: Sequence[Outcome], examples: int = 3) -> str:
     lines += [f"  {counts[key]:6d}  {key}" for key in order]
     bad = [outcome for outcome in outcomes if not is_acceptable(outcome)]
     if bad:
-        lines.append(f"{len(bad)} unacceptable outcomes (not ok, not an OpfusionError); "
-                     "first examples:")
+        sites = Counter((o.key, o.stage, o.where) for o in bad)
+        lines.append(f"{len(bad)} unacceptable outcomes (not ok, not an OpfusionError) at "
+                     f"{len(sites)} sites (category, stage, innermost opfusion frame):")
+        lines += [f"  {count:6d}  {key} | {stage or '?'} | {where or '?'}"
+                  for (key, stage, where), count in sites.most_common()]
+        lines.append("first examples:")
     shown: Counter[str] = Counter()
     for outcome in bad:
         if shown[outcome.key] >= examples:

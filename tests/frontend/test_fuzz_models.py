@@ -21,7 +21,7 @@ from opfusion.testing.fuzz import (
     summarize,
 )
 
-CI_CASES = 300
+CI_CASES = 500
 
 
 def test_fuzz_cases_are_deterministic():
