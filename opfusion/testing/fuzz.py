@@ -86,8 +86,12 @@ def _model(name: str, nodes: list[Any], inputs: list[Any], outputs: list[str],
         nodes, name, inputs,
         [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None) for out in outputs],
         initializer=[onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=8, producer_name="opfusion-fuzz")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8, producer_name="opfusion-fuzz")
+    # The outputs' types as ONNX infers them, so the seeds pass onnx.checker.
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    model.graph.ClearField("value_info")
+    return model
 
 
 def _input(name: str, shape: Sequence[int], elem: str = "FLOAT") -> Any:
@@ -295,12 +299,95 @@ def _topk_argmax() -> Any:
     return _model("topk_argmax", nodes, [_input("x", [3, 7])], ["y"], inits)
 
 
+def _grouped_conv() -> Any:
+    nodes = [
+        _node("Pad", ["x", "pads"], ["pd"], mode="reflect"),
+        _node("Conv", ["pd", "w"], ["c1"], group=2, dilations=[2, 2], strides=[2, 1],
+              pads=[1, 0, 1, 0]),
+        _node("InstanceNormalization", ["c1", "in_s", "in_b"], ["n1"], epsilon=1e-5),
+        _node("PRelu", ["n1", "slope"], ["pr"]),
+        _node("LRN", ["pr"], ["lrn"], size=3),
+        _node("MaxPool", ["lrn"], ["mp"], kernel_shape=[2, 2], ceil_mode=1, strides=[2, 2]),
+        _node("HardSwish", ["mp"], ["y"]),
+    ]
+    inits = {"pads": _i64(0, 0, 1, 2, 0, 0, 1, 2), "w": _weights(22, 4, 2, 3, 3),
+             "in_s": _weights(23, 4), "in_b": _weights(24, 4),
+             "slope": np.full((4, 1, 1), 0.2, np.float32)}
+    return _model("grouped_conv", nodes, [_input("x", [1, 4, 7, 7])], ["y"], inits)
+
+
+def _index_ops() -> Any:
+    nodes = [
+        _node("GatherElements", ["x", "ge_idx"], ["ge"], axis=1),
+        _node("Einsum", ["ge", "mat"], ["es"], equation="ij,jk->ik"),
+        _node("Trilu", ["es"], ["tr"], upper=1),
+        _node("OneHot", ["ids", "depth", "onoff"], ["oh"], axis=-1),
+        _node("MatMul", ["oh", "tr"], ["mm"]),
+        _node("GatherND", ["mm", "nd_idx"], ["y"]),
+    ]
+    inits = {"ge_idx": np.array([[0, 4], [1, 1], [3, 2]], np.int64),
+             "mat": _weights(25, 2, 3), "depth": np.int64(3),
+             "onoff": np.array([0.0, 1.0], np.float32), "nd_idx": np.array([[1], [0]], np.int64)}
+    return _model("index_ops", nodes, [_input("x", [3, 5]), _input("ids", [2], "INT64")],
+                  ["y"], inits)
+
+
+def _reductions() -> Any:
+    nodes = [
+        _node("ReduceL2", ["x"], ["l2"], axes=[1], keepdims=1),
+        _node("ReduceLogSumExp", ["x"], ["lse"], axes=[0], keepdims=1),
+        _node("Add", ["l2", "lse"], ["s1"]),
+        _node("ReduceProd", ["s1"], ["pr"], axes=[0, 1], keepdims=1),
+        _node("LogSoftmax", ["x"], ["ls"], axis=0),
+        _node("Hardmax", ["ls"], ["hm"], axis=1),
+        _node("ArgMin", ["x"], ["am"], axis=1, keepdims=1, select_last_index=1),
+        _node("Cast", ["am"], ["amf"], to=1),
+        _node("Erf", ["ls"], ["er"]),
+        _node("Round", ["er"], ["rd"]),
+        _node("Sign", ["x"], ["sg"]),
+        _node("Sum", ["hm", "amf", "rd", "sg", "pr"], ["y"]),
+    ]
+    return _model("reductions", nodes, [_input("x", [4, 6])], ["y"], {})
+
+
+def _int_arith() -> Any:
+    nodes = [
+        _node("Mul", ["a", "three"], ["m1"]),
+        _node("Mod", ["m1", "five"], ["md"], fmod=0),
+        _node("Div", ["m1", "two"], ["dv"]),
+        _node("Abs", ["dv"], ["ab"]),
+        _node("Clip", ["ab", "lo", "hi"], ["cl"]),
+        _node("Equal", ["md", "cl"], ["eq"]),
+        _node("Not", ["eq"], ["ne"]),
+        _node("Where", ["ne", "md", "cl"], ["w"]),
+        _node("Cast", ["w"], ["y"], to=1),
+    ]
+    inits = {"three": np.int32(3), "five": np.int32(5), "two": np.int32(-2),
+             "lo": np.int32(1), "hi": np.int32(4)}
+    return _model("int_arith", nodes, [_input("a", [2, 4], "INT32")], ["y"], inits)
+
+
+def _strided_slice() -> Any:
+    nodes = [
+        _node("Slice", ["x", "starts", "ends", "axes", "steps"], ["sl"]),
+        _node("Resize", ["sl", "", "", "sizes"], ["rs"], mode="linear",
+              coordinate_transformation_mode="half_pixel"),
+        _node("SpaceToDepth", ["rs"], ["sd"], blocksize=2),
+        _node("ReduceMean", ["sd"], ["rm"], axes=[1], keepdims=0),
+        _node("Softplus", ["rm"], ["y"]),
+    ]
+    inits = {"starts": _i64(-1, 0), "ends": _i64(-12, 10), "axes": _i64(3, 2),
+             "steps": _i64(-2, 3), "sizes": _i64(1, 2, 6, 4)}
+    return _model("strided_slice", nodes, [_input("x", [1, 2, 10, 10])], ["y"], inits)
+
+
 SEED_MODELS: dict[str, Callable[[], Any]] = {
     "conv_net": _conv_net, "mlp": _mlp, "tensor_ops": _tensor_ops,
     "gather_cast": _gather_cast, "layernorm": _layernorm, "resize_pool": _resize_pool,
     "range_shape": _range_shape, "int_gather": _int_gather, "attention": _attention,
     "split_where": _split_where, "norm_ops": _norm_ops, "conv_transpose": _conv_transpose,
-    "topk_argmax": _topk_argmax,
+    "topk_argmax": _topk_argmax, "grouped_conv": _grouped_conv, "index_ops": _index_ops,
+    "reductions": _reductions, "int_arith": _int_arith, "strided_slice": _strided_slice,
 }
 """Seed model builders by name: each returns a fresh, valid ``onnx.ModelProto`` with a few
 nodes on tensors of at most a few hundred elements."""
@@ -805,6 +892,8 @@ class FuzzCase:
     data: bytes
     from_file: bool  # import from a file on disk (so external data is read) rather than bytes
     wide_ints: bool = False  # integer inputs drawn from [-16, 16): indices out of range
+    fusion: str = "tvm"  # opf.compile's fusion strategy
+    opt_level: int = 3
 
 
 def make_case(number: int, seed: int = 0) -> FuzzCase:
@@ -812,7 +901,8 @@ def make_case(number: int, seed: int = 0) -> FuzzCase:
 
     Cases below ``len(SEED_MODELS)`` are the seed models themselves; the others are a seed
     model with one mutation (most cases), two or three, and occasionally byte-level damage
-    of the serialized model."""
+    of the serialized model, out-of-range integer feeds, or another fusion strategy and
+    opt_level for the compile."""
     names = list(SEED_MODELS)
     if number < len(names):
         model = SEED_MODELS[names[number]]()
@@ -838,8 +928,13 @@ def make_case(number: int, seed: int = 0) -> FuzzCase:
     wide_ints = rng.random() < 0.1
     if wide_ints:
         done.append("feeds: integer inputs in [-16, 16)")
+    fusion = rng.choices(("tvm", "cinn", "none"), weights=(6, 3, 1))[0]
+    opt_level = rng.choices((3, 2, 1, 0), weights=(6, 2, 1, 1))[0]
+    if (fusion, opt_level) != ("tvm", 3):
+        done.append(f"compile: fusion={fusion}, opt_level={opt_level}")
     from_file = any(item.startswith("external_data") for item in done)
-    return FuzzCase(number, seed, name, tuple(done), data, from_file, wide_ints)
+    return FuzzCase(number, seed, name, tuple(done), data, from_file, wide_ints, fusion,
+                    opt_level)
 
 
 @dataclass
@@ -985,7 +1080,8 @@ def run_case(case: FuzzCase, *, compile_model: bool = True, reraise: bool = Fals
             mod, params = _import(case)
             if compile_model:
                 stage = "compile"
-                exe = opf_compile(mod, params=params)
+                exe = opf_compile(mod, params=params, opt_level=case.opt_level,
+                                  fusion=case.fusion)
                 stage = "inputs"
                 feeds = _inputs_for(mod, case.wide_ints)
                 if feeds is None:
