@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from dataclasses import asdict
@@ -36,8 +37,12 @@ from opfusion.testing.fuzz import (  # noqa: E402
 )
 
 
-def replay(number: int, seed: int, show: bool, save: str | None) -> int:
-    """Run one case in-process; an exception propagates with its traceback."""
+def replay(number: int, seed: int, show: bool, save: str | None, memory_gb: float) -> int:
+    """Run one case in-process (under the same address-space cap as the workers); an
+    exception propagates with its traceback."""
+    if memory_gb > 0:
+        limit = int(memory_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     case = make_case(number, seed)
     print(f"case {number} (seed {seed}): model {case.model_name}, "
           f"{'imported from a file' if case.from_file else 'imported from bytes'}")
@@ -79,7 +84,7 @@ def main() -> int:
     parser.add_argument("--save", help="with --case: write the mutated model here")
     args = parser.parse_args()
     if args.case is not None:
-        return replay(args.case, args.seed, args.show, args.save)
+        return replay(args.case, args.seed, args.show, args.save, args.memory_gb)
 
     start = time.perf_counter()
     done = 0
