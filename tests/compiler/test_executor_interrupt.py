@@ -117,3 +117,27 @@ def test_a_kernel_returns_cancelled_when_its_flag_is_set():
     assert status == KERNEL_CANCELLED
     assert not out.any()  # every iteration was skipped
     np.testing.assert_array_equal(small(data), data)
+
+
+def test_ctrl_c_during_a_compile_returns_at_once_and_leaves_no_partial_files(tmp_path,
+                                                                            monkeypatch):
+    # A cold cache: the C compiler runs for seconds on this model. Ctrl-C must stop it (the
+    # compiler process is killed) and leave no half-written library behind, and the next
+    # compile must work.
+    from opfusion.testing import resnet, workload_input
+
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
+    mod, params = resnet(image_shape=(3, 32, 32), num_classes=10)
+    delay = 0.2  # the whole compile takes over a second
+    timer = interrupt_after(delay)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        opf.compile(mod, params=params)
+        time.sleep(30)  # the compile was faster than the timer: wait for the signal
+    elapsed = time.perf_counter() - start
+    timer.join()
+    assert elapsed < delay + 1.0, elapsed
+    assert not list(tmp_path.rglob("*.tmp"))
+    inputs = workload_input(mod, params)
+    want = opf.ir.evaluate(mod, {**inputs, **params})
+    opf.testing.assert_close(opf.compile(mod, params=params)(**inputs), want, rtol=1e-4)
