@@ -9,9 +9,12 @@ Groups made only of tuples, projections and calls of non-operators are not wrapp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.op import Op
+from ...ir.types import TensorType, TupleType, Type
+from ...ir.visitor import post_order
 from .graph import FusionGraph
 
 
@@ -59,13 +62,78 @@ def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
         consumers = graph.tensors[node.output].consumers
         if node.output == graph.output_tensor or any(c not in member for c in consumers):
             outputs.append(node.output)
-    body = inner[outputs[0]] if len(outputs) == 1 else Tuple([inner[t] for t in outputs])
-    call = Call(Function(params, body, attrs={"Primitive": 1}), args)
-    if len(outputs) == 1:
-        value[outputs[0]] = call
-    else:
-        for index, t in enumerate(outputs):
-            value[t] = TupleGetItem(call, index)
+    if _returns_tensors(graph, outputs, inner):
+        body = inner[outputs[0]] if len(outputs) == 1 else Tuple([inner[t] for t in outputs])
+        call = Call(Function(params, body, attrs={"Primitive": 1}), args)
+        if len(outputs) == 1:
+            value[outputs[0]] = call
+        else:
+            for index, t in enumerate(outputs):
+                value[t] = TupleGetItem(call, index)
+        return
+    _emit_flattened(graph, outputs, inner, dict(zip(params, args)), value)
+
+
+def _returns_tensors(graph: FusionGraph, outputs: list[int], inner: dict[int, Expr]) -> bool:
+    """Whether the group can return its outputs as they are: tensors, or one value that is a
+    flat tuple of tensors computed by an operator (split's pieces). A kernel writes tensors
+    only, so a tuple among several outputs (say the function's result tuple, absorbed by a
+    merge) is flattened instead, and so is a result tuple built in the group, which is
+    plumbing, not computation."""
+    types = [graph.tensors[t].type for t in outputs]
+    if all(isinstance(ty, TensorType) for ty in types):
+        return True
+    (only,) = types if len(types) == 1 else (None,)
+    return (isinstance(only, TupleType) and not isinstance(inner[outputs[0]], Tuple)
+            and all(isinstance(field, TensorType) for field in only.fields))
+
+
+def _emit_flattened(graph: FusionGraph, outputs: list[int], inner: dict[int, Expr],
+                    outer_of_param: dict[Var, Expr], value: dict[int, Expr]) -> None:
+    """Emit a group whose outputs include tuples: the kernel returns the distinct tensors in
+    them that it computes, and each tuple is rebuilt outside the call from those results and
+    from the values it merely passes along (the group's parameters and constants)."""
+    leaves: dict[Expr, int] = {}  # tensor computed in the group -> its result index
+
+    def outer(expr: Expr) -> Expr | None:
+        """The value outside the group of a parameter, a constant or a field of either."""
+        if isinstance(expr, Constant):
+            return expr
+        if isinstance(expr, Var):
+            return outer_of_param[expr]
+        if isinstance(expr, TupleGetItem):
+            source = outer(expr.tuple_value)
+            return None if source is None else TupleGetItem(source, expr.index)
+        return None
+
+    def spread(expr: Expr, ty: Type) -> Any:
+        """A nest of lists (the tuple structure) of passed-along values and result indices;
+        recursion over a type's tuple nesting, a few levels at most."""
+        if isinstance(ty, TupleType):
+            fields = expr.fields if isinstance(expr, Tuple) else [
+                TupleGetItem(expr, index) for index in range(len(ty.fields))]
+            return [spread(field, field_type) for field, field_type in zip(fields, ty.fields)]
+        passed = outer(expr)
+        return passed if passed is not None else leaves.setdefault(expr, len(leaves))
+
+    shapes = [spread(inner[t], graph.tensors[t].type) for t in outputs]
+    results = list(leaves)
+    body = results[0] if len(results) == 1 else Tuple(results)
+    # A parameter the group only passed along into a tuple is no longer the kernel's.
+    used = {node for node in post_order(body, into_functions=False) if isinstance(node, Var)}
+    params = [param for param in outer_of_param if param in used]
+    call = Call(Function(params, body, attrs={"Primitive": 1}),
+                [outer_of_param[param] for param in params])
+
+    def build(shape: Any) -> Expr:
+        if isinstance(shape, list):
+            return Tuple([build(item) for item in shape])
+        if isinstance(shape, Expr):
+            return shape
+        return call if len(results) == 1 else TupleGetItem(call, shape)
+
+    for t, shape in zip(outputs, shapes):
+        value[t] = build(shape)
 
 
 def _is_op_call(expr: Expr) -> bool:
