@@ -2,7 +2,9 @@
 
 Each group becomes ``fn (%p0, %p1, ..., Primitive=1) { ... }`` called with the values it reads
 (parameters numbered in first-use order). A group with several outputs (horizontal or input
-fusion) returns them as a tuple and its users read fields of the call. Constants become
+fusion) returns them as a tuple and its users read fields of the call. A kernel writes tensors,
+so a tuple-valued output (the function's result tuple, merged into a group) is rebuilt outside
+the call from the tensors the group computes and the values it passes along. Constants become
 parameters, except scalars and, with ``link_params``, all constants, which stay inside.
 Groups made only of tuples, projections and calls of non-operators are not wrapped."""
 
@@ -23,6 +25,11 @@ def rewrite_groups(graph: FusionGraph, groups: Sequence[Sequence[int]],
     """The function of ``graph`` with each group (node indices; groups in topological order)
     wrapped into a primitive function."""
     value: dict[int, Expr] = {t.index: t.expr for t in graph.tensors if t.producer is None}
+    # The groups holding each node: several for a node recomputed into its consumers' groups.
+    holders: dict[int, set[int]] = {}
+    for index, members in enumerate(groups):
+        for n in members:
+            holders.setdefault(n, set()).add(index)
     for members in groups:
         nodes = sorted(members)
         if not any(_is_op_call(graph.nodes[n].expr) for n in nodes):
@@ -30,14 +37,14 @@ def rewrite_groups(graph: FusionGraph, groups: Sequence[Sequence[int]],
                 node = graph.nodes[n]
                 value[node.output] = _rebuild(node.expr, [value[t] for t in node.inputs])
             continue
-        _emit_group(graph, nodes, value, link_params)
+        _emit_group(graph, nodes, value, holders, link_params)
     body = value[graph.output_tensor]
     func = graph.func
     return Function(func.params, body, func.ret_type, func.attrs)
 
 
 def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
-                link_params: bool) -> None:
+                holders: dict[int, set[int]], link_params: bool) -> None:
     member = set(nodes)
     params: list[Var] = []
     args: list[Expr] = []
@@ -59,8 +66,7 @@ def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
     for n in nodes:
         node = graph.nodes[n]
         inner[node.output] = _rebuild(node.expr, [inner[t] for t in node.inputs])
-        consumers = graph.tensors[node.output].consumers
-        if node.output == graph.output_tensor or any(c not in member for c in consumers):
+        if _needed_outside(graph, n, member, holders):
             outputs.append(node.output)
     if _returns_tensors(graph, outputs, inner):
         body = inner[outputs[0]] if len(outputs) == 1 else Tuple([inner[t] for t in outputs])
@@ -72,6 +78,19 @@ def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
                 value[t] = TupleGetItem(call, index)
         return
     _emit_flattened(graph, outputs, inner, dict(zip(params, args)), value)
+
+
+def _needed_outside(graph: FusionGraph, n: int, member: set[int],
+                    holders: dict[int, set[int]]) -> bool:
+    """Whether the group must write node ``n``'s result: it is the function's result, or a
+    reader outside the group lies in a group without its own copy of ``n`` (a recomputed
+    producer is read from each consumer's copy, never written to memory)."""
+    node = graph.nodes[n]
+    if node.output == graph.output_tensor:
+        return True
+    copies = holders[n]
+    return any(c not in member and not holders.get(c, set()) <= copies
+               for c in graph.tensors[node.output].consumers)
 
 
 def _returns_tensors(graph: FusionGraph, outputs: list[int], inner: dict[int, Expr]) -> bool:

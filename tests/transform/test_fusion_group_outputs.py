@@ -1,7 +1,9 @@
-"""FusionMerge may merge the function's result tuple (or any tuple-valued value that leaves a
-group) into a group; the group still returns tensors only, as a kernel writes tensors: the
-tuple is rebuilt outside the call. Each graph here has an intermediate that is both a result
-and read by ops that get merged; it compiles under every strategy and matches the reference."""
+"""What a merged group writes. FusionMerge may merge the function's result tuple (or any
+tuple-valued value that leaves a group) into a group; the group still returns tensors only, as
+a kernel writes tensors: the tuple is rebuilt outside the call. Each graph here has an
+intermediate that is both a result and read by ops that get merged; it compiles under every
+strategy and matches the reference. A producer recomputed into its consumers' groups is read
+from their copies, never written."""
 
 import numpy as np
 import pytest
@@ -85,3 +87,19 @@ def test_compiles_under_every_strategy_and_matches_the_reference(graph, fusion):
     assert len(got) == len(want)
     for have, expected in zip(got, want):
         np.testing.assert_allclose(have, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_recomputed_producer_is_not_written_by_its_copies():
+    """Recompute copies exp into the sum's and the max's groups: each reads its own copy, so
+    neither kernel writes exp to memory (each returns its reduction alone)."""
+    x = opf.var("x", SHAPE)
+    e = op.exp(x)
+    mod = opf.IRModule.from_expr(Function([x], Tuple([op.sum(e, axis=0), op.max(e, axis=0)])))
+    fused = FusionMerge()(InferType(mod))
+    bodies = [n.op.body for n in post_order(fused["main"].body, into_functions=False)
+              if isinstance(n, Call) and isinstance(n.op, Function)]
+    assert [b.op.name for b in bodies] == ["sum", "max"]  # a single output each
+    feeds = _inputs(mod)
+    for have, expected in zip(opf.compile(mod, fusion="cinn").run(feeds),
+                              opf.ir.evaluate(mod, feeds)):
+        np.testing.assert_allclose(have, expected, rtol=1e-5)
