@@ -24,7 +24,7 @@ from ..ir.expr import Call, Constant, Expr, Function
 from ..ir.module import IRModule
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType
-from ..ir.visitor import ExprMutator
+from ..ir.visitor import ExprMutator, post_order
 from ..ops.transform import check_in_range, checked_index_context
 from .context import PassContext
 from .pass_infra import module_pass, register_pass
@@ -40,7 +40,7 @@ def LegalizeCheckedIndices(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa
     and switch the gather to the clamping mode its kernel implements."""
     new = IRModule()
     for name, func in mod.functions.items():
-        new[mod.get_global_var(name)] = func if func.is_primitive else _Legalizer().visit(func)
+        new[mod.get_global_var(name)] = func if func.is_primitive else _Legalizer(func).visit(func)
     return new
 
 
@@ -66,15 +66,15 @@ def error_context(call: Call) -> str:
 
 
 class _Legalizer(ExprMutator):
-    def __init__(self) -> None:
+    def __init__(self, func: Function) -> None:
         super().__init__()
         # One check per (indices, bound): two gathers reading the same indices share it.
         self.guards: dict[tuple[Expr, int], Expr] = {}
-
-    def visit_function(self, func: Function) -> Expr:
-        if func.is_primitive:  # a fused group: a check_indices inside could not be lowered
-            return func
-        return super().visit_function(func)
+        # Fused groups stay as they are (a check_indices inside one could not be lowered):
+        # known in advance, the traversal does not even enter them.
+        for node in post_order(func.body, into_functions=False):
+            if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
+                self.memo[node.op] = node.op
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)

@@ -8,8 +8,8 @@ import pytest
 
 import opfusion as opf
 from opfusion.errors import IndexOutOfRangeError
-from opfusion.ir import Call, post_order
-from opfusion.transform import InferType, LegalizeCheckedIndices
+from opfusion.ir import Call, assert_structural_equal, post_order
+from opfusion.transform import FuseOps, InferType, LegalizeCheckedIndices
 
 STRATEGIES = ("tvm", "cinn", "none")
 DATA = np.arange(15, dtype=np.float32).reshape(5, 3)
@@ -116,3 +116,12 @@ def test_constant_indices_are_checked_at_compile_time():
                                                    r"constant indices: index 3 at position "
                                                    r"\(0, 1\).*mode='clip' to clamp"):
         opf.compile(mod, fusion="none")
+
+
+def test_fused_groups_are_left_alone():
+    """After fusion a check could not be lowered inside a group: the pass runs before it, and
+    leaves primitive functions (and their constant arguments) untouched."""
+    x = opf.var("x", (5, 3))
+    body = opf.op.take(x, opf.const(np.array([7], np.int64)), axis=0)
+    fused = FuseOps()(InferType(opf.IRModule.from_expr(opf.Function([x], body))))
+    assert_structural_equal(LegalizeCheckedIndices(fused), fused)
