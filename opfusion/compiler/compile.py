@@ -4,10 +4,11 @@
     y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
 
 Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
-simplification, CSE, DCE); fusion by the chosen strategy — "tvm" (FuseOps), "cinn" (FuseOps,
-then FusionMerge with the registered policies) or "none" (every operator its own kernel);
-each fused group lowered to one kernel; C generated and compiled once (cached by content);
-a static memory plan; the executor."""
+simplification, CSE, DCE); ``LegalizeCheckedIndices`` (the indices of checked gathers are
+checked before their kernels, which clamp); fusion by the chosen strategy — "tvm" (FuseOps),
+"cinn" (FuseOps, then FusionMerge with the registered policies) or "none" (every operator its
+own kernel); each fused group lowered to one kernel; C generated and compiled once (cached by
+content); a static memory plan; the executor."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..transform.context import PassContext
 from ..transform.fuse_ops import FuseOps
 from ..transform.fusion import FusionMerge
 from ..transform.infer_type import InferType
+from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
 from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
 from .limits import check_kernel, check_values, model_values
@@ -93,7 +95,12 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
 
 
 def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
-    """Group ``mod``'s operators into primitive functions by ``strategy``."""
+    """Group ``mod``'s operators into primitive functions by ``strategy``.
+
+    Checked gathers are legalized first, whatever the strategy and level (a pass list cannot
+    turn this off): the groups must hold the ``check_indices`` steps, since a kernel clamps
+    an out-of-range index that the reference refuses."""
+    mod = LegalizeCheckedIndices(mod)
     if strategy == "none":
         return FuseOps(fuse_opt_level=0)(mod)
     mod = FuseOps(fuse_opt_level=opt_level)(mod)

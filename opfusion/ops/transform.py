@@ -318,9 +318,16 @@ def check_in_range(indices: np.ndarray, bounds: Sequence[int], where: str) -> No
     [-n, n) for its bound n (ONNX Gather's range: negative indices count from the end).
     One bound covers every index; several are one per position of the last axis (GatherND's
     index tuples)."""
-    idx = np.asarray(indices).astype(np.int64, copy=False)
+    idx = np.asarray(indices)
     if idx.size == 0:
         return
+    if len(bounds) == 1:
+        # The common case, run before every checked gather of a compiled model: two
+        # reductions over the indices and no temporary arrays while all is well.
+        bound = int(bounds[0])
+        if -bound <= int(idx.min()) and int(idx.max()) < bound:
+            return
+    idx = idx.astype(np.int64, copy=False)
     limits = np.asarray(bounds, np.int64)
     limits = limits.reshape(()) if limits.size == 1 else np.broadcast_to(limits, idx.shape)
     bad = (idx < -limits) | (idx >= limits)
@@ -330,6 +337,12 @@ def check_in_range(indices: np.ndarray, bounds: Sequence[int], where: str) -> No
         raise IndexOutOfRangeError(
             f"{where}: index {int(idx[position])} at position {position} is out of range for "
             f"an axis of size {bound}; indices must lie in [{-bound}, {bound - 1}]")
+
+
+def checked_index_context(op_name: str, axis: int | None) -> str:
+    """How an out-of-range error of a checked ``op_name`` along ``axis`` starts: the same
+    words whether the reference raises or a compiled model's ``check_indices`` does."""
+    return f"{op_name} along axis {axis} (mode 'checked'; 'clip' would clamp)"
 
 
 def _resolve_indices(indices: np.ndarray, size: int, wrap: bool = False) -> np.ndarray:
@@ -352,9 +365,9 @@ class Take(Op):
     doc = ("Gather slices of data along ``axis`` (flattened for None) at ``indices``; negative "
            "indices count from the end as ONNX Gather. An index beyond [-n, n) is an error "
            "(mode 'checked', the default, as ONNX Runtime) unless mode clamps or wraps it. "
-           "Compiled kernels cannot stop with an error, so there a checked take clamps: "
-           "indices computed at run time are checked by a ``check_indices`` call before it "
-           "(the ONNX importer puts one there), constant ones when imported.")
+           "Compiled kernels cannot stop with an error, so before fusion the "
+           "LegalizeCheckedIndices pass checks constant indices at compile time, puts those "
+           "computed at run time through ``check_indices`` and lets the kernel clamp.")
     inputs = ("data", "indices")
     pattern = OpPatternKind.kInjective
     attrs = {
@@ -384,8 +397,7 @@ class Take(Op):
         source = data.reshape(-1) if axis is None else data
         along = 0 if axis is None else axis % data.ndim
         if mode == "checked":
-            check_in_range(indices, [source.shape[along]],
-                           f"take along axis {axis} (mode 'checked'; 'clip' would clamp)")
+            check_in_range(indices, [source.shape[along]], checked_index_context("take", axis))
         idx = _resolve_indices(indices, source.shape[along], wrap=mode == "wrap")
         return np.take(source, idx, axis=along)
 
@@ -394,8 +406,8 @@ class Take(Op):
 class GatherElements(Op):
     name = "gather_elements"
     doc = ("ONNX GatherElements: out[i][j] = data[indices[i][j]][j] for axis 0; the result has "
-           "the indices' shape. Out-of-range indices are an error (mode 'checked', compiled "
-           "kernels clamp: see take) or clamped (mode 'clip').")
+           "the indices' shape. Out-of-range indices are an error (mode 'checked'; compiled "
+           "models check them before the kernel: see take) or clamped (mode 'clip').")
     inputs = ("data", "indices")
     pattern = OpPatternKind.kInjective
     attrs = {"axis": Attr("int", 0, doc="the axis the indices select along"),
@@ -423,8 +435,7 @@ class GatherElements(Op):
         axis %= data.ndim
         if mode == "checked":
             check_in_range(indices, [data.shape[axis]],
-                           f"gather_elements along axis {axis} (mode 'checked'; 'clip' would "
-                           "clamp)")
+                           checked_index_context("gather_elements", axis))
         grid = list(np.indices(indices.shape, sparse=True))
         grid[axis] = _resolve_indices(indices, data.shape[axis])  # clip mode: clamped
         return data[tuple(grid)]

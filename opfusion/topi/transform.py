@@ -7,9 +7,10 @@ division; reshape divides only inside the groups of dimensions it really merges 
 (:func:`._util.reshape_indices`). Gathers resolve their indices as the references do:
 negative indices count from the end, out-of-range ones are clamped (or wrapped for
 ``take(mode="wrap")``), so a bad index never reads outside the tensor. Mode "checked" (the
-references raise) clamps here too: a kernel cannot stop with an error, so out-of-range
-indices are caught before the kernel, by a ``check_indices`` call (run with NumPy, it has no
-compute) on indices computed at run time and at import for constant ones."""
+references raise) clamps here too: a kernel cannot stop with an error, so opf.compile never
+lowers a checked gather: LegalizeCheckedIndices checks constant indices at compile time, puts
+those computed at run time through ``check_indices`` (run with NumPy, it has no compute) and
+switches the gather to "clip"."""
 
 from __future__ import annotations
 

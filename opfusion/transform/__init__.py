@@ -39,6 +39,7 @@ from .fusion import (
 )
 from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
+from .legalize_checked_indices import LegalizeCheckedIndices
 from .optimize import optimization_passes, optimize
 from .pass_infra import (
     FunctionPass,
@@ -76,7 +77,8 @@ __all__ = [
     "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis", "ForwardFoldScaleAxis",
     "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps", "FuseOptions", "FusionGroup",
     "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport", "HorizontalFusePass",
-    "InferType", "InputFusePass", "InvalidFusionError", "ModulePass", "Pass", "PassContext",
+    "InferType", "InputFusePass", "InvalidFusionError", "LegalizeCheckedIndices", "ModulePass",
+    "Pass", "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
     "PatternCallback", "PatternRewrite", "PrintIR", "RecomputeFusePass", "Sequential",
     "SimplifyExpr", "SimplifyInference", "VerticalFusePass", "bind_params", "check_fused_module",

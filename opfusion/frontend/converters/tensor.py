@@ -270,7 +270,10 @@ def checked_indices(node: OnnxNode, indices: Expr, bounds: Sequence[int]) -> Exp
     """``indices`` known to lie in [-n, n) for their bound n (one for all, or one per position
     of the last axis), as ONNX Runtime requires: constant ones are checked now, ones computed
     at run time pass through ``check_indices``, which raises in the reference and, run with
-    NumPy between kernels, in compiled models too (a kernel clamps instead of failing)."""
+    NumPy between kernels, in compiled models too. The compiler's LegalizeCheckedIndices
+    would guard a checked take by itself, but only this check can name the ONNX node in the
+    reference's errors too, and check GatherND's tuples entry by entry; the pass sees it and
+    adds no second one."""
     if isinstance(indices, Constant):
         try:
             check_in_range(indices.data, bounds, "the constant indices")
@@ -327,7 +330,8 @@ def gather_nd(node: OnnxNode) -> Expr:
         offset = op.add(offset, Constant(batches.reshape(lead)))
     rest = dshape[batch_dims + depth:]
     flat = reshape_exact(node, data, (math.prod(dshape[:batch_dims]) * inner,) + rest)
-    return op.take(flat, offset, axis=0)
+    # Every tuple entry was checked above, so the offset is in range: no second check.
+    return op.take(flat, offset, axis=0, mode="clip")
 
 
 @converter("OneHot", since=9)
