@@ -1,0 +1,113 @@
+"""A/B latency of two opfusion checkouts on the same models, interleaved in one run.
+
+    python benchmarks/ab_checkouts.py OLD_DIR NEW_DIR [names...] [--rounds 10] [--batch 5]
+
+OLD_DIR and NEW_DIR are source trees (e.g. ``git worktree add /tmp/old cb21d3a``). One
+worker process per checkout imports opfusion from its tree and compiles every model (a light
+model by name, or ``workload:<name>`` for a builder of :mod:`opfusion.testing.workloads`);
+then the two are timed in turn, ``--batch`` runs each, for ``--rounds`` rounds, so that a
+drifting machine slows both alike. Prints each model's median latency per checkout and
+NEW/OLD as a ratio (below 1: the new checkout is faster), with the machine's load before and
+after: quote figures only from a quiet machine (load under 0.5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+# The worker: reads model names, compiles each, then answers "time <name> <runs>" with the
+# seconds of each run, one JSON line per request.
+_WORKER = r"""
+import json, sys, time
+import numpy as np
+import opfusion as opf
+
+def load(name):
+    if name.startswith("workload:"):
+        from opfusion.testing.workloads import WORKLOADS, workload_input
+        mod, params = WORKLOADS[name.split(":", 1)[1]]()
+        return mod, params, workload_input(mod, params)
+    from opfusion.testing.light import light_model
+    mod, params = opf.frontend.from_onnx(light_model(name))
+    rng = np.random.default_rng(0)
+    inputs = {p.name_hint: rng.standard_normal(p.type_annotation.shape).astype(
+        p.type_annotation.dtype) for p in mod["main"].params if p.name_hint not in params}
+    return mod, params, inputs
+
+executors = {}
+for name in sys.argv[1:]:
+    mod, params, inputs = load(name)
+    exe = opf.compile(mod, params=params)
+    exe.run(inputs)
+    executors[name] = (exe, inputs)
+print(json.dumps({"ready": opf.__file__}), flush=True)
+for line in sys.stdin:
+    _, name, runs = line.split()
+    exe, inputs = executors[name]
+    times = []
+    for _ in range(int(runs)):
+        start = time.perf_counter()
+        exe.run(inputs)
+        times.append(time.perf_counter() - start)
+    print(json.dumps(times), flush=True)
+"""
+
+
+def start_worker(tree: Path, names: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, *names], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tree)
+    assert worker.stdout is not None
+    ready = json.loads(worker.stdout.readline())
+    if not ready.get("ready", "").startswith(str(tree.resolve())):
+        raise SystemExit(f"the worker for {tree} imported opfusion from {ready.get('ready')}")
+    return worker
+
+
+def time_runs(worker: subprocess.Popen[str], name: str, runs: int) -> list[float]:
+    assert worker.stdin is not None and worker.stdout is not None
+    worker.stdin.write(f"time {name} {runs}\n")
+    worker.stdin.flush()
+    return json.loads(worker.stdout.readline())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", type=Path)
+    parser.add_argument("new", type=Path)
+    parser.add_argument("names", nargs="*",
+                        default=["resnet50", "squeezenet", "shufflenet", "inception_v1",
+                                 "densenet121", "workload:transformer_encoder"])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=5)
+    args = parser.parse_args()
+    print(f"load before: {os.getloadavg()[0]:.2f}")
+    workers = {"old": start_worker(args.old, args.names),
+               "new": start_worker(args.new, args.names)}
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for name in args.names:
+            for side, worker in workers.items():
+                times.setdefault((side, name), []).extend(time_runs(worker, name, args.batch))
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    print(f"{'model':<32} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
+    ratios = []
+    for name in args.names:
+        old = statistics.median(times[("old", name)])
+        new = statistics.median(times[("new", name)])
+        ratios.append(new / old)
+        print(f"{name:<32} {old * 1e3:>9.3f} {new * 1e3:>9.3f} {new / old:>8.3f}")
+    geomean = statistics.geometric_mean(ratios)
+    print(f"geomean new/old {geomean:.3f}")
+    for worker in workers.values():
+        worker.stdin.close()  # type: ignore[union-attr]
+        worker.wait()
+
+
+if __name__ == "__main__":
+    main()
