@@ -130,7 +130,7 @@ def check_kernel(name: str, op_names: Sequence[str], body: S.Stmt | None) -> Non
     for buffer, nbytes in kernel_allocations(body):
         if nbytes > byte_limit:
             raise ResourceLimitError(
-                f"{what} would allocate {_bytes_text(nbytes)} for its temporary {buffer}, "
+                f"{what} would allocate {bytes_text(nbytes)} for its temporary {buffer}, "
                 f"more than the limit {_limit_text(byte_limit)}")
 
 
@@ -145,7 +145,7 @@ def check_values(values: Iterable[tuple[str, TensorType]], plan_bytes: int | Non
     if plan_bytes is not None and plan_bytes > limit:
         raise ResourceLimitError(
             f"the executor's memory plan for the intermediate values would take "
-            f"{_bytes_text(plan_bytes)}, more than the limit {_limit_text(limit)}")
+            f"{bytes_text(plan_bytes)}, more than the limit {_limit_text(limit)}")
 
 
 def check_allocation(what: str, shape: Sequence[int], dtype: str,
@@ -157,7 +157,7 @@ def check_allocation(what: str, shape: Sequence[int], dtype: str,
     nbytes = _count(shape) * _itemsize(dtype)
     limit = PassContext.current().get_config(MAX_ALLOCATION_BYTES)
     if nbytes > limit:
-        raise ResourceLimitError(f"{what} would take {_bytes_text(nbytes)}, more than the "
+        raise ResourceLimitError(f"{what} would take {bytes_text(nbytes)}, more than the "
                                  f"limit {_limit_text(limit, raise_with)}")
     return nbytes
 
@@ -199,12 +199,13 @@ def _kernel_text(name: str, op_names: Sequence[str]) -> str:
 
 
 def _limit_text(limit: int, raise_with: str = "opf.compile(...)") -> str:
-    return (f"{MAX_ALLOCATION_BYTES}={_bytes_text(limit)}; check the shapes, or raise the "
+    return (f"{MAX_ALLOCATION_BYTES}={bytes_text(limit)}; check the shapes, or raise the "
             f"limit: with opf.transform.PassContext(config={{{MAX_ALLOCATION_BYTES!r}: ...}}): "
             f"{raise_with}")
 
 
-def _bytes_text(nbytes: int) -> str:
+def bytes_text(nbytes: int) -> str:
+    """``nbytes`` for a message: ``1.5 GiB (1610612736 bytes)``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= size:
             return f"{nbytes / size:.3g} {unit} ({nbytes} bytes)"
@@ -222,6 +223,6 @@ def _itemsize(dtype: str) -> int:
     return 1 if dtype == "bool" else np.dtype(dtype).itemsize
 
 
-__all__ = ["MAX_ALLOCATION_BYTES", "MAX_KERNEL_WORK", "check_allocation", "check_kernel",
-           "check_values", "import_constant_fits", "kernel_allocations", "kernel_work",
-           "model_values", "physical_memory_bytes"]
+__all__ = ["MAX_ALLOCATION_BYTES", "MAX_KERNEL_WORK", "bytes_text", "check_allocation",
+           "check_kernel", "check_values", "import_constant_fits", "kernel_allocations",
+           "kernel_work", "model_values", "physical_memory_bytes"]
