@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 
 import opfusion as opf
-from opfusion.compiler.limits import MAX_ALLOCATION_BYTES, MAX_KERNEL_WORK
-from opfusion.errors import EvaluationError, OpfusionError, OutOfMemoryError
+from opfusion.compiler.limits import (
+    MAX_ALLOCATION_BYTES,
+    MAX_KERNEL_WORK,
+    check_values,
+    physical_memory_bytes,
+)
+from opfusion.errors import EvaluationError, OpfusionError, OutOfMemoryError, ResourceLimitError
 from opfusion.ir.expr import Function, Var
 from opfusion.ir.types import TensorType
 from opfusion.runtime import have_c_compiler
@@ -96,3 +101,17 @@ def test_a_reference_result_past_numpys_range_is_an_evaluation_error():
     with pytest.raises(EvaluationError, match=r"the reference of broadcast_to .* "
                                               r"\(73786976294838206464 bytes\)"):
         opf.ir.evaluate(func, [np.zeros(1, np.float32)])
+
+
+def test_sizes_past_int64_are_refused_not_wrapped():
+    """2**40 x 2**40 float32 is 2**82 bytes: an int64 product wraps it to 0, which any limit
+    would let through; the limits count in Python ints."""
+    huge = TensorType((2**40, 2**40), "float32")
+    with PassContext(config={MAX_ALLOCATION_BYTES: 2**80}), \
+            pytest.raises(ResourceLimitError, match=r"4835703278458516698824704 bytes"):
+        check_values([("the value v", huge)])
+
+
+def test_the_allocation_limit_defaults_to_the_physical_memory():
+    default = PassContext().get_config(MAX_ALLOCATION_BYTES)
+    assert default == physical_memory_bytes() > 0
