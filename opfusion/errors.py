@@ -95,3 +95,10 @@ class RunInterrupted(KeyboardInterrupt):
 class IndexOutOfRangeError(EvaluationError):
     """An index input (take, gather_elements, check_indices) held a value outside the axis it
     indexes; the message names the op, the index, its position and the allowed range."""
+
+
+class OutOfMemoryError(OpfusionError, MemoryError):
+    """The machine did not give memory that a run asked for (a block of the executor's memory
+    plan, a result, a kernel's scratch), though within the compile limits: other processes
+    hold it. The message names the value or kernel and the bytes. Also a MemoryError, so
+    code that catches that keeps working."""

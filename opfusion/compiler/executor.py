@@ -20,6 +20,7 @@ reading it."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError, RunInterrupted
+from ..errors import OpfusionError, OutOfMemoryError, RunInterrupted
 from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
 from ..runtime import interrupt
 from ..runtime.interrupt import KERNEL_CANCELLED
 from .lower_group import LoweredGroup
-from .memory_plan import MemoryPlan, PlannedStep
+from .memory_plan import MemoryPlan, PlannedStep, allocate
 
 
 @dataclass
@@ -144,6 +145,7 @@ class Executor:
                            for index, info in enumerate(self.values)
                            if info.constant is not None}
         self._arguments = [step.reads + step.writes for step in self.steps]
+        self._value_names = _value_names(self.input_names, self.values, self.steps)
         #: The workspaces of the runs (one is built now, more only for concurrent runs).
         self.workspaces = WorkspacePool(self._new_workspace)
         self.workspaces.give(self.workspaces.take())
@@ -154,13 +156,19 @@ class Executor:
         self.source_code = ""
 
     def _new_workspace(self) -> Workspace:
-        blocks = self.plan.allocate_blocks()
+        blocks = self.plan.allocate_blocks(self._block_text)
         arrays = dict(self._constants)
         for value, block in self.plan.block_of.items():
             arrays[value] = _view(blocks[block], self.values[value].type)
         pointers = [[arrays[v].ctypes.data if v in arrays else None for v in arguments]
                     for arguments in self._arguments]
         return Workspace(blocks, arrays, pointers)
+
+    def _block_text(self, block: int) -> str:
+        """The values that block ``block`` of the memory plan holds, for an error message."""
+        held = [self._value_names[v] for v, b in self.plan.block_of.items() if b == block]
+        shown = "; ".join(held[:3]) + (f"; and {len(held) - 3} more" if len(held) > 3 else "")
+        return f"block {block} of the memory plan (holding {shown})"
 
     @property
     def last_profile(self) -> list[tuple[str, float]] | None:
@@ -225,8 +233,9 @@ class Executor:
         results = {}
         for index in self.outputs:
             if index not in bound and index not in self._constants:
-                info = self.values[index]
-                results[index] = np.empty(info.type.shape, info.type.dtype)
+                ty = self.values[index].type
+                results[index] = allocate(lambda ty=ty: np.empty(ty.shape, ty.dtype),
+                                          _nbytes(ty), self._value_names[index])
         return results
 
     def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> dict[int, Any]:
@@ -260,7 +269,9 @@ class Executor:
             if array.dtype != np.dtype(want.dtype):
                 raise InputError(f"input {name!r} must be {want.dtype}, got {array.dtype}; "
                                  f"convert it with .astype('{want.dtype}')")
-            bound[index] = np.require(array, requirements="C")
+            # A non-contiguous input is copied: that copy may fail too.
+            bound[index] = allocate(lambda array=array: np.require(array, requirements="C"),
+                                    array.nbytes, f"a contiguous copy of input {name!r}")
         return bound
 
     # -- inspection ----------------------------------------------------------------------------
@@ -383,7 +394,11 @@ def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
         raise RunInterrupted(f"the run was interrupted (Ctrl-C) in kernel {step.group.name}; "
                              f"the executor can run again")
     if status != 0:
-        raise MemoryError(f"kernel {step.group.name} could not allocate scratch memory")
+        ops = ", ".join(dict.fromkeys(step.group.op_names))
+        raise OutOfMemoryError(f"kernel {step.group.name} ({ops}) "
+                               f"could not allocate its scratch memory (malloc failed); free "
+                               f"memory, or lower compile.max_allocation_bytes so that "
+                               f"opf.compile refuses such a kernel")
 
 
 def _run_reference(step: ExecStep, arrays: dict[int, np.ndarray]) -> None:
@@ -427,11 +442,33 @@ def _fresh(array: np.ndarray, index: int, executor: Executor) -> np.ndarray:
     # Results that are inputs or constants are copied: the caller may change what it gets.
     info = executor.values[index]
     if info.input_index is not None or info.constant is not None:
-        return np.array(array, copy=True)
+        return allocate(lambda: np.array(array, copy=True), array.nbytes,
+                        f"a copy of {executor._value_names[index]}")
     return array
 
 
+def _value_names(input_names: Sequence[str], values: Sequence[ValueInfo],
+                 steps: Sequence[ExecStep]) -> dict[int, str]:
+    """How error messages name each value: ``input 'x'``, ``a constant``, or ``result 0 of
+    kernel fused_add_0 (add)``."""
+    names = {}
+    for index, info in enumerate(values):
+        if info.input_index is not None:
+            names[index] = f"input {input_names[info.input_index]!r}"
+        elif info.constant is not None:
+            names[index] = f"a constant of type {info.type!r}"
+    for step in steps:
+        ops = ", ".join(dict.fromkeys(step.group.op_names))
+        for position, value in enumerate(step.writes):
+            names.setdefault(value, f"result {position} of kernel {step.group.name} ({ops}), "
+                                    f"of type {values[value].type!r}")
+    return names
+
+
+def _nbytes(ty: TensorType) -> int:
+    """The bytes of a tensor of type ``ty``, an exact Python int (no int64 product to wrap)."""
+    return math.prod(int(dim) for dim in ty.shape) * np.dtype(ty.dtype).itemsize
+
+
 def _view(block: np.ndarray, ty: TensorType) -> np.ndarray:
-    dtype = np.dtype(ty.dtype)
-    count = int(np.prod(ty.shape, dtype=np.int64)) if ty.shape else 1
-    return block[:count * dtype.itemsize].view(dtype).reshape(ty.shape)
+    return block[:_nbytes(ty)].view(np.dtype(ty.dtype)).reshape(ty.shape)

@@ -8,10 +8,13 @@ after it, because a kernel's output must never share memory with its inputs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import OutOfMemoryError
+from .limits import bytes_text
 
 ALIGNMENT = 64  # bytes: a cache line, and enough for any vector load
 
@@ -37,17 +40,38 @@ class MemoryPlan:
     def total_bytes(self) -> int:
         return sum(self.block_sizes)
 
-    def allocate_blocks(self) -> list[np.ndarray]:
+    def allocate_blocks(self, describe: Callable[[int], str] | None = None
+                        ) -> list[np.ndarray]:
         """Fresh, uninitialized memory for the plan: one ``ALIGNMENT``-aligned byte array per
-        block. Each concurrent run needs its own set (see ``executor.WorkspacePool``)."""
-        return [aligned_empty(size) for size in self.block_sizes]
+        block. Each concurrent run needs its own set (see ``executor.WorkspacePool``).
+        OutOfMemoryError if the machine does not give a block, naming it with
+        ``describe(block)`` (e.g. the values it holds)."""
+        name = describe or (lambda block: f"block {block} of the memory plan")
+        return [aligned_empty(size, name(block)) for block, size in enumerate(self.block_sizes)]
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialized byte array of ``nbytes`` whose first byte is ``ALIGNMENT``-aligned."""
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+def aligned_empty(nbytes: int, what: str = "a buffer") -> np.ndarray:
+    """An uninitialized byte array of ``nbytes`` whose first byte is ``ALIGNMENT``-aligned;
+    OutOfMemoryError naming ``what`` and the size if the machine does not give it."""
+    raw = allocate(lambda: np.empty(nbytes + ALIGNMENT, dtype=np.uint8), nbytes, what)
     offset = (-raw.ctypes.data) % ALIGNMENT
     return raw[offset:offset + nbytes]
+
+
+def allocate(make: Callable[[], np.ndarray], nbytes: int, what: str) -> np.ndarray:
+    """``make()``, an allocation of ``nbytes`` for ``what``, with NumPy's failures for a size
+    the machine (MemoryError) or NumPy (ValueError: a dimension or byte count past its
+    int64 range) cannot hold reported as an OutOfMemoryError naming ``what``. Every
+    allocation of the executor goes through here."""
+    try:
+        return make()
+    except (MemoryError, ValueError) as err:
+        advice = ("free memory (other processes, earlier results), or lower "
+                  "compile.max_allocation_bytes so that opf.compile refuses such a model"
+                  if isinstance(err, MemoryError) else
+                  "that is more than NumPy can address; check the shapes")
+        raise OutOfMemoryError(f"could not allocate {bytes_text(nbytes)} for {what} "
+                               f"({type(err).__name__}: {err}): {advice}") from err
 
 
 def _aligned(nbytes: int) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler.limits import check_allocation
 from ..errors import OnnxImportError, OpfusionError
 from ..ir.expr import Constant, Expr, Function, Tuple, Var
 from ..ir.module import IRModule
@@ -221,6 +222,10 @@ class _Importer:
             dtype = self.dtype[name]
         else:
             dtype = onnx_dtype(elem, f"graph input {name!r}")
+        # An input no machine of this size could hold is refused here, naming it, rather
+        # than as the kernels and results its shape makes too large.
+        check_allocation(f"graph input {name!r} of shape {list(dims)} and dtype {dtype}", dims,
+                         dtype, raise_with="opf.frontend.from_onnx(...)")
         var = Var(name, TensorType(dims, dtype))
         self.env[name] = var
         return var

@@ -30,7 +30,11 @@ import numpy as np
 from ..errors import OnnxImportError
 
 #: The most elements one tensor of a model may declare (2**32): far above any real weight,
-#: low enough that a crafted shape cannot ask NumPy for exabytes.
+#: low enough that a crafted shape cannot ask NumPy for exabytes. A declared tensor must also
+#: store all its data, so reading it never allocates more than a copy of what the model
+#: holds. Constants the importer makes itself (ConstantOfShape, Range, ...) have no data to
+#: bound them: they follow FoldConstant.max_elements and compile.max_allocation_bytes
+#: instead (see ``converters._common.filled``), as graph inputs follow the latter.
 MAX_TENSOR_ELEMENTS = 2**32
 
 #: ONNX element type code -> the IR dtype it is read as (the IR's dtypes, no others).

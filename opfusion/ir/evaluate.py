@@ -111,8 +111,12 @@ class _Interpreter:
             args = [env[arg] for arg in node.args]
             op = node.op
             if isinstance(op, Op):
-                out = op.reference(*args, **node.attrs)
-                return _conform(out, node._checked_type, node)
+                try:
+                    out = op.reference(*args, **node.attrs)
+                    return _conform(out, node._checked_type, node)
+                except (MemoryError, ValueError) as err:
+                    _raise_if_too_large(node, err)
+                    raise
             if isinstance(op, GlobalVar):
                 assert self.mod is not None
                 return self.run(self.mod[op.name_hint], args)
@@ -130,6 +134,34 @@ class _Interpreter:
             return self.mod[node.name_hint]
         assert isinstance(node, Var)
         raise EvaluationError(f"%{node.name_hint} is used but not bound by any function")
+
+
+def _raise_if_too_large(node: Call, err: Exception) -> None:
+    """An EvaluationError naming ``node``'s operator for a reference that ran out of memory
+    (MemoryError), or whose result NumPy cannot even describe (ValueError for a byte count
+    past its int64 range); other ValueErrors are left to the caller to re-raise."""
+    ty = node._checked_type
+    nbytes = _type_bytes(ty) if ty is not None else 0
+    if not isinstance(err, MemoryError) and nbytes < np.iinfo(np.intp).max:
+        return
+    where = f" (node {node.span!r})" if node.span else ""
+    raise EvaluationError(
+        f"the reference of {node.op_name}{where} could not allocate its result of type "
+        f"{ty!r} ({nbytes} bytes) or its temporaries: {type(err).__name__}: {err}; the "
+        f"reference interpreter needs the whole tensors in memory: use smaller shapes"
+    ) from err
+
+
+def _type_bytes(ty: Type) -> int:
+    """The bytes of a value of ``ty`` (summed over a tuple's fields), an exact Python int."""
+    if isinstance(ty, TupleType):
+        return sum(_type_bytes(field) for field in ty.fields)
+    if not isinstance(ty, TensorType):
+        return 0
+    count = 1
+    for dim in ty.shape:
+        count *= int(dim)
+    return count * np.dtype(ty.dtype).itemsize
 
 
 def _use_counts(order: list[Expr]) -> dict[Expr, int]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import KernelArgumentError, OpfusionError, RunInterrupted
+from ..errors import KernelArgumentError, OpfusionError, OutOfMemoryError, RunInterrupted
 from .compiler import CompiledLibrary, compile_source, evict
 from .interrupt import KERNEL_CANCELLED
 from .ndarray import NDArray
@@ -105,7 +105,8 @@ class Module:
         if status == KERNEL_CANCELLED:  # only when an executor connected this library
             raise RunInterrupted(f"kernel {self.name!r} was interrupted (Ctrl-C)")
         if status != 0:
-            raise MemoryError(f"kernel {self.name!r} could not allocate its scratch buffers")
+            raise OutOfMemoryError(f"kernel {self.name!r} could not allocate its scratch buffers "
+                                   f"(malloc failed); free memory, or use smaller shapes")
 
     def _check_arguments(self, args: Sequence[object]) -> list[np.ndarray]:
         if len(args) != len(self.params):

@@ -25,10 +25,14 @@ from ..ops._common import shape_size
 from .context import PassContext, register_pass_config
 from .pass_infra import Pass, module_pass, register_pass
 
+MAX_FOLD_ELEMENTS = "FoldConstant.max_elements"
+
 register_pass_config(
-    "FoldConstant.max_elements", int, 1 << 26,
+    MAX_FOLD_ELEMENTS, int, 1 << 26,
     "Calls whose result would hold more elements than this are left unfolded, so a broadcast "
-    "of a scalar to a huge shape does not become a huge constant.")
+    "of a scalar to a huge shape does not become a huge constant. The ONNX importer holds "
+    "no larger constant of its own making either (ConstantOfShape, Range): it keeps them as "
+    "operators, which compile to kernels under the compile.* limits.")
 
 
 class ConstantFolder(ExprMutator):
@@ -40,7 +44,7 @@ class ConstantFolder(ExprMutator):
     def __init__(self, max_elements: int | None = None) -> None:
         super().__init__()
         if max_elements is None:
-            max_elements = PassContext.current().get_config("FoldConstant.max_elements")
+            max_elements = PassContext.current().get_config(MAX_FOLD_ELEMENTS)
         self.max_elements = max_elements
 
     def visit_call(self, call: Call) -> Expr:
@@ -53,7 +57,13 @@ class ConstantFolder(ExprMutator):
             return new
         args = [arg.data if isinstance(arg, Constant) else tuple(f.data for f in arg.fields)
                 for arg in new.args]
-        out = _conform(new.op.reference(*args, **new.attrs), new.checked_type, new)
+        try:
+            out = _conform(new.op.reference(*args, **new.attrs), new.checked_type, new)
+        except MemoryError:
+            # Folding only saves work: a call whose reference needs more memory than the
+            # machine gives (large temporaries behind a small result) stays a call, which
+            # compiles to a kernel under the compile.* limits.
+            return new
         if isinstance(out, tuple):
             return Tuple([Constant(item) for item in out])
         return Constant(out)
@@ -81,7 +91,7 @@ def _constant_tuple(expr: Expr) -> bool:
 def FoldConstant(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802 - TVM's pass name
     """Evaluate every constant-only subgraph of every function into a constant."""
     new = IRModule()
-    folder = ConstantFolder(ctx.get_config("FoldConstant.max_elements"))
+    folder = ConstantFolder(ctx.get_config(MAX_FOLD_ELEMENTS))
     for name, func in mod.functions.items():
         new[mod.get_global_var(name)] = folder.visit(func)
     return new

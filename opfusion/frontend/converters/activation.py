@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
 from ... import op
 from ...ir.expr import Constant, Expr
 from ...ir.types import is_float
 from ..onnx_registry import OnnxNode, converter
 from ._common import checked_axis as _axis
+from ._common import index_range
 from ._common import shape_of as _shape
 from ._common import tensor_type as _type
 from .elementwise import scalar
@@ -45,9 +44,9 @@ def _hardmax(data: Expr, axis: int) -> Expr:
     shape = _shape(data)
     axis %= len(shape)
     first = op.argmax(data, axis=[axis], keepdims=True)
-    positions = np.arange(shape[axis], dtype=np.int64).reshape(
-        [-1] + [1] * (len(shape) - 1 - axis))
-    return op.cast(op.equal(first, Constant(positions)), dtype=_type(data).dtype)
+    positions = op.reshape(index_range(shape[axis], "the positions along the axis"),
+                           newshape=[-1] + [1] * (len(shape) - 1 - axis))
+    return op.cast(op.equal(first, positions), dtype=_type(data).dtype)
 
 
 _SOFTMAX_FAMILY: dict[str, Callable[[Expr, int], Expr]] = {

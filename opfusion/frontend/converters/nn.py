@@ -19,6 +19,7 @@ from ...ir.expr import Constant, Expr
 from ...ops._nn_common import window_output_size
 from ..onnx_registry import OnnxNode, converter
 from . import activation  # noqa: F401  (registers the activation and softmax converters)
+from ._common import filled
 from ._common import shape_of as _shape
 from ._common import tensor_type as _type
 from .elementwise import scalar
@@ -423,7 +424,7 @@ def _dropout(node: OnnxNode, mask_dtype: object) -> Expr | list[Expr]:
     data = node.input(0)
     if node.num_outputs == 1:
         return data
-    return [data, Constant(np.ones(_shape(data), dtype=mask_dtype))]
+    return [data, filled(_shape(data), 1, str(np.dtype(mask_dtype)), what="the mask")]
 
 
 @converter("Dropout")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ... import op
-from ...ir.expr import Constant, Expr
+from ...ir.expr import Expr
 from ..onnx_registry import OnnxNode, converter
 from ._common import cast_like as _cast_like
 from ._common import checked_axis as _axis
+from ._common import filled
 from ._common import shape_of as _shape
 from ._common import tensor_type as _type
 from .elementwise import scalar
@@ -104,12 +103,12 @@ def layer_norm(node: OnnxNode) -> Expr | list[Expr]:
     gamma = _trailing_vector(scale, inner)
     beta = None if bias is None else _trailing_vector(bias, inner)
     if gamma is not None and (bias is None or beta is not None):
-        zeros = Constant(np.zeros(size, dtype=_type(data).dtype))
+        zeros = filled([size], 0, _type(data).dtype, what="the zero bias")
         normed = op.nn.layer_norm(flat, gamma, zeros if beta is None else beta, axis=-1,
                                   epsilon=epsilon, center=beta is not None)
         out = normed if len(inner) == 1 else op.reshape(normed, newshape=list(shape))
     else:  # parameters broadcasting over the leading axes too: apply them elementwise
-        ones = Constant(np.ones(size, dtype=_type(data).dtype))
+        ones = filled([size], 1, _type(data).dtype, what="the unit scale")
         normed = op.nn.layer_norm(flat, ones, ones, axis=-1, epsilon=epsilon, center=False,
                                   scale=False)
         out = (normed if len(inner) == 1 else op.reshape(normed, newshape=list(shape))) * scale

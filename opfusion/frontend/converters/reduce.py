@@ -13,9 +13,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ... import op
-from ...ir.expr import Constant, Expr
+from ...ir.expr import Expr
 from ...ir.types import is_float
 from ..onnx_registry import OnnxNode, converter
+from ._common import filled
 from .tensor import (
     as_ints,
     normalize_axes,
@@ -45,7 +46,7 @@ def _empty_result(x: Expr, axes: list[int] | None, keep: bool, fill: float) -> E
     shape = shape_of(x)
     axes = list(range(len(shape))) if axes is None else axes
     out = [1 if a in axes else d for a, d in enumerate(shape) if keep or a not in axes]
-    return Constant(np.full(out, fill, tensor_type(x).dtype))
+    return filled(out, fill, tensor_type(x).dtype, what="the result of reducing no elements")
 
 
 def _reduces_nothing(x: Expr, axes: list[int] | None) -> bool:

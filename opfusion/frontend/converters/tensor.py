@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ... import op
+from ...compiler.limits import import_constant_fits
 from ...errors import IndexOutOfRangeError
 from ...ir.expr import Constant, Expr, TupleGetItem
 from ...ops.transform import check_in_range
 from ..onnx_registry import OnnxNode, converter
-from ..onnx_tensors import MAX_TENSOR_ELEMENTS
-from ._common import shape_of, tensor_type
+from ._common import filled, index_range, shape_of, tensor_type
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -346,9 +347,9 @@ def one_hot(node: OnnxNode) -> Expr:
     # Negative indices count from the end; anything still out of range matches no class.
     index = op.where(op.less(index, scalar_const(0, "int64")),
                      op.add(index, scalar_const(depth, "int64")), index)
-    classes = np.arange(depth, dtype=np.int64).reshape([depth if a == axis else 1
-                                                        for a in range(rank)])
-    hit = op.equal(op.expand_dims(index, axis=axis), Constant(classes))
+    classes = op.reshape(index_range(depth, "the classes"),
+                         newshape=[depth if a == axis else 1 for a in range(rank)])
+    hit = op.equal(op.expand_dims(index, axis=axis), classes)
     off, on = (op.reshape(op.strided_slice(values, begin=[i], end=[i + 1]), newshape=())
                for i in (0, 1))
     return op.where(hit, on, off)
@@ -401,13 +402,12 @@ def constant_of_shape(node: OnnxNode) -> Expr:
     dims = as_ints(required_const(node, 0, "shape"))
     if min(dims, default=0) < 0:
         raise node.error(f"shape {dims} has a negative dimension")
-    if math.prod(dims) > MAX_TENSOR_ELEMENTS:
-        raise node.error(f"shape {dims} has {math.prod(dims)} elements; opfusion makes at most "
-                         f"{MAX_TENSOR_ELEMENTS} per tensor")
     value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
     if value.size != 1:
         raise node.error(f"attribute 'value' must hold one element, got shape {value.shape}")
-    return Constant(np.full(dims, value.reshape(()), dtype=value.dtype))
+    # A constant up to the folding limit, else a broadcast of the value (see filled).
+    return filled(dims, value.reshape(()), str(value.dtype),
+                  what=f"its result ({math.prod(dims)} elements)")
 
 
 _CONSTANT_LISTS = {"value_float": "float32", "value_floats": "float32", "value_int": "int64",
@@ -432,12 +432,6 @@ def constant(node: OnnxNode) -> Expr:
     return Constant(value)
 
 
-# A Range folds to a constant held in memory at import; more elements than this (8 GiB of
-# int32, 16 GiB of int64) is refused rather than allocated, as ONNX Runtime refuses what it
-# cannot allocate.
-RANGE_MAX_ELEMENTS = 2**31 - 1
-
-
 def range_count(node: OnnxNode, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
     """The spec's max(ceil((limit - start) / delta), 0), exactly: in Python integers for
     integer inputs (float64 would round INT64_MAX and overflow int64 differences), in float64
@@ -451,14 +445,8 @@ def range_count(node: OnnxNode, start: np.ndarray, limit: np.ndarray, delta: np.
         raise node.error("delta is 0; the range would never reach its limit")
     span = values["limit"] - values["start"]
     if start.dtype.kind == "f":
-        count = max(math.ceil(span / values["delta"]), 0)
-    else:
-        count = max(-(-span // values["delta"]), 0)  # ceil division, exact
-    if count > RANGE_MAX_ELEMENTS:
-        raise node.error(f"Range({values['start']}, {values['limit']}, {values['delta']}) has "
-                         f"{count} elements, more than the {RANGE_MAX_ELEMENTS} opfusion folds "
-                         "into a constant; check the limit")
-    return count
+        return max(math.ceil(span / values["delta"]), 0)
+    return max(-(-span // values["delta"]), 0)  # ceil division, exact
 
 
 @converter("Range", since=11)
@@ -469,6 +457,11 @@ def range_(node: OnnxNode) -> Expr:
         raise node.error(f"start, limit and delta must share one type, got {start.dtype}, "
                          f"{limit.dtype} and {delta.dtype}")
     count = range_count(node, start, limit, delta)
+    dtype = str(start.dtype)
+    text = f"Range({start.item()}, {limit.item()}, {delta.item()})"
+    if not import_constant_fits(f"{text}, {count} elements,", [count], dtype):
+        return _range_operator(node, text, (start.item(), limit.item(), delta.item()), count,
+                               dtype)
     # Element i is start + i * delta, computed in float64 or int64 (wrapping int64 products
     # land back in range: every element lies between start and limit), then in the inputs'
     # dtype, as onnx.reference.
@@ -477,6 +470,23 @@ def range_(node: OnnxNode) -> Expr:
     with np.errstate(over="ignore"):
         values = wide(start.item()) + steps * wide(delta.item())
     return Constant(values.astype(start.dtype))
+
+
+def _range_operator(node: OnnxNode, text: str, bounds: tuple[Any, Any, Any], count: int,
+                    dtype: str) -> Expr:
+    """A range too long to fold as the ``arange`` operator, which computes the same elements
+    (start + i * delta in float64 or int64, then cast) in a kernel. Its attributes are
+    floats: integer bounds beyond 2**53 would round, so they are refused."""
+    exact = 2**53
+    if any(isinstance(v, int) and abs(v) > exact for v in bounds):
+        raise node.error(f"{text} has {count} elements, too many to fold into a constant, and "
+                         f"bounds beyond 2**53, which opfusion's arange cannot compute exactly")
+    start, stop, step = (float(v) for v in bounds)
+    result = op.arange(start=start, stop=stop, step=step, dtype=dtype)
+    if result.checked_type.shape != (count,):
+        raise node.error(f"{text} has {count} elements, too many to fold into a constant, but "
+                         f"opfusion's arange would count {result.checked_type.shape[0]}")
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
