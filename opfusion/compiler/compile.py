@@ -185,7 +185,7 @@ class _ExecutorBuilder:
         return group
 
     def finish(self) -> Executor:
-        check_values(model_values(self.values, self.steps))  # before any C is compiled
+        check_values(model_values(self.values, self.steps, self.input_names))  # before any C
         groups = [group for _, group in self.kernels if group.prim_func is not None]
         functions: dict[str, Any] = {}
         source = ""
