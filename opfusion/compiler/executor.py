@@ -20,10 +20,11 @@ reading it."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,9 +190,11 @@ class Executor:
             self._profiles.timings = timings
         return outputs
 
-    def _execute(self, feeds: Mapping[str, Any] | Sequence[Any] | None,
-                 timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
-        """One run in a workspace of its own; appends (kernel, seconds) to ``timings``."""
+    @contextlib.contextmanager
+    def _running(self, feeds: Mapping[str, Any] | Sequence[Any] | None
+                 ) -> Iterator[tuple[Workspace, dict[int, np.ndarray]]]:
+        """One run's state: a workspace of its own and every value's array (inputs bound,
+        results allocated, intermediates in the workspace), between the Ctrl-C hooks."""
         bound = self._bind_inputs(feeds)
         results = self._new_results(bound)
         self._connect_interrupts()
@@ -199,7 +202,15 @@ class Executor:
         workspace = self.workspaces.take()
         try:
             begin()
-            arrays = {**workspace.arrays, **bound, **results}
+            yield workspace, {**workspace.arrays, **bound, **results}
+        finally:
+            end()  # first: a KeyboardInterrupt may come at any Python call from here on
+            self.workspaces.give(workspace)
+
+    def _execute(self, feeds: Mapping[str, Any] | Sequence[Any] | None,
+                 timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
+        """One run in a workspace of its own; appends (kernel, seconds) to ``timings``."""
+        with self._running(feeds) as (workspace, arrays):
             for step, pointers, arguments in zip(self.steps, workspace.pointers,
                                                  self._arguments):
                 start = time.perf_counter() if timings is not None else 0.0
@@ -210,9 +221,6 @@ class Executor:
                                         for p, v in zip(pointers, arguments)])
                 if timings is not None:
                     timings.append((step.group.name, time.perf_counter() - start))
-        finally:
-            end()  # first: a KeyboardInterrupt may come at any Python call from here on
-            self.workspaces.give(workspace)
         # Results are the run's own arrays (or copies of inputs and constants), never views of
         # the workspace, which the next run may already be using.
         return [_fresh(arrays[index], index, self) for index in self.outputs]
@@ -300,18 +308,8 @@ class Executor:
         """Run kernel by kernel and compare each with the reference interpreter on the same
         inputs; return one line per kernel, and raise :class:`KernelMismatchError` naming the
         first kernel whose output differs by more than ``rtol`` x max|reference|."""
-        bound = self._bind_inputs(feeds)
-        results = self._new_results(bound)
-        self._connect_interrupts()
-        begin, end = self._run_hooks
-        workspace = self.workspaces.take()
-        try:
-            begin()
-            arrays = {**workspace.arrays, **bound, **results}
+        with self._running(feeds) as (_, arrays):
             return [self._verify_step(step, arrays, rtol) for step in self.steps]
-        finally:
-            end()
-            self.workspaces.give(workspace)
 
     def _verify_step(self, step: ExecStep, arrays: dict[int, np.ndarray], rtol: float) -> str:
         """Run one step on ``arrays`` and compare what it wrote with the interpreter."""
