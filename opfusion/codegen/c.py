@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
+from ..ir.types import float_to_int_bounds
 from ..runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
 from ..runtime.module import (
     DTYPE_CODES,
@@ -247,7 +248,7 @@ class CEmitter:
             offset = self.expr(self.offset(node.buffer, node.indices))
             return f"{self.buffer_name(node.buffer)}[{offset}]"
         if kind is E.Cast:
-            return f"(({c_type(node.dtype)})({args[0]}))"
+            return self._cast(node, args[0])
         if kind is E.Select:
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if kind is E.Not:
@@ -265,6 +266,27 @@ class CEmitter:
             f"kernel {self.func.name!r}: the C code generator cannot emit {kind.__name__} "
             f"expressions ({node})"
         )
+
+    def _cast(self, node: E.Cast, arg: str) -> str:
+        """A conversion. Float to integer goes through a helper that follows opfusion's rule
+        (NaN to 0, truncate, saturate: :func:`opfusion.ir.types.cast_array`); C's own
+        conversion is undefined for NaN, infinities and out-of-range values."""
+        source, target = node.value.dtype, node.dtype
+        if not (E.is_float(source) and E.is_int(target)):
+            return f"(({c_type(target)})({arg}))"
+        # float16 is compared and converted as float (exact); the bounds overflow it.
+        wide = "double" if source == "float64" else "float"
+        literal_dtype = "float64" if source == "float64" else "float32"
+        lo, hi = float_to_int_bounds(target)
+        ctype = c_type(target)
+        name = f"opf_cast_{source}_{target}"
+        self.need_helper(
+            f"1_{name}",
+            f"static inline {ctype} {name}({wide} x) {{ return x != x ? 0 : "
+            f"x < {float_literal(float(lo), literal_dtype)} ? {int_literal(lo, target)} : "
+            f"x >= {float_literal(float(hi), literal_dtype)} ? {int_literal(hi - 1, target)} : "
+            f"({ctype})x; }}")
+        return f"{name}({arg})"
 
     def _min_max_helper(self, is_max: bool, dtype: str) -> str:
         name = f"opf_{'max' if is_max else 'min'}_{dtype}"

@@ -79,9 +79,12 @@ _INTRINSICS: dict[str, Any] = {
 
 def _cast_int(x: Any, bits: int, signed: bool) -> int:
     if isinstance(x, float):
-        if not math.isfinite(x):
+        # NaN to 0, truncate, saturate (opfusion.ir.types.float_to_int), as the generated C.
+        if x != x:
             return 0
-        x = math.trunc(x)
+        lo = -(1 << (bits - 1)) if signed else 0
+        hi = lo + (1 << bits)
+        return lo if x < lo else hi - 1 if x >= hi else math.trunc(x)
     x = int(x) & ((1 << bits) - 1)
     if signed and x >= 1 << (bits - 1):
         x -= 1 << bits
