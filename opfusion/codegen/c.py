@@ -55,6 +55,12 @@ _BINARY_OPERATORS: dict[type, str] = {
     E.LE: "<=", E.GT: ">", E.GE: ">=", E.And: "&&", E.Or: "||",
 }
 
+#: Arithmetic whose C result on a narrow integer dtype must be wrapped back to the dtype.
+_ARITHMETIC = (E.Add, E.Sub, E.Mul, E.Div)
+
+#: Integer dtypes narrower than C's int: C promotes them before any arithmetic.
+_NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
+
 
 @dataclass(frozen=True)
 class CodegenOptions:
@@ -237,6 +243,8 @@ class CEmitter:
         kind = type(node)
         op = _BINARY_OPERATORS.get(kind)
         if op is not None:
+            if kind in _ARITHMETIC and node.dtype in _NARROW_INTS:
+                return self._narrow_arithmetic(node, op, args)
             return f"({args[0]} {op} {args[1]})"
         if kind is E.Var:
             return self.var_name(node)
@@ -288,6 +296,21 @@ class CEmitter:
             f"({ctype})x; }}")
         return f"{name}({arg})"
 
+    def _narrow_arithmetic(self, node: E.PrimExpr, op: str, args: list[str]) -> str:
+        """``a op b`` on an 8- or 16-bit integer dtype, wrapped to that dtype as NumPy's is.
+
+        C computes on the operands promoted to int and keeps the wide result: uint8 200 * 2 is
+        400, and a division after it sees 400, not NumPy's 144; uint16 65535 * 65535 even
+        overflows int (undefined). So sums, differences and products are computed in uint32
+        (exact modulo 2**32, hence modulo the dtype's width) and every result is converted
+        back to the dtype before anything else uses it (a two's complement wrap for signed
+        dtypes, which GCC and clang define). A quotient of promoted values is exact; only
+        INT8_MIN / -1 (and INT16_MIN / -1) leave the range, and wrap back."""
+        ctype = c_type(node.dtype)
+        if isinstance(node, E.Div):
+            return f"(({ctype})({args[0]} / {args[1]}))"
+        return f"(({ctype})((uint32_t)({args[0]}) {op} (uint32_t)({args[1]})))"
+
     def _min_max_helper(self, is_max: bool, dtype: str) -> str:
         name = f"opf_{'max' if is_max else 'min'}_{dtype}"
         ctype = c_type(dtype)
@@ -307,7 +330,9 @@ class CEmitter:
                                              and isinstance(node.b, E.IntImm)
                                              and node.b.value > 0):
             # C's truncating division is floor division when both operands are >= 0.
-            return f"({args[0]} {'/' if is_div else '%'} {args[1]})"
+            text = f"({args[0]} {'/' if is_div else '%'} {args[1]})"
+            # Narrow operands are promoted to int: convert the result back to the dtype.
+            return f"(({c_type(node.dtype)}){text})" if node.dtype in _NARROW_INTS else text
         ctype = c_type(node.dtype)
         name = f"opf_floor{'div' if is_div else 'mod'}_{node.dtype}"
         if is_div:
