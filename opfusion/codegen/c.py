@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
+from ..ir.types import float_to_int_bounds
 from ..runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
 from ..runtime.module import (
     DTYPE_CODES,
@@ -53,6 +54,12 @@ _BINARY_OPERATORS: dict[type, str] = {
     E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.EQ: "==", E.NE: "!=", E.LT: "<",
     E.LE: "<=", E.GT: ">", E.GE: ">=", E.And: "&&", E.Or: "||",
 }
+
+#: Arithmetic whose C result on a narrow integer dtype must be wrapped back to the dtype.
+_ARITHMETIC = (E.Add, E.Sub, E.Mul, E.Div)
+
+#: Integer dtypes narrower than C's int: C promotes them before any arithmetic.
+_NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
 
 @dataclass(frozen=True)
@@ -236,6 +243,8 @@ class CEmitter:
         kind = type(node)
         op = _BINARY_OPERATORS.get(kind)
         if op is not None:
+            if kind in _ARITHMETIC and node.dtype in _NARROW_INTS:
+                return self._narrow_arithmetic(node, op, args)
             return f"({args[0]} {op} {args[1]})"
         if kind is E.Var:
             return self.var_name(node)
@@ -247,7 +256,7 @@ class CEmitter:
             offset = self.expr(self.offset(node.buffer, node.indices))
             return f"{self.buffer_name(node.buffer)}[{offset}]"
         if kind is E.Cast:
-            return f"(({c_type(node.dtype)})({args[0]}))"
+            return self._cast(node, args[0])
         if kind is E.Select:
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if kind is E.Not:
@@ -265,6 +274,42 @@ class CEmitter:
             f"kernel {self.func.name!r}: the C code generator cannot emit {kind.__name__} "
             f"expressions ({node})"
         )
+
+    def _cast(self, node: E.Cast, arg: str) -> str:
+        """A conversion. Float to integer goes through a helper that follows opfusion's rule
+        (NaN to 0, truncate, saturate: :func:`opfusion.ir.types.cast_array`); C's own
+        conversion is undefined for NaN, infinities and out-of-range values."""
+        source, target = node.value.dtype, node.dtype
+        if not (E.is_float(source) and E.is_int(target)):
+            return f"(({c_type(target)})({arg}))"
+        # float16 is compared and converted as float (exact); the bounds overflow it.
+        wide = "double" if source == "float64" else "float"
+        literal_dtype = "float64" if source == "float64" else "float32"
+        lo, hi = float_to_int_bounds(target)
+        ctype = c_type(target)
+        name = f"opf_cast_{source}_{target}"
+        self.need_helper(
+            f"1_{name}",
+            f"static inline {ctype} {name}({wide} x) {{ return x != x ? 0 : "
+            f"x < {float_literal(float(lo), literal_dtype)} ? {int_literal(lo, target)} : "
+            f"x >= {float_literal(float(hi), literal_dtype)} ? {int_literal(hi - 1, target)} : "
+            f"({ctype})x; }}")
+        return f"{name}({arg})"
+
+    def _narrow_arithmetic(self, node: E.PrimExpr, op: str, args: list[str]) -> str:
+        """``a op b`` on an 8- or 16-bit integer dtype, wrapped to that dtype as NumPy's is.
+
+        C computes on the operands promoted to int and keeps the wide result: uint8 200 * 2 is
+        400, and a division after it sees 400, not NumPy's 144; uint16 65535 * 65535 even
+        overflows int (undefined). So sums, differences and products are computed in uint32
+        (exact modulo 2**32, hence modulo the dtype's width) and every result is converted
+        back to the dtype before anything else uses it (a two's complement wrap for signed
+        dtypes, which GCC and clang define). A quotient of promoted values is exact; only
+        INT8_MIN / -1 (and INT16_MIN / -1) leave the range, and wrap back."""
+        ctype = c_type(node.dtype)
+        if isinstance(node, E.Div):
+            return f"(({ctype})({args[0]} / {args[1]}))"
+        return f"(({ctype})((uint32_t)({args[0]}) {op} (uint32_t)({args[1]})))"
 
     def _min_max_helper(self, is_max: bool, dtype: str) -> str:
         name = f"opf_{'max' if is_max else 'min'}_{dtype}"
@@ -285,7 +330,9 @@ class CEmitter:
                                              and isinstance(node.b, E.IntImm)
                                              and node.b.value > 0):
             # C's truncating division is floor division when both operands are >= 0.
-            return f"({args[0]} {'/' if is_div else '%'} {args[1]})"
+            text = f"({args[0]} {'/' if is_div else '%'} {args[1]})"
+            # Narrow operands are promoted to int: convert the result back to the dtype.
+            return f"(({c_type(node.dtype)}){text})" if node.dtype in _NARROW_INTS else text
         ctype = c_type(node.dtype)
         name = f"opf_floor{'div' if is_div else 'mod'}_{node.dtype}"
         if is_div:

@@ -16,8 +16,9 @@ A body qualifies when, for the loop variable ``v``: every store and every load t
 ``v`` has a flat offset of the form ``base + 1 * v`` (contiguous lanes; a load that does not
 depend on ``v`` is a scalar, broadcast), the element types are 4- or 8-byte numbers, the
 extent is a constant multiple of the lane count, and the operations are arithmetic, min/max,
-comparisons, logic, casts and selects whose branches cannot fault (no loads, no integer
-division). Anything else is emitted by the caller as a scalar loop under ``#pragma omp simd``.
+comparisons, logic, casts (not float to integer, which saturates) and selects whose branches
+cannot fault (no loads, no integer division). Anything else is emitted by the caller as a
+scalar loop under ``#pragma omp simd``.
 Semantics match the scalar loop exactly: same operations, same rounding, same NaN rules."""
 
 from __future__ import annotations
@@ -219,6 +220,10 @@ class _Analysis:
             return ("vector", dtype)
         if isinstance(node, E.Cast):
             if kids[0][0] != "vector" or dtype not in _VECTOR_DTYPES:
+                return None
+            if node.value.dtype.startswith("float") and not dtype.startswith("float"):
+                # Float to integer saturates (a scalar helper in c.py); a vector conversion
+                # would be undefined for NaN and out-of-range lanes.
                 return None
             return ("vector", dtype)
         return None  # intrinsic calls, integer division, lets: scalar loop

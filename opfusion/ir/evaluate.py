@@ -16,7 +16,7 @@ from .expr import Call, Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 from .infer import infer_type
 from .module import IRModule
 from .op import Op
-from .types import TensorType, TupleType, Type
+from .types import TensorType, TupleType, Type, cast_array
 from .visitor import children, post_order
 
 Value = Any  # np.ndarray, a tuple of values, or a Function (a function value)
@@ -182,7 +182,7 @@ def _conform(out: Any, ty: Type | None, node: Call) -> Value:
     assert isinstance(ty, TensorType)
     array = np.asarray(out)
     if array.dtype != ty.dtype:
-        array = array.astype(ty.dtype)
+        array = cast_array(array, ty.dtype)  # float -> int by opfusion's rule, as kernels do
     assert array.shape == ty.shape, (
         f"{node.op_name}: the reference gave shape {array.shape} but inference promised "
         f"{ty.shape}")

@@ -153,3 +153,54 @@ def format_shape(shape: Sequence[int]) -> str:
     if len(shape) == 1:
         return f"({shape[0]},)"
     return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+# ---------------------------------------------------------------------------------------------
+# float -> integer conversion
+#
+# C leaves the conversion of NaN, an infinity or an out-of-range float to an integer type
+# undefined, and NumPy (like ONNX Runtime) gives whatever the CPU's conversion instruction
+# does: on x86, -3.7 -> uint8 is 253 but 1e10 -> int32 is INT32_MIN and NaN -> uint32 is
+# 2**31. opfusion defines one rule, used by the reference interpreter, constant folding and
+# the generated C alike: NaN becomes 0; any other value is truncated toward zero and then
+# saturated to the target's range (-inf and everything below the minimum give the minimum,
+# +inf and everything above the maximum give the maximum). It is the rule of XLA,
+# WebAssembly's trunc_sat, Rust's ``as`` and Java, and of ONNX's own saturating casts.
+
+
+def float_to_int_bounds(dtype: str) -> tuple[int, int]:
+    """``(lo, hi)`` for a float -> ``dtype`` conversion: a float x with ``lo <= x < hi``
+    truncates to a value of ``dtype``; below ``lo`` saturates to the minimum (``lo`` itself),
+    from ``hi`` up to the maximum (``hi - 1``). Both are powers of two (or 0), exact in every
+    float dtype that reaches them."""
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max) + 1
+
+
+def float_to_int(value: float, dtype: str) -> int:
+    """One float converted to the integer ``dtype`` by opfusion's rule (see above)."""
+    if value != value:
+        return 0
+    lo, hi = float_to_int_bounds(dtype)
+    if value < lo:
+        return lo
+    if value >= hi:
+        return hi - 1
+    return int(value)  # truncates toward zero
+
+
+def cast_array(array: np.ndarray, dtype: object) -> np.ndarray:
+    """``array.astype(dtype)``, except that float -> integer conversion follows opfusion's
+    rule (NaN to 0, truncate, saturate) instead of the platform's."""
+    target = np.dtype(normalize_dtype(dtype))
+    array = np.asarray(array)
+    if array.dtype.kind != "f" or target.kind not in "iu":
+        return array.astype(target)
+    lo, hi = float_to_int_bounds(target.name)
+    wide = array.astype(np.float64)  # exact for every float dtype; lo and hi are exact in it
+    below, above = wide < float(lo), wide >= float(hi)
+    inside = np.where(below | above | np.isnan(wide), 0.0, wide)
+    out = inside.astype(target)  # in range: a plain truncating conversion
+    out[below] = lo
+    out[above] = hi - 1
+    return out

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
-from ..ir.types import TensorType, Type, is_float, is_int
+from ..ir.types import TensorType, Type, cast_array, is_float, is_int
 
 
 class ElementwiseOp(Op):
@@ -191,7 +191,13 @@ class LeakyRelu(ElementwiseOp):
 @register_op
 class Cast(ElementwiseOp):
     name = "cast"
-    doc = "Convert every element to ``dtype`` (floats to ints truncate toward zero)."
+    doc = ("Convert every element to ``dtype``. Float to integer: NaN gives 0, anything else is "
+           "truncated toward zero and saturated to the target's range (-3.7 -> uint8 is 0, 300 "
+           "is 255, inf is 255). C leaves these conversions undefined and NumPy and ONNX "
+           "Runtime give the CPU's answer (on x86 -3.7 -> uint8 is 253, 1e10 -> int32 is "
+           "INT32_MIN); the reference, constant folding and compiled kernels all follow this "
+           "rule instead (:func:`opfusion.ir.types.cast_array`). Integer to narrower integer "
+           "wraps (two's complement); anything non-zero, NaN included, is True.")
     attrs = {"dtype": Attr("dtype", required=True)}
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
@@ -199,4 +205,4 @@ class Cast(ElementwiseOp):
         return TensorType(data.shape, attrs.dtype)
 
     def reference(self, data: np.ndarray, dtype: str) -> np.ndarray:
-        return data.astype(dtype)
+        return cast_array(data, dtype)

@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import TensorExprError
-from ..ir.types import normalize_dtype
+from ..ir.types import float_to_int, normalize_dtype
 
 _set = object.__setattr__
 
@@ -942,8 +942,8 @@ def cast(value: Any, dtype: object) -> PrimExpr:
             return FloatImm(float(e.value), dtype)
         if dtype == "bool":
             return IntImm(int(e.value != 0), "bool")
-        if isinstance(e, FloatImm) and not math.isfinite(e.value):
-            return Cast(dtype, e)
+        if isinstance(e, FloatImm):  # NaN to 0, truncate, saturate: as the generated C
+            return IntImm(float_to_int(e.value, dtype), dtype)
         return _fold_int(int(e.value), dtype)
     return Cast(dtype, e)
 

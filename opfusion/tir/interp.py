@@ -5,7 +5,8 @@ lists) and executed; every load and store checks its indices against the buffer'
 a missing guard shows up as :class:`~opfusion.errors.EvaluationError`, never as a silently
 wrapped negative index. Temporaries start as NaN (floats) or a sentinel (integers), so reading
 an element that was never written shows up in the result. Arithmetic is done in Python
-(float64, unbounded ints), so compare float32 results with a tolerance. It is slow: keep
+(float64, unbounded ints except 8- and 16-bit ones, which wrap after every operation as
+NumPy's and the generated C's do), so compare float32 results with a tolerance. It is slow: keep
 shapes small. Loops run serially whatever their kind."""
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ _BINARY = {
     E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
     E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=",
 }
+
+#: Integer dtypes whose arithmetic results wrap at once (wider ones are left unbounded: their
+#: overflow is the kernel's bug, not a value to reproduce).
+_NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
 
 def _max(a: float, b: float) -> float:
@@ -79,9 +84,12 @@ _INTRINSICS: dict[str, Any] = {
 
 def _cast_int(x: Any, bits: int, signed: bool) -> int:
     if isinstance(x, float):
-        if not math.isfinite(x):
+        # NaN to 0, truncate, saturate (opfusion.ir.types.float_to_int), as the generated C.
+        if x != x:
             return 0
-        x = math.trunc(x)
+        lo = -(1 << (bits - 1)) if signed else 0
+        hi = lo + (1 << bits)
+        return lo if x < lo else hi - 1 if x >= hi else math.trunc(x)
     x = int(x) & ((1 << bits) - 1)
     if signed and x >= 1 << (bits - 1):
         x -= 1 << bits
@@ -116,7 +124,10 @@ class _Source:
             return f"float({str(e.value)!r})" if not math.isfinite(e.value) else repr(e.value)
         op = _BINARY.get(type(e))
         if op is not None:
-            return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+            text = f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+            if e.dtype in _NARROW_INTS:  # wraps to its dtype at once, as the generated C
+                return self.convert(text, e.dtype)
+            return text
         if isinstance(e, E.Div):
             return f"_fdiv({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, E.Min):

@@ -178,7 +178,8 @@ def compute_leaky_relu(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tenso
 
 @register_compute("cast")
 def compute_cast(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """A C conversion: floats to integers truncate toward zero, anything non-zero (NaN too)
-    becomes True."""
+    """A conversion: floats to integers give 0 for NaN and are truncated toward zero and
+    saturated (the C code generator's helper; see opfusion.ops.elemwise.Cast), anything
+    non-zero (NaN too) becomes True."""
     dtype = out_type.dtype
     return elementwise("cast", inputs[0], out_type, lambda x: te.cast(x, dtype))

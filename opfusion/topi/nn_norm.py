@@ -155,24 +155,32 @@ def batch_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 @register_compute("nn.lrn")
 def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """x / (bias + alpha / size * sum of x^2 over ``size`` neighbours along ``axis``) ** beta;
-    the window runs from (size-1)//2 before to the rest after, clipped at the edges."""
+    the window runs from (size-1)//2 before to the rest after, clipped at the edges.
+
+    The squares, their sum and the quotient are computed in :func:`sum_dtype` (float64 for
+    float32 data), as the reference does, and only the result is rounded to the data's
+    dtype: in float32 a value of 1e20 squares to inf and the result would be -0 or NaN
+    where the exact one is finite."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     size, extent = attrs.size, data.shape[axis]
     before = (size - 1) // 2
     j = te.reduce_axis((0, size), name="j")
+    wide = sum_dtype(data.dtype)
 
     def square(*i: Any) -> te.PrimExpr:
         pos = i[axis] - before + j
-        value = data[_insert(_drop(i, axis), axis, pos)]
+        value = te.cast(data[_insert(_drop(i, axis), axis, pos)], wide)
         inside = te.all(pos >= 0, pos < extent)
-        return te.sum(te.if_then_else(inside, value * value, te.const(0, data.dtype)), axis=j)
+        return te.sum(te.if_then_else(inside, value * value, te.const(0, wide)), axis=j)
 
     sums = te.compute(data.shape, square, name="lrn_sum", tag=NORM_SUM)
-    scale = attrs.alpha / size
+    scale = te.const(attrs.alpha / size, wide)
+    bias, beta = te.const(attrs.bias, wide), te.const(attrs.beta, wide)
     return te.compute(
         data.shape,
-        lambda *i: data[i] / te.power(sums[i] * scale + attrs.bias, attrs.beta),
+        lambda *i: te.cast(te.cast(data[i], wide) / te.power(sums[i] * scale + bias, beta),
+                           data.dtype),
         name="lrn", tag=NORM_OUT)
 
 

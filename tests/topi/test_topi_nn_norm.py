@@ -84,3 +84,19 @@ def test_batch_norm(shape, axis, center, scale):
 def test_lrn(size, shape, axis):
     check_compute(nn.lrn, normal(*shape), size=size, axis=axis, bias=1.5, alpha=0.3,
                   beta=0.6)
+
+
+def test_lrn_of_values_whose_squares_overflow_float32():
+    # 1e30 squared is inf in float32: the compute sums squares in float64, as the reference,
+    # so both give the finite result (fuzz case 242 seed 1 gave -0 against -1.5e-12).
+    x = normal(1, 4, 2, 3)
+    x[0, :, 0, 0] = [-1e30, 1e30, 3e25, -1e20]
+    x[0, 1, 1, 2] = 2e19
+    attrs = {"size": 3, "axis": 1, "bias": 1.0, "alpha": 1e-4, "beta": 0.75}
+    check_compute(nn.lrn, x, **attrs)
+    call, params, values = call_over_arrays(nn.lrn, (x,), attrs)
+    mod = IRModule.from_expr(Function(params, call))
+    want = evaluate(mod, values)
+    assert np.all(np.isfinite(want)) and np.all(want[0, :, 0, 0] != 0)
+    got = opf.compile(mod).run({params[0].name_hint: x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)  # 1e-12 is not 0 here

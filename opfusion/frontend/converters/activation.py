@@ -91,6 +91,9 @@ def prelu(node: OnnxNode) -> Expr:
     if len(sshape) > len(xshape):
         raise node.error(f"slope {sshape} must broadcast to data {xshape} (unidirectionally)")
     padded = (1,) * (len(xshape) - len(sshape)) + sshape
+    if any(size not in (1, x) for size, x in zip(padded, xshape)):
+        # Broadcasting both ways would change the output's shape; ONNX allows only the slope's.
+        raise node.error(f"slope {sshape} must broadcast to data {xshape} (unidirectionally)")
     varying = [axis for axis, size in enumerate(padded) if size != 1]
     if is_float(_type(data).dtype):
         if not varying and isinstance(slope, Constant):

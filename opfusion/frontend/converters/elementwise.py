@@ -14,7 +14,6 @@ from ...ir.expr import Constant, Expr
 from ...ir.types import TensorType
 from ..onnx_registry import OnnxNode, converter
 from ..onnx_tensors import onnx_dtype
-from ._common import cast_like as _same_dtype
 
 _UNARY = {
     "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
@@ -25,7 +24,7 @@ _UNARY = {
     "Asinh": op.asinh, "Acosh": op.acosh, "Atanh": op.atanh, "BitwiseNot": op.bitwise_not,
 }
 _BINARY = {
-    "Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divide, "Pow": op.power,
+    "Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divide,
     "Equal": op.equal, "Less": op.less, "LessOrEqual": op.less_equal, "Greater": op.greater,
     "GreaterOrEqual": op.greater_equal, "And": op.logical_and, "Or": op.logical_or,
     "Xor": op.logical_xor, "BitwiseAnd": op.bitwise_and, "BitwiseOr": op.bitwise_or,
@@ -38,8 +37,25 @@ def _register_unary(op_type: str, builder) -> None:
 
 
 def _register_binary(op_type: str, builder) -> None:
-    converter(op_type)(lambda node: builder(node.input(0), _same_dtype(node.input(1),
-                                                                       node.input(0))))
+    converter(op_type)(lambda node: builder(*_same_type_inputs(node)))
+
+
+def _same_type_inputs(node: OnnxNode) -> tuple[Expr, Expr]:
+    """The two inputs of a binary operator whose ONNX signature gives both one type T. A
+    model that mixes types is invalid (ONNX's checker and ONNX Runtime refuse it); it is not
+    converted silently, which would pick one of the two meanings."""
+    a, b = node.input(0), node.input(1)
+    a_dtype, b_dtype = _dtype(a), _dtype(b)
+    if a_dtype != b_dtype:
+        raise node.error(f"inputs A ({a_dtype}) and B ({b_dtype}) differ in element type; "
+                         f"{node.op_type} takes two inputs of one type: insert a Cast")
+    return a, b
+
+
+def _dtype(value: Expr) -> str:
+    ty = value.checked_type
+    assert isinstance(ty, TensorType)
+    return ty.dtype
 
 
 for _op_type, _builder in _UNARY.items():
@@ -59,7 +75,28 @@ def scalar(value: float, like: Expr) -> Constant:
 @converter("BitShift", since=11)
 def bit_shift(node: OnnxNode) -> Expr:
     shift = op.left_shift if node.attr("direction") == "LEFT" else op.right_shift
-    return shift(node.input(0), node.input(1))
+    return shift(*_same_type_inputs(node))
+
+
+@converter("Pow")
+def power(node: OnnxNode) -> Expr:
+    # Opset 12 on, the exponent may have another numeric type than the base; the result has
+    # the base's. An integer base with a float exponent is the real power truncated (ONNX
+    # Runtime's static_cast of std::pow; opfusion's cast saturates where that is undefined);
+    # integers of two widths multiply in int64 and wrap to the base's dtype.
+    base, exponent = node.input(0), node.input(1)
+    base_dtype, exp_dtype = _dtype(base), _dtype(exponent)
+    if base_dtype == exp_dtype:
+        return op.power(base, exponent)
+    if node.opset < 12:
+        raise node.error(f"inputs X ({base_dtype}) and Y ({exp_dtype}) differ in element "
+                         "type; before opset 12 Pow takes two inputs of one type: insert a "
+                         "Cast")
+    if base_dtype.startswith("float"):
+        return op.power(base, op.cast(exponent, dtype=base_dtype))
+    wide = "float64" if exp_dtype.startswith("float") else "int64"
+    result = op.power(op.cast(base, dtype=wide), op.cast(exponent, dtype=wide))
+    return op.cast(result, dtype=base_dtype)
 
 
 @converter("Reciprocal")

@@ -61,12 +61,27 @@ def batch_norm(node: OnnxNode) -> Expr:
     return op.nn.batch_norm(data, *params, axis=1, epsilon=epsilon)
 
 
+def _vector_input(node: OnnxNode, index: int, name: str, size: int, of: str) -> Expr:
+    """Input ``index`` checked to be 1-D of ``size`` values (``of`` says what it counts), as
+    ONNX declares it and ONNX Runtime checks; a scalar or another length is an error, not a
+    value broadcast over every channel."""
+    value = node.input(index)
+    shape = _shape(value)
+    if shape != (size,):
+        raise node.error(f"input {index} ({name}) must be 1-D with one value per {of} "
+                         f"({size}), got shape {shape}")
+    return value
+
+
 @converter("InstanceNormalization")
 def instance_norm(node: OnnxNode) -> Expr:
-    data, scale, bias = node.input(0), node.input(1), node.input(2)
+    data = node.input(0)
     ndim = len(_shape(data))
     if ndim < 3:
         raise node.error(f"needs data of shape (N, C, spatial...), got {_shape(data)}")
+    channels = _shape(data)[1]
+    scale = _vector_input(node, 1, "scale", channels, "channel")
+    bias = _vector_input(node, 2, "B", channels, "channel")
     axes = list(range(2, ndim))
     centered = data - op.mean(data, axis=axes, keepdims=True)
     var = op.variance(data, axis=axes, keepdims=True)
@@ -127,12 +142,15 @@ def layer_norm(node: OnnxNode) -> Expr | list[Expr]:
 def group_norm(node: OnnxNode) -> Expr:
     # Normalize each group of C / num_groups channels of each instance; then scale and shift,
     # per group before opset 21 and per channel from 21 on.
-    data, scale, bias = node.input(0), node.input(1), node.input(2)
+    data = node.input(0)
     shape = _shape(data)
     groups = node.attr("num_groups")
     if groups is None or len(shape) < 2 or groups <= 0 or shape[1] % groups:
         raise node.error(f"attribute num_groups={groups} must divide the {shape[1:2]} "
                          f"channels of data {shape}")
+    size, of = (groups, "group") if node.opset < 21 else (shape[1], "channel")
+    scale = _vector_input(node, 1, "scale", size, of)
+    bias = _vector_input(node, 2, "bias", size, of)
     grouped = op.reshape(data, newshape=[shape[0], groups, -1])
     centered = grouped - op.mean(grouped, axis=[2], keepdims=True)
     var = op.variance(grouped, axis=[2], keepdims=True)
