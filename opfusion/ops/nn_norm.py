@@ -109,7 +109,7 @@ class _SoftmaxBase(Op):
     def shifted(data: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
         """x - max(x) (so exp never overflows) and the log of the sum of its exponentials."""
         x = data.astype(np.float64)
-        peak = x.max(axis=axis, keepdims=True)
+        peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # -inf: a row of no elements
         shifted = x - np.where(np.isfinite(peak), peak, 0.0)
         return shifted, np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 

@@ -496,6 +496,17 @@ def test_softmax_and_log_softmax_match_onnx(axis):
     assert_close(eval_op(nn.log_softmax, x, axis=axis), run_onnx("LogSoftmax", [x], axis=axis))
 
 
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (2, 0, 3)])
+def test_softmax_of_no_elements_is_empty_in_both_engines(shape):
+    # max over a row of no elements has no identity in NumPy; the result simply has none.
+    x = opf.var("x", shape)
+    for builder in (nn.softmax, nn.log_softmax):
+        mod = opf.IRModule.from_expr(opf.Function([x], builder(x, axis=1)))
+        data = np.zeros(shape, np.float32)
+        assert opf.ir.evaluate(mod, [data]).shape == shape
+        assert opf.compile(mod)(data).shape == shape
+
+
 def test_softmax_is_stable_for_huge_inputs():
     x = np.array([[1000.0, 1000.0, -1000.0]], dtype=np.float32)
     assert_close(eval_op(nn.softmax, x), np.array([[0.5, 0.5, 0.0]], dtype=np.float32))
