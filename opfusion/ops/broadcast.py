@@ -13,8 +13,8 @@ Integer arithmetic is total, with the same values in the reference and in compil
   crashes with SIGFPE), and ``INT_MIN % -1`` is 0.
 * ``power`` with a negative exponent is the real power truncated toward zero, as ONNX Runtime
   computes it: 1 for a base of 1, 1 or -1 for -1 (even or odd exponent), 0 for any other base
-  (0 ** -n is a division by zero: 0, where ONNX Runtime gives the cast of inf). Positive
-  exponents wrap as NumPy's int64 power cast to the dtype."""
+  (0 ** -n is a division by zero: 0, where ONNX Runtime gives the cast of inf). Other
+  exponents give the power modulo 2**bits (NumPy's wrapping power), whatever their size."""
 
 from __future__ import annotations
 
@@ -91,7 +91,12 @@ def _mod(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def _power(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    if lhs.dtype.kind in "iu":
+    if lhs.dtype.kind == "u":
+        # Modulo 2**bits, for every exponent (uint64 ones past 2**63 too, which int64 would
+        # read as negative).
+        with np.errstate(over="ignore"):
+            return np.power(lhs, rhs)
+    if lhs.dtype.kind == "i":
         # A negative exponent gives the truncated real power, as ONNX Runtime: 1 for a base
         # of 1, +-1 for -1, 0 for larger bases and (a division by zero) for 0.
         base, exponent = np.broadcast_arrays(lhs.astype(np.int64), rhs.astype(np.int64))

@@ -17,6 +17,7 @@ from ..errors import TensorExprError
 from ..tir.expr import (
     ExprOp,
     IntImm,
+    Let,
     PrimExpr,
     Var,
     as_expr,
@@ -350,6 +351,8 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
                     f"te.compute {name!r}: {r.name} is both a data axis and a reduction axis"
                 )
         allowed += [r.var for r in body.axis]
+    # A let inside the body (a value computed once and used several times) binds its own.
+    allowed += [node.var for node in post_order(body) if isinstance(node, Let)]
     for node in post_order(body):
         if isinstance(node, Var) and not any(node is v for v in allowed):
             raise TensorExprError(

@@ -5,9 +5,9 @@ lists) and executed; every load and store checks its indices against the buffer'
 a missing guard shows up as :class:`~opfusion.errors.EvaluationError`, never as a silently
 wrapped negative index. Temporaries start as NaN (floats) or a sentinel (integers), so reading
 an element that was never written shows up in the result. Arithmetic is done in Python
-(float64, unbounded ints except 8- and 16-bit ones, which wrap after every operation as
-NumPy's and the generated C's do), so compare float32 results with a tolerance. It is slow: keep
-shapes small. Loops run serially whatever their kind."""
+(float64; 8- and 16-bit and unsigned integers wrap after every operation, as NumPy's and the
+generated C's do, int32 and int64 are unbounded), so compare float32 results with a
+tolerance. It is slow: keep shapes small. Loops run serially whatever their kind."""
 
 from __future__ import annotations
 
@@ -28,9 +28,11 @@ _BINARY = {
     E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=",
 }
 
-#: Integer dtypes whose arithmetic results wrap at once (wider ones are left unbounded: their
-#: overflow is the kernel's bug, not a value to reproduce).
-_NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
+#: Integer dtypes whose arithmetic results wrap at once: those narrower than C's int (which the
+#: generated C converts back after every operation) and the unsigned ones (C defines their
+#: arithmetic modulo 2**bits). int32 and int64, the index dtypes, are left unbounded: their
+#: overflow is the kernel's bug, not a value to reproduce.
+_WRAPPING = frozenset({"int8", "int16", "uint8", "uint16", "uint32", "uint64"})
 
 
 def _max(a: float, b: float) -> float:
@@ -125,7 +127,7 @@ class _Source:
         op = _BINARY.get(type(e))
         if op is not None:
             text = f"({self.expr(e.a)} {op} {self.expr(e.b)})"
-            if e.dtype in _NARROW_INTS:  # wraps to its dtype at once, as the generated C
+            if e.dtype in _WRAPPING:  # wraps to its dtype at once, as in the generated C
                 return self.convert(text, e.dtype)
             return text
         if isinstance(e, E.Div):

@@ -5,8 +5,8 @@ Each input is read at the output index under NumPy's rule (:func:`._util.load_br
 Where te has no node for an operation the expression below is exact for every input:
 
 * integer ``divide`` truncates toward zero, written with floor division and a correction;
-* integer ``power`` multiplies out as many factors as the dtype has bits (see ``_int_power``
-  for the one case this does not cover: odd bases of magnitude 3 or more raised past that);
+* integer ``power`` squares (each square bound once by a let) and multiplies the squares
+  that the exponent's bits select: exact modulo 2**bits for every exponent;
 * ``bitwise_*`` adds up the bits of the operands, shifts pick among constant shifts.
 
 Integer division or remainder by zero gives 0, INT_MIN / -1 wraps to INT_MIN as in NumPy,
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import te
-from ..tir.expr import PrimExpr, dtype_bits, is_float
+from ..tir.expr import Let, PrimExpr, Var, dtype_bits, is_float
 from ._util import is_unsigned, load_broadcast, shape_of, stage_name
 from .registry import register_compute
 
@@ -105,20 +105,26 @@ def _sum(terms: list[PrimExpr]) -> PrimExpr:
 
 
 def _int_power(a: PrimExpr, e: PrimExpr) -> PrimExpr:
-    # a ** e as the product of `bits` factors `k < e ? a : 1`, multiplied unsigned (wrapping
-    # as NumPy's int64 result does once cast to the dtype). Exact for 0 <= e < bits, for even
-    # a (2**bits divides both products) and for |a| <= 1 (-1 is fixed below). For odd
-    # |a| >= 3 and e >= bits it gives a ** bits instead of a ** e modulo 2**bits. Squaring
-    # would need fewer factors but shares sub-expressions, which the C emitter and the
-    # interpreter write out as trees: exponentially long. A negative e gives the truncated
-    # real power, as ONNX Runtime and the reference: 1 for a == 1, +-1 for a == -1 (below),
-    # 0 otherwise (0 ** -n included: a division by zero, which is 0 here).
+    # a ** e modulo 2**bits (NumPy's int64 power cast to the dtype) by squaring: a, a**2,
+    # a**4, ... in unsigned arithmetic (which wraps), each bound once by a let (written out
+    # as a tree, the squarings would be exponentially long in C and in the interpreter), and
+    # the product of those whose bit is set in e. A negative e gives the truncated real
+    # power, as ONNX Runtime and the reference: 1 for a == 1, +-1 for a == -1 (below), 0
+    # otherwise (0 ** -n included: a division by zero, which is 0 here).
     bits = dtype_bits(a.dtype)
     unsigned = _unsigned(a.dtype)
-    one = te.const(1, unsigned)
-    factor = te.cast(a, unsigned)
-    product = te.cast(_product([te.select(te.const(k, e.dtype) < e, factor, one)
-                                for k in range(bits)]), a.dtype)
+    e_bits = te.cast(e, _unsigned(e.dtype))
+    squares = [Var(f"pow{k}", unsigned) for k in range(bits)]
+
+    def bit(k: int) -> PrimExpr:
+        return e_bits // te.const(1 << k, e_bits.dtype) % te.const(2, e_bits.dtype)
+
+    product = _product([te.select(bit(k) != te.const(0, e_bits.dtype), square,
+                                  te.const(1, unsigned)) for k, square in enumerate(squares)])
+    for k in reversed(range(bits)):
+        value = te.cast(a, unsigned) if k == 0 else squares[k - 1] * squares[k - 1]
+        product = Let(squares[k], value, product)
+    product = te.cast(product, a.dtype)
     if is_unsigned(a.dtype):
         return product
     one_over = te.select(a == te.const(1, a.dtype), te.const(1, a.dtype), _zero(a.dtype))

@@ -105,3 +105,21 @@ def test_onnx_mod_by_zero_imports_to_zero_in_both_engines(fmod):
     want = np.array([0, 0, 0, 1], np.int32)
     np.testing.assert_array_equal(evaluate(mod, feeds), want)
     np.testing.assert_array_equal(opf.compile(mod, params=params).run(feeds)[0], want)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32", "int64", "uint64"])
+def test_power_past_the_width_wraps_exactly_in_both_engines(dtype):
+    # Odd bases raised to exponents of at least the dtype's width: the compiled power used to
+    # stop at `bits` factors (3 ** 9 came out as 3 ** 8 in uint8).
+    base = np.array([3, 5, 7, -3, 2, 255, 1, 0, 9, 11, -1, -5], np.int64).astype(dtype)
+    exponent = np.array([9, 40, 100, 63, 9, 7, 1000, 3, 2, 127, 5, 4], np.int64).astype(dtype)
+    want = np.array([pow(int(b), int(e), 1 << 64) for b, e in zip(base, exponent)],
+                    np.uint64).astype(dtype)
+    agree(opf.op.power, base, exponent, want)
+
+
+def test_uint64_exponents_past_2_to_63_are_positive():
+    base = np.array([3, 5, 2, 1], np.uint64)
+    exponent = np.array([2**64 - 2, 2**63 + 1, 2**63, 2**64 - 1], np.uint64)
+    want = np.array([pow(int(b), int(e), 1 << 64) for b, e in zip(base, exponent)], np.uint64)
+    agree(opf.op.power, base, exponent, want)
