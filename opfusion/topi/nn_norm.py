@@ -176,10 +176,20 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 
     sums = te.compute(data.shape, square, name="lrn_sum", tag=NORM_SUM)
     scale = te.const(attrs.alpha / size, wide)
-    bias, beta = te.const(attrs.bias, wide), te.const(attrs.beta, wide)
+    bias = te.const(attrs.bias, wide)
+
+    def denominator(base: te.PrimExpr) -> te.PrimExpr:
+        # AlexNet's and GoogLeNet's beta 0.75 as two square roots, which vectorize where
+        # pow is a libm call per element: the same value to an ulp of float64, and with
+        # base >= bias > 0 no -0 or -inf, where sqrt and pow differ.
+        if attrs.beta == 0.75 and attrs.bias > 0:
+            root = te.sqrt(base)
+            return root * te.sqrt(root)
+        return te.power(base, te.const(attrs.beta, wide))
+
     return te.compute(
         data.shape,
-        lambda *i: te.cast(te.cast(data[i], wide) / te.power(sums[i] * scale + bias, beta),
+        lambda *i: te.cast(te.cast(data[i], wide) / denominator(sums[i] * scale + bias),
                            data.dtype),
         name="lrn", tag=NORM_OUT)
 
