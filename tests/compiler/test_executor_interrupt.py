@@ -22,6 +22,18 @@ pytestmark = [
                        reason="SIGINT handling is POSIX"),
 ]
 
+
+
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c():
+    """Python's own SIGINT handler, as in an interactive session: a process started in the
+    background by a non-interactive shell (as CI may be) inherits SIGINT ignored, and then
+    Ctrl-C reaches neither Python nor the kernels."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 SIZE = 3072  # one dense kernel of 58 GFLOP: about 2 s on the 2-core CI machine
 
 
