@@ -147,6 +147,13 @@ class Executor:
                            if info.constant is not None}
         self._arguments = [step.reads + step.writes for step in self.steps]
         self._value_names = _value_names(self.input_names, self.values, self.steps)
+        # Decided once, not per run: where each input goes, which outputs a run allocates.
+        self._input_values = [index for _, index in sorted(
+            (info.input_index, index) for index, info in enumerate(self.values)
+            if info.input_index is not None)]
+        self._result_values = [index for index in dict.fromkeys(self.outputs)
+                               if self.values[index].input_index is None
+                               and index not in self._constants]
         #: The workspaces of the runs (one is built now, more only for concurrent runs).
         self.workspaces = WorkspacePool(self._new_workspace)
         self.workspaces.give(self.workspaces.take())
@@ -196,7 +203,7 @@ class Executor:
         """One run's state: a workspace of its own and every value's array (inputs bound,
         results allocated, intermediates in the workspace), between the Ctrl-C hooks."""
         bound = self._bind_inputs(feeds)
-        results = self._new_results(bound)
+        results = self._new_results()
         self._connect_interrupts()
         begin, end = self._run_hooks
         workspace = self.workspaces.take()
@@ -236,19 +243,16 @@ class Executor:
                 self._connected_modules.add(id(module))
         self._run_hooks = interrupt.run_hooks()
 
-    def _new_results(self, bound: dict[int, Any]) -> dict[int, np.ndarray]:
+    def _new_results(self) -> dict[int, np.ndarray]:
         """Fresh arrays for the outputs that a kernel writes (outputs are never planned)."""
         results = {}
-        for index in self.outputs:
-            if index not in bound and index not in self._constants:
-                ty = self.values[index].type
-                results[index] = allocate(lambda ty=ty: np.empty(ty.shape, ty.dtype),
-                                          _nbytes(ty), self._value_names[index])
+        for index in self._result_values:
+            ty = self.values[index].type
+            results[index] = allocate(lambda ty=ty: np.empty(ty.shape, ty.dtype),
+                                      _nbytes(ty), self._value_names[index])
         return results
 
     def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> dict[int, Any]:
-        positions = {v.input_index: i for i, v in enumerate(self.values)
-                     if v.input_index is not None}
         if feeds is None:
             feeds = {}
         if isinstance(feeds, Mapping):
@@ -267,8 +271,7 @@ class Executor:
                 raise InputError(f"the model takes {len(self.input_names)} input(s) "
                                  f"({', '.join(self.input_names)}), got {len(ordered)}")
         bound = {}
-        for position, (name, value) in enumerate(zip(self.input_names, ordered)):
-            index = positions[position]
+        for index, name, value in zip(self._input_values, self.input_names, ordered):
             want = self.values[index].type
             array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
             if array.shape != tuple(want.shape):
@@ -277,9 +280,11 @@ class Executor:
             if array.dtype != np.dtype(want.dtype):
                 raise InputError(f"input {name!r} must be {want.dtype}, got {array.dtype}; "
                                  f"convert it with .astype('{want.dtype}')")
-            # A non-contiguous input is copied: that copy may fail too.
-            bound[index] = allocate(lambda array=array: np.require(array, requirements="C"),
-                                    array.nbytes, f"a contiguous copy of input {name!r}")
+            if not (array.flags.c_contiguous and array.flags.aligned):
+                # A non-contiguous input is copied: that copy may fail too.
+                array = allocate(lambda array=array: np.require(array, requirements="CA"),
+                                 array.nbytes, f"a contiguous copy of input {name!r}")
+            bound[index] = array
         return bound
 
     # -- inspection ----------------------------------------------------------------------------
