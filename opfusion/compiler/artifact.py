@@ -372,10 +372,6 @@ def _tensor_type(shape: Any, dtype: Any, where: str) -> TensorType:
     return TensorType(tuple(shape), dtype)
 
 
-def _nbytes(ty: TensorType) -> int:
-    return _element_count(list(ty.shape), "value") * np.dtype(ty.dtype).itemsize
-
-
 def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source: str,
              constants: dict[str, np.ndarray], path: Any) -> Executor:
     input_names = _field(manifest, "input_names", list, "manifest")
@@ -589,7 +585,7 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
     needed = [0] * len(sizes)
     spans: dict[int, list[tuple[int, int, int]]] = {}
     for value, block in block_of.items():
-        aligned = -(-max(_nbytes(values[value].type), 1) // ALIGNMENT) * ALIGNMENT
+        aligned = -(-max(values[value].type.nbytes, 1) // ALIGNMENT) * ALIGNMENT
         needed[block] = max(needed[block], aligned)
         spans.setdefault(block, []).append((first[value], last[value], value))
     if needed != sizes:

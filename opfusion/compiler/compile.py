@@ -203,7 +203,7 @@ class _ExecutorBuilder:
             for value in step.writes:
                 if value not in keep:
                     ty = self.values[value].type
-                    nbytes[value] = _nbytes(ty)
+                    nbytes[value] = ty.nbytes
         plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
         check_values([], plan.total_bytes)
         executor = Executor(self.input_names, self.values, self.steps, self.outputs, plan,
@@ -223,13 +223,6 @@ def _flatten(value: Any) -> list[int]:
     if isinstance(value, list):
         return [v for item in value for v in _flatten(item)]
     return [value]
-
-
-def _nbytes(ty: TensorType) -> int:
-    count = 1
-    for dim in ty.shape:
-        count *= int(dim)
-    return count * np.dtype(ty.dtype).itemsize
 
 
 def _kernel_name(func: Function, index: int) -> str:

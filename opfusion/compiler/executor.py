@@ -21,7 +21,6 @@ reading it."""
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -249,7 +248,7 @@ class Executor:
         for index in self._result_values:
             ty = self.values[index].type
             results[index] = allocate(lambda ty=ty: np.empty(ty.shape, ty.dtype),
-                                      _nbytes(ty), self._value_names[index])
+                                      ty.nbytes, self._value_names[index])
         return results
 
     def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> dict[int, Any]:
@@ -468,10 +467,5 @@ def _value_names(input_names: Sequence[str], values: Sequence[ValueInfo],
     return names
 
 
-def _nbytes(ty: TensorType) -> int:
-    """The bytes of a tensor of type ``ty``, an exact Python int (no int64 product to wrap)."""
-    return math.prod(int(dim) for dim in ty.shape) * np.dtype(ty.dtype).itemsize
-
-
 def _view(block: np.ndarray, ty: TensorType) -> np.ndarray:
-    return block[:_nbytes(ty)].view(np.dtype(ty.dtype)).reshape(ty.shape)
+    return block[:ty.nbytes].view(np.dtype(ty.dtype)).reshape(ty.shape)

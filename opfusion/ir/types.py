@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -84,8 +85,13 @@ class TensorType(Type):
 
     @property
     def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of elements (an exact Python int: no int64 product to wrap)."""
+        return math.prod(int(dim) for dim in self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of a tensor of this type (an exact Python int)."""
+        return self.size * np.dtype(self.dtype).itemsize
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorType):
