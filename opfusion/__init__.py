@@ -39,6 +39,7 @@ from .ir import (
 )
 from .runtime import ndarray as nd
 from .runtime.device import cpu, device
+from .target import Target
 from .tir import lower
 
 __version__ = "0.1.0"
@@ -48,5 +49,5 @@ __all__ = [
     "OpAttributeError", "OpfusionError", "OpfusionTypeError", "ParseError", "TensorType",
     "Tuple", "TupleGetItem", "TupleType", "UnknownOpError", "Var", "const", "ir", "op", "parse",
     "var", "build", "nd", "device", "cpu", "te", "lower", "frontend", "transform", "compile",
-    "load",
+    "load", "Target",
 ]

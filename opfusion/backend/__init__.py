@@ -1,0 +1,88 @@
+"""Backends: everything that depends on the kind of machine code is generated for.
+
+One backend per target device family (``cpu`` today; ``cuda`` next), each in its own folder
+(``backend/cpu/``) holding its schedule rules, its code emitter, its toolchain (compiler driver
+and cache) and its module loader. The rest of opfusion reaches them only through
+:func:`get_backend`::
+
+    backend = get_backend(target)               # opf.Target or a string such as "c"
+    backend.schedule(s, anchor, output, ...)   # an anchor's schedule rule, or the default
+    source = backend.generate(funcs)            # source text of a module of kernels
+    library = backend.build(source)             # a loadable library, cached by content
+    kernels = backend.load(library, expected)   # the library's kernels, checked
+
+Adding a backend is: a subclass of :class:`Backend` in a folder of its own, a
+:func:`register_backend` for its device family, and a target kind (see
+:func:`opfusion.target.register_target_kind`) whose ``device`` names that family."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import BuildError
+from ..target import Target, as_target
+
+
+class Backend:
+    """The code-generation interface of one device family for one :class:`Target`.
+
+    Subclasses implement each method; every method takes what it needs explicitly, so a
+    backend object is cheap and holds only its target."""
+
+    #: The device family (``Target.device``) this backend compiles for.
+    device: str = ""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def schedule(self, s: Any, anchor: Any, output: Any, op_name: str | None,
+                 config: Any = None) -> Any:
+        """Arrange the loops of one fused group's TE schedule ``s``: the schedule rule of
+        ``op_name`` (the group's anchor operator; its result ``anchor``, the group's result
+        ``output``) with ``config`` (None: the rule's default for the target), or the default
+        schedule when no rule applies. Returns the config used (None for the default)."""
+        raise NotImplementedError
+
+    def generate(self, funcs: list[Any], header: str | None = None) -> Any:
+        """Source code of one module holding every PrimFunc of ``funcs``."""
+        raise NotImplementedError
+
+    def build(self, source: Any) -> Any:
+        """A library built from ``source`` (from the backend's cache when it is there)."""
+        raise NotImplementedError
+
+    def load(self, library: Any, expected: Any) -> Any:
+        """The kernels of a built ``library``, checked against ``expected``."""
+        raise NotImplementedError
+
+
+_BACKENDS: dict[str, str | Callable[[Target], Backend]] = {
+    # Device family -> backend class, or the module that defines ``Backend`` subclass
+    # ``BACKEND`` (imported on first use, so a backend's dependencies load only when used).
+    "cpu": "opfusion.backend.cpu",
+}
+
+
+def register_backend(device: str, factory: Callable[[Target], Backend]) -> None:
+    """Make ``factory(target)`` the backend of targets whose device family is ``device``."""
+    _BACKENDS[device] = factory
+
+
+def get_backend(target: str | Target | None = None) -> Backend:
+    """The backend for ``target`` (a :class:`Target`, a target string, or None for the
+    current target). Raises BuildError for a target kind no backend compiles for yet."""
+    resolved = as_target(target)
+    entry = _BACKENDS.get(resolved.device)
+    if entry is None:
+        raise BuildError(f"target {resolved} is not supported yet: opfusion has backends for "
+                         f"{', '.join(sorted(_BACKENDS))} targets only (e.g. target='c', the "
+                         f"host CPU)")
+    if isinstance(entry, str):
+        entry = importlib.import_module(entry).BACKEND
+        _BACKENDS[resolved.device] = entry
+    return entry(resolved)
+
+
+__all__ = ["Backend", "get_backend", "register_backend"]

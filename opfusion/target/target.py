@@ -1,0 +1,332 @@
+"""``opf.Target``: the machine code is generated for, parsed from a string as in TVM.
+
+    opf.Target("c")                          # the host CPU, its features detected
+    opf.Target("llvm -mcpu=znver4")          # a CPU by name
+    opf.Target("c -mattr=+avx2,+fma")        # a generic x86-64 CPU plus these features
+    opf.Target("c -mcpu=native -mattr=-avx512f")  # the host without AVX-512
+    opf.Target("c -num-cores=4 -l2-cache=2M")
+    with opf.Target("c -mattr=+avx2,+fma"):  # the current target of opf.compile / opf.build
+        exe = opf.compile(mod, params=params)
+
+``"c"`` and ``"llvm"`` both name the CPU backend (opfusion generates C for it either way; TVM
+scripts say "llvm"). A target holds the kind, the architecture, the ISA features (closed under
+implication: ``+avx512f`` brings AVX2 and FMA), the vector width per dtype, the vector register
+count, the core count and the data-cache sizes, and the compiler flags they imply.
+``str(target)`` parses back to an equal target. Everything that depends on the hardware reads
+the target; nothing else assumes it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import OpfusionError
+from . import isa
+from .host import (
+    format_size,
+    host_arch,
+    host_cache_bytes,
+    host_features,
+    host_num_cores,
+    parse_size,
+)
+
+
+class TargetError(OpfusionError):
+    """A target string or object opfusion cannot use: an unknown kind, option, CPU or
+    feature, a bad value, or a target whose code this machine cannot run."""
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """A kind of target (``c``, ``llvm``, ``cuda``): its options (name -> parser of the
+    value) and the device family it compiles for."""
+
+    name: str
+    device: str
+    options: tuple[str, ...]
+    doc: str
+
+
+_KINDS: dict[str, TargetKind] = {}
+
+
+def register_target_kind(kind: TargetKind) -> TargetKind:
+    """Make ``kind`` parseable by :class:`Target` (a new backend registers its kind)."""
+    if kind.name in _KINDS:
+        raise TargetError(f"target kind {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+_CPU_OPTIONS = ("mcpu", "mattr", "num-cores", "l1-cache", "l2-cache", "l3-cache")
+register_target_kind(TargetKind("c", "cpu", _CPU_OPTIONS, "C for the CPU (host by default)"))
+register_target_kind(TargetKind("llvm", "cpu", _CPU_OPTIONS, "the CPU backend, TVM's spelling"))
+register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores"),
+                                "CUDA C for an NVIDIA GPU (-arch=sm_90)"))
+
+
+def target_kinds() -> list[str]:
+    """Names of the target kinds :class:`Target` parses."""
+    return list(_KINDS)
+
+
+class Target:
+    """The machine code is generated for; see the module docstring for the string syntax.
+
+    ``Target(s)`` parses ``s``; ``Target(target)`` returns an equal target. Options:
+    ``-mcpu=NAME`` (a known CPU or ``native``), ``-mattr=+f,-g`` (features added to or removed
+    from the CPU's; without ``-mcpu``, ``-mattr`` starts from the architecture's baseline and a
+    bare kind is the host), ``-num-cores=N`` and ``-l1-cache=``/``-l2-cache=``/``-l3-cache=``
+    (bytes, K/M suffixes) overriding what the OS reports."""
+
+    def __init__(self, spec: str | Target) -> None:
+        if isinstance(spec, Target):
+            spec = str(spec)
+        if not isinstance(spec, str):
+            raise TargetError(f"a target is a string such as 'c' or 'llvm -mcpu=znver4', not "
+                              f"{type(spec).__name__}")
+        words = spec.split()
+        if not words:
+            raise TargetError("an empty target string; use 'c' for the host CPU")
+        kind = _KINDS.get(words[0])
+        if kind is None:
+            raise TargetError(f"unknown target kind {words[0]!r} in {spec!r}; known kinds: "
+                              f"{', '.join(_KINDS)}")
+        self.kind = kind
+        self.options = _parse_options(kind, words[1:], spec)
+        self.arch, self.features = self._resolve_features(spec)
+        self._caches = self._resolve_caches(spec)
+        self.num_cores = self._resolve_cores(spec)
+
+    # -- parsing -----------------------------------------------------------------------------
+
+    def _resolve_features(self, spec: str) -> tuple[str, frozenset[str]]:
+        if self.kind.device != "cpu":
+            return self.kind.name, frozenset()
+        mcpu = self.options.get("mcpu")
+        mattr = self.options.get("mattr")
+        if mcpu in (None, "native") and (mattr is None or mcpu == "native"):
+            arch, features = host_arch(), host_features()
+        elif mcpu is None or mcpu == "native":
+            arch, features = host_arch(), isa.closure(host_arch(), ())
+        elif mcpu in isa.KNOWN_CPUS:
+            arch, names = isa.KNOWN_CPUS[mcpu]
+            features = isa.closure(arch, names)
+        else:
+            raise TargetError(f"unknown CPU -mcpu={mcpu!r} in {spec!r}; known: native, "
+                              f"{', '.join(isa.KNOWN_CPUS)}")
+        for item in _split_mattr(mattr or ""):
+            sign, name = item[0], item[1:]
+            if name not in isa.known_features(arch):
+                raise TargetError(f"unknown {arch} feature {name!r} in -mattr of {spec!r}; "
+                                  f"known: {', '.join(isa.known_features(arch))}")
+            features = (isa.closure(arch, (*features, name)) if sign == "+"
+                        else isa.without(arch, features, name))
+        return arch, features
+
+    def _resolve_caches(self, spec: str) -> dict[int, int]:
+        caches = dict(host_cache_bytes())
+        for level in (1, 2, 3):
+            text = self.options.get(f"l{level}-cache")
+            if text is not None:
+                caches[level] = _positive(text, f"l{level}-cache", spec, parse_size)
+        return caches
+
+    def _resolve_cores(self, spec: str) -> int:
+        text = self.options.get("num-cores")
+        if text is None:
+            return host_num_cores()
+        return _positive(text, "num-cores", spec, int)
+
+    # -- what code generation reads -------------------------------------------------------
+
+    @property
+    def device(self) -> str:
+        """The device family: ``cpu`` or ``cuda``."""
+        return self.kind.device
+
+    @property
+    def mcpu(self) -> str | None:
+        return self.options.get("mcpu")
+
+    def has(self, feature: str) -> bool:
+        """Whether the target has ISA feature ``feature`` (``"avx512f"``, ``"fma"``)."""
+        return feature in self.features
+
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest vector register, in bits (512 with AVX-512, 256 with AVX)."""
+        return isa.vector_bits(self.arch, self.features)
+
+    @property
+    def vector_bytes(self) -> int:
+        return self.vector_bits // 8
+
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers code can name (32 with AVX-512, 16 with AVX2)."""
+        return isa.vector_registers(self.arch, self.features)
+
+    def vector_lanes(self, dtype: str = "float32") -> int:
+        """Elements of ``dtype`` in one vector register (16 float32 with AVX-512)."""
+        return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+
+    def cache_bytes(self, level: int) -> int:
+        """Data-cache size of ``level`` (1, 2 or 3) per core, in bytes."""
+        if level not in self._caches:
+            raise TargetError(f"cache level {level} is not 1, 2 or 3")
+        return self._caches[level]
+
+    @property
+    def isa(self) -> str:
+        """Short name of the vector ISA for reports: avx512, avx2, avx, sse2, neon."""
+        return isa.isa_name(self.arch, self.features)
+
+    @property
+    def is_host(self) -> bool:
+        """True when the target is exactly the host CPU (``c``, ``llvm``, ``-mcpu=native``
+        with no ``-mattr``): its code may be tuned for this machine."""
+        return (self.device == "cpu" and self.options.get("mcpu") in (None, "native")
+                and "mattr" not in self.options)
+
+    def compiler_flags(self) -> tuple[str, ...]:
+        """Flags that make the C compiler generate code for exactly this target's features."""
+        if self.device != "cpu":
+            raise TargetError(f"target {self} is not compiled by the C compiler")
+        flags = isa.compiler_feature_flags(self.arch, self.features)
+        if self.arch == "x86_64":
+            if self.is_host:
+                flags += ("-mtune=native",)
+            if self.vector_bits == 512:  # the compiler's own vectorization uses zmm too
+                flags += ("-mprefer-vector-width=512",)
+        return flags
+
+    def missing_on_host(self) -> list[str]:
+        """The target's features this machine lacks (empty when its code can run here)."""
+        if self.device != "cpu":
+            return []
+        if self.arch != host_arch():
+            return [f"arch:{self.arch}"]
+        return sorted(self.features - host_features())
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        parts = [self.kind.name]
+        for name in self.kind.options:
+            if name in self.options:
+                parts.append(f"-{name}={self.options[name]}")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (str(self), self.arch, tuple(sorted(self.features)), self.num_cores,
+                tuple(sorted(self._caches.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Target) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def describe(self) -> str:
+        """One line for reports: the string, ISA, vector width and cores."""
+        return (f"{self} ({self.arch}, {self.isa}, {self.vector_bits}-bit vectors, "
+                f"{self.vector_registers} vector registers, {self.num_cores} cores, "
+                f"L2 {format_size(self.cache_bytes(2))})")
+
+    # -- the current target ------------------------------------------------------------------
+
+    def __enter__(self) -> Target:
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack().pop()
+
+    @staticmethod
+    def current(allow_none: bool = False) -> Target | None:
+        """The innermost ``with target:`` of this thread; else the host target (None with
+        ``allow_none``)."""
+        stack = _stack()
+        if stack:
+            return stack[-1]
+        return None if allow_none else host_target()
+
+
+_local = threading.local()
+
+
+def _stack() -> list[Target]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+_HOST: list[Target] = []
+
+
+def host_target() -> Target:
+    """``Target("c")``: the host CPU (made once per process)."""
+    if not _HOST:
+        _HOST.append(Target("c"))
+    return _HOST[0]
+
+
+def as_target(target: str | Target | None) -> Target:
+    """``target`` as a :class:`Target`; None means the current one."""
+    if target is None:
+        current = Target.current()
+        assert current is not None
+        return current
+    if isinstance(target, Target):
+        return target
+    kind = getattr(target, "kind", None)  # a TVM-style object carrying a string kind
+    if not isinstance(target, str) and isinstance(kind, str):
+        target = kind
+    return Target(target)  # type: ignore[arg-type]
+
+
+def _parse_options(kind: TargetKind, words: list[str], spec: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for word in words:
+        name, eq, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or not eq or not value:
+            raise TargetError(f"target option {word!r} in {spec!r} is not of the form "
+                              f"-name=value (e.g. -mcpu=znver4)")
+        if name not in kind.options:
+            raise TargetError(f"unknown option -{name} for target kind {kind.name!r} in "
+                              f"{spec!r}; known: {', '.join('-' + o for o in kind.options)}")
+        if name in options:
+            raise TargetError(f"option -{name} is given twice in {spec!r}")
+        options[name] = value
+    if "mattr" in options:
+        options["mattr"] = ",".join(_split_mattr(options["mattr"], spec))
+    return options
+
+
+def _split_mattr(text: str, spec: str = "") -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        if item[0] not in "+-" or len(item) < 2:
+            raise TargetError(f"-mattr item {item!r} in {spec!r} needs a + or - sign "
+                              f"(e.g. -mattr=+avx2,+fma)")
+    return items
+
+
+def _positive(text: str, name: str, spec: str, parse: Callable[[str], int]) -> int:
+    try:
+        value = parse(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise TargetError(f"-{name}={text} in {spec!r} must be a positive number")
+    return value
