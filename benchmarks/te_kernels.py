@@ -35,7 +35,7 @@ import numpy as np
 
 import opfusion as opf
 from opfusion import te
-from opfusion.runtime import Module
+from opfusion.backend.cpu.module import Module
 
 
 def matmul_schedule(n: int, bn: int = 64, rows: int = 1, k_unroll: int = 4, k_blocks: int = 16):

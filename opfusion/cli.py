@@ -319,7 +319,7 @@ def write_dot(text: str, path: str) -> None:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .runtime.compiler import cache_info, clear_cache
+    from .backend.cpu.toolchain import cache_info, clear_cache
 
     if args.action == "clear":
         removed = clear_cache()

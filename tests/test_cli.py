@@ -12,7 +12,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from opfusion.runtime.compiler import have_c_compiler  # noqa: E402
+from opfusion.backend.cpu.toolchain import have_c_compiler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="needs a C compiler")
 

@@ -10,9 +10,9 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
+from opfusion.backend.cpu.toolchain import have_c_compiler  # noqa: E402
 from opfusion.cli import main  # noqa: E402
 from opfusion.progress import Progress  # noqa: E402
-from opfusion.runtime.compiler import have_c_compiler  # noqa: E402
 from opfusion.terminal import printable  # noqa: E402
 
 EVIL = "\x1b[31m\r\x9b2J\u202e\x07"

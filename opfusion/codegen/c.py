@@ -31,16 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BuildError
-from ..ir.types import float_to_int_bounds
-from ..runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
-from ..runtime.module import (
+from ..backend.cpu.module import (
     DTYPE_CODES,
     KERNEL_TABLE_MAGIC,
     KERNEL_TABLE_SYMBOL,
     KERNEL_TABLE_VERSION,
     KernelParam,
 )
+from ..errors import BuildError
+from ..ir.types import float_to_int_bounds
+from ..runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
 from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type, sanitize_identifier
@@ -665,7 +665,7 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
 
     The table lists every kernel of the file with its exported name, a pointer to the
     function and, per parameter, the dtype code, rank, dimensions and whether the kernel
-    writes it (layout: :mod:`opfusion.runtime.module`). The loader takes function pointers
+    writes it (layout: :mod:`opfusion.backend.cpu.module`). The loader takes function pointers
     from this table and never looks a symbol up by a name it was given, so a library can only
     be asked to run its own kernels, with the shapes they were compiled for. Names are written
     with the preprocessor's ``#`` (they are plain identifiers), so the file has no string

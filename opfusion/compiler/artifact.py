@@ -11,7 +11,7 @@ illegal instruction.
 loaded, so only load artifacts from a source you trust, as with pickle or
 ``torch.load(weights_only=False)``. What loading does guarantee is that an artifact can do no
 more than its own library: kernels are taken from the library's own kernel table (see
-:mod:`opfusion.runtime.module`), never by a symbol name from the manifest, and every shape,
+:mod:`opfusion.backend.cpu.module`), never by a symbol name from the manifest, and every shape,
 dtype, index, memory block and constant in the manifest is checked against that table and
 against each other before anything runs, so a damaged or edited manifest is an
 :class:`ArtifactError`, not a call into libc or an out-of-bounds access. Sizes are checked
@@ -34,12 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
-from ..ir.expr import Function
-from ..ir.module import IRModule
-from ..ir.parser import parse
-from ..ir.types import TensorType, TupleType
-from ..runtime.compiler import (
+from ..backend.cpu.module import DTYPE_CODES, KernelParam, LibraryKernels, LibraryLoadError, Module
+from ..backend.cpu.toolchain import (
     CompiledLibrary,
     cache_dir,
     has_recorded_digest,
@@ -47,7 +43,11 @@ from ..runtime.compiler import (
     store_library,
     touch,
 )
-from ..runtime.module import DTYPE_CODES, KernelParam, LibraryKernels, LibraryLoadError, Module
+from ..errors import OpfusionError
+from ..ir.expr import Function
+from ..ir.module import IRModule
+from ..ir.parser import parse
+from ..ir.types import TensorType, TupleType
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
 from .memory_plan import ALIGNMENT, MemoryPlan
@@ -605,7 +605,7 @@ def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:
 
     A copy already there is used only if it and the digest recorded beside it match
     ``digest``; anything else (a truncated, damaged or replaced copy) is written again, with
-    its digest, atomically (see :func:`opfusion.runtime.compiler.store_library`)."""
+    its digest, atomically (see :func:`opfusion.backend.cpu.toolchain.store_library`)."""
     directory = cache_dir() / "artifacts"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{digest[:40]}.so"

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import te
+from ..backend import Backend, get_backend
 from ..errors import OpfusionError
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.op import Op, OpPatternKind
@@ -29,7 +30,7 @@ from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..tir.lower import lower
 from ..tir.stmt import PrimFunc
-from ..topi import get_compute, get_schedule
+from ..topi import get_compute
 from ..topi.schedules import arrange_blocked_sums
 
 K = OpPatternKind
@@ -62,8 +63,10 @@ class LoweredGroup:
     function: Function | None = None  # the primitive function (absent after opf.load)
 
 
-def lower_primitive_function(func: Function, name: str) -> LoweredGroup:
-    """Turn the primitive function ``func`` into one kernel named ``name``."""
+def lower_primitive_function(func: Function, name: str,
+                             backend: Backend | None = None) -> LoweredGroup:
+    """Turn the primitive function ``func`` into one kernel named ``name``, scheduled by
+    ``backend`` (default: the current target's)."""
     output_types = _output_types(func)
     calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
     op_names = [c.op.name if isinstance(c.op, Op) else "call" for c in calls]
@@ -82,11 +85,11 @@ def lower_primitive_function(func: Function, name: str) -> LoweredGroup:
     schedule = te.create_schedule([t.op for t in outputs])
     _inline_injective_stages(schedule, builder, outputs)
     anchor = _anchor(builder)
-    schedule_fn = get_schedule(anchor[0].op.name) if anchor else None
-    if schedule_fn is not None and len(outputs) == 1:
-        schedule_fn(schedule, anchor[1], outputs[0])
+    backend = backend or get_backend()
+    if anchor is not None and len(outputs) == 1:
+        backend.schedule(schedule, anchor[1], outputs[0], anchor[0].op.name)
     else:
-        default_schedule(schedule)
+        backend.schedule(schedule, None, None, None)
     args = builder.placeholders + builder.constant_placeholders + outputs
     prim = lower(schedule, args, name=name)
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,

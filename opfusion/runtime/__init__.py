@@ -1,7 +1,8 @@
-"""The runtime: devices, NDArrays, the C compiler driver with its kernel cache, and modules.
+"""The runtime: devices, NDArrays and the Ctrl-C bridge to running kernels.
 
 ``opf.nd`` is :mod:`opfusion.runtime.ndarray`; ``opf.device`` and ``opf.cpu`` come from
-:mod:`opfusion.runtime.device`."""
+:mod:`opfusion.runtime.device`. Building and loading kernels is the backend's
+(:mod:`opfusion.backend.cpu.toolchain`, :mod:`opfusion.backend.cpu.module`)."""
 
 import os
 
@@ -14,24 +15,9 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 from . import ndarray  # noqa: E402
-from .compiler import (  # noqa: E402
-    DEFAULT_FLAGS,
-    CompiledLibrary,
-    CompileStats,
-    cache_dir,
-    compile_source,
-    compile_stats,
-    find_compiler,
-    have_c_compiler,
-)
 from .device import Device, cpu, device  # noqa: E402
-from .module import KernelParam, Module  # noqa: E402
 from .ndarray import NDArray  # noqa: E402
 
 nd = ndarray
 
-__all__ = [
-    "DEFAULT_FLAGS", "CompileStats", "CompiledLibrary", "Device", "KernelParam", "Module",
-    "NDArray", "cache_dir", "compile_source", "compile_stats", "cpu", "device", "find_compiler",
-    "have_c_compiler", "nd", "ndarray",
-]
+__all__ = ["Device", "NDArray", "cpu", "device", "nd", "ndarray"]

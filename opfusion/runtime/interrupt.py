@@ -105,7 +105,7 @@ def _load_helper() -> Any:
     with the lock held."""
     global _helper, _flag
     if _helper is None:
-        from .compiler import compile_source
+        from ..backend.cpu.toolchain import compile_source
 
         try:
             library = compile_source(_HELPER_SOURCE, flags=_HELPER_FLAGS)

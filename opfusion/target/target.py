@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpfusionError
+from ..errors import BuildError
 from . import isa
 from .host import (
     format_size,
@@ -36,7 +36,7 @@ from .host import (
 )
 
 
-class TargetError(OpfusionError):
+class TargetError(BuildError):
     """A target string or object opfusion cannot use: an unknown kind, option, CPU or
     feature, a bad value, or a target whose code this machine cannot run."""
 

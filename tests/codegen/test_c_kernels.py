@@ -7,8 +7,8 @@ import pytest
 
 import opfusion as opf
 from opfusion import te
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.errors import BuildError
-from opfusion.runtime.compiler import have_c_compiler
 from opfusion.testing import assert_close
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
@@ -266,7 +266,7 @@ def test_build_of_schedule_needs_args():
 
 
 def test_building_the_same_kernel_twice_compiles_once():
-    from opfusion.runtime.compiler import compile_stats
+    from opfusion.backend.cpu.toolchain import compile_stats
 
     n = 96  # a size no other test builds, so the first build really compiles
     before = compile_stats()

@@ -6,9 +6,9 @@ import pytest
 
 import opfusion as opf
 from opfusion import te
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.codegen.c import CodegenOptions, codegen_c
 from opfusion.codegen.c_regtile import plan_register_tile
-from opfusion.runtime.compiler import have_c_compiler
 from opfusion.tir import stmt as S
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.codegen import CodegenOptions, codegen_c, sanitize_identifier
 from opfusion.codegen.c import float_literal, int_literal
 from opfusion.errors import BuildError
-from opfusion.runtime.compiler import have_c_compiler
 from opfusion.testing import assert_close
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.artifact import ArtifactError
-from opfusion.runtime import have_c_compiler
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -269,7 +269,7 @@ def test_the_warning_that_artifacts_run_native_code_is_where_users_look(capsys):
 def test_a_damaged_installed_copy_of_the_library_is_written_again(artifact):
     path, want = artifact
     opf.load(path)
-    from opfusion.runtime.compiler import cache_dir, file_sha256
+    from opfusion.backend.cpu.toolchain import cache_dir, file_sha256
 
     with zipfile.ZipFile(path) as archive:
         digest = json.loads(archive.read("manifest.json"))["library_sha256"]

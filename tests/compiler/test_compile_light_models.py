@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opfusion as opf
-from opfusion.runtime import have_c_compiler
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.testing import LIGHT_MODEL_NAMES, assert_close, light_model
 
 onnx = pytest.importorskip("onnx")

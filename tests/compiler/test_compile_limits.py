@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.limits import (
     MAX_ALLOCATION_BYTES,
     MAX_KERNEL_WORK,
@@ -19,7 +20,6 @@ from opfusion.compiler.limits import (
 from opfusion.errors import ResourceLimitError
 from opfusion.ir.expr import Constant, Function, Var
 from opfusion.ir.types import TensorType
-from opfusion.runtime import have_c_compiler
 from opfusion.tir import stmt as S
 from opfusion.tir.expr import Var as TirVar
 from opfusion.transform import PassContext

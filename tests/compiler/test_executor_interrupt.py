@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.errors import RunInterrupted
-from opfusion.runtime import have_c_compiler
 from opfusion.runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
 
 pytestmark = [

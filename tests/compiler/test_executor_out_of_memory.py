@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.limits import (
     MAX_ALLOCATION_BYTES,
     MAX_KERNEL_WORK,
@@ -16,7 +17,6 @@ from opfusion.compiler.limits import (
 from opfusion.errors import EvaluationError, OpfusionError, OutOfMemoryError, ResourceLimitError
 from opfusion.ir.expr import Function, Var
 from opfusion.ir.types import TensorType
-from opfusion.runtime import have_c_compiler
 from opfusion.transform import PassContext
 
 needs_cc = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")

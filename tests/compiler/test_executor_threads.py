@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import opfusion as opf
-from opfusion.runtime import have_c_compiler
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.compile import random_inputs
 from opfusion.compiler.executor import KernelMismatchError
 from opfusion.ir.expr import Tuple
-from opfusion.runtime import have_c_compiler
 from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")

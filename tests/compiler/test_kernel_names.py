@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.codegen.c import codegen_c_module
 from opfusion.codegen.c_names import MAX_NAME_LENGTH, NameTable, sanitize_identifier
 from opfusion.compiler.compile import _kernel_name
-from opfusion.runtime import have_c_compiler
 from opfusion.testing import assert_close
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S

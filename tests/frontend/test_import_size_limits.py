@@ -11,12 +11,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.limits import MAX_ALLOCATION_BYTES
 from opfusion.errors import OpfusionError, ResourceLimitError
 from opfusion.frontend import from_onnx
 from opfusion.ir.expr import Constant
 from opfusion.ir.visitor import post_order
-from opfusion.runtime import have_c_compiler
 from opfusion.transform import PassContext
 
 FOLD = "FoldConstant.max_elements"

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from opfusion.errors import CompileError, CompilerNotFoundError
-from opfusion.runtime import compiler
-from opfusion.runtime.compiler import (
-    DEFAULT_FLAGS,
+from opfusion.backend.cpu import toolchain as compiler
+from opfusion.backend.cpu.toolchain import (
+    BASE_FLAGS,
     cache_dir,
     cache_key,
     compile_source,
@@ -19,6 +18,7 @@ from opfusion.runtime.compiler import (
     find_compiler,
     have_c_compiler,
 )
+from opfusion.errors import CompileError, CompilerNotFoundError
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -79,15 +79,15 @@ def test_cache_hit_does_not_run_the_compiler(monkeypatch):
 
 def test_cache_key_covers_source_flags_compiler_and_cpu(monkeypatch):
     argv = find_compiler()
-    key = cache_key(SOURCE, argv, DEFAULT_FLAGS)
-    assert key == cache_key(SOURCE, argv, DEFAULT_FLAGS)
-    assert key != cache_key(SOURCE + " ", argv, DEFAULT_FLAGS)
-    assert key != cache_key(SOURCE, argv, (*DEFAULT_FLAGS, "-g"))
-    assert key != cache_key(SOURCE, [*argv, "-m64"], DEFAULT_FLAGS)
+    key = cache_key(SOURCE, argv, BASE_FLAGS)
+    assert key == cache_key(SOURCE, argv, BASE_FLAGS)
+    assert key != cache_key(SOURCE + " ", argv, BASE_FLAGS)
+    assert key != cache_key(SOURCE, argv, (*BASE_FLAGS, "-g"))
+    assert key != cache_key(SOURCE, [*argv, "-m64"], BASE_FLAGS)
     monkeypatch.setattr(compiler, "host_cpu_features", lambda: "a different cpu")
-    assert key != cache_key(SOURCE, argv, DEFAULT_FLAGS)
+    assert key != cache_key(SOURCE, argv, BASE_FLAGS)
     monkeypatch.setattr(compiler, "compiler_version", lambda argv: "cc 99.0")
-    assert key != cache_key(SOURCE, argv, DEFAULT_FLAGS)
+    assert key != cache_key(SOURCE, argv, BASE_FLAGS)
 
 
 def test_host_cpu_features_name_the_instruction_sets():
@@ -143,7 +143,7 @@ def test_concurrent_builds_of_one_kernel_all_succeed(tmp_path):
     # must end with a loadable library and none may see a partial file.
     script = textwrap.dedent(f"""
         import ctypes, sys
-        from opfusion.runtime.compiler import compile_source
+        from opfusion.backend.cpu.toolchain import compile_source
         lib = compile_source({SOURCE!r} + "/* concurrent */\\n")
         assert ctypes.CDLL(str(lib.path)).opf_test_answer() == 42
         print(lib.path)

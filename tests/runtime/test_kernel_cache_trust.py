@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from opfusion.runtime import have_c_compiler
-from opfusion.runtime.compiler import (
+from opfusion.backend.cpu.toolchain import (
     cache_info,
     clear_cache,
     compile_source,
@@ -25,6 +24,7 @@ from opfusion.runtime.compiler import (
     enforce_cache_limit,
     file_sha256,
     has_recorded_digest,
+    have_c_compiler,
     remove_stale_temporaries,
 )
 
@@ -36,7 +36,7 @@ _BUILD = textwrap.dedent("""
     import sys
     import numpy as np
     import opfusion as opf
-    from opfusion.runtime.compiler import compile_stats
+    from opfusion.backend.cpu.toolchain import compile_stats
     from opfusion.tir import expr as E
     from opfusion.tir import stmt as S
 

@@ -5,15 +5,14 @@ are errors, not calls into whatever symbol the process happens to have."""
 import pytest
 
 import opfusion as opf
-from opfusion.runtime import have_c_compiler
-from opfusion.runtime.compiler import compile_source
-from opfusion.runtime.module import (
+from opfusion.backend.cpu.module import (
     KernelParam,
     KernelTableError,
     LibraryKernels,
     LibraryLoadError,
     Module,
 )
+from opfusion.backend.cpu.toolchain import compile_source, have_c_compiler
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
 

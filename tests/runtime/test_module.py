@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.errors import KernelArgumentError, OpfusionError
-from opfusion.runtime.compiler import have_c_compiler
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import KernelArgumentError, OpfusionError, OutOfMemoryError, RunInterrupted
-from .compiler import CompiledLibrary, compile_source, evict
-from .interrupt import KERNEL_CANCELLED
-from .ndarray import NDArray
+from ...errors import KernelArgumentError, OpfusionError, OutOfMemoryError, RunInterrupted
+from ...runtime.interrupt import KERNEL_CANCELLED
+from ...runtime.ndarray import NDArray
+from .toolchain import CompiledLibrary, compile_source, evict
 
 #: The function every generated library exports to describe its kernels.
 KERNEL_TABLE_SYMBOL = "opf_kernel_table"
@@ -168,30 +168,31 @@ class Module:
 
 
 def load_kernel(name: str, entry_name: str, params: Sequence[KernelParam],
-                source: str) -> Module:
+                source: str, flags: tuple[str, ...] | None = None) -> Module:
     """Compile ``source`` (or find it in the cache) and load it as a :class:`Module`.
 
     A cached library that the dynamic loader rejects (a truncated or foreign file), or whose
     kernel table does not list this kernel with these parameters, is removed from the cache
     and compiled once more."""
-    return load_kernels(source, [(name, entry_name, params)])[0]
+    return load_kernels(source, [(name, entry_name, params)], flags)[0]
 
 
-def load_kernels(source: str, kernels: Sequence[tuple[str, str, Sequence[KernelParam]]]
-                 ) -> list[Module]:
+def load_kernels(source: str, kernels: Sequence[tuple[str, str, Sequence[KernelParam]]],
+                 flags: tuple[str, ...] | None = None) -> list[Module]:
     """Compile one source holding several kernels (or find it in the cache) and load each
     ``(name, entry_name, params)`` as a :class:`Module`; all share one shared library.
 
     A cached library that cannot be loaded or whose table does not match ``kernels`` is
-    evicted and compiled again; a freshly compiled one that does not match is an error."""
-    library = compile_source(source)
+    evicted and compiled again; a freshly compiled one that does not match is an error.
+    ``flags``: the compiler flags (default: those of the current target)."""
+    library = compile_source(source, flags=flags)
     try:
         return _modules(source, library, kernels)
     except LibraryLoadError:
         if not library.from_cache:
             raise
         evict(library)
-    return _modules(source, compile_source(source), kernels)
+    return _modules(source, compile_source(source, flags=flags), kernels)
 
 
 def _modules(source: str, library: CompiledLibrary,

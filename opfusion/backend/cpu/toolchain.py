@@ -3,7 +3,7 @@
 A shared library is cached under ``$OPFUSION_CACHE_DIR/kernels/<key>.so`` (default cache
 directory ``~/.cache/opfusion``). The key hashes everything that decides the machine code:
 the source, the flags, the compiler's identity and version, and the host CPU's features —
-``-march=native`` code built on one CPU can die with SIGILL on another that shares the cache.
+``code tuned for one CPU is not reused on another that shares the cache.
 
 Writes are atomic: the compiler writes a temporary file in the same directory, which is then
 renamed over the final name, so a process that finds ``<key>.so`` always finds a whole file,
@@ -13,7 +13,7 @@ Nothing in the cache is trusted for being there. Beside each library, ``<key>.sh
 the SHA-256 of the library as it was written (the digest is written first, then the library
 renamed into place); a library whose digest file is missing or does not match — truncated,
 damaged, replaced — is evicted and built again, never loaded. After loading, the library's
-kernel table must list the kernels the caller expects (see :mod:`opfusion.runtime.module`),
+kernel table must list the kernels the caller expects (see :mod:`opfusion.backend.cpu.module`),
 else it too is evicted and rebuilt.
 
 The cache is bounded: when it grows beyond :func:`cache_limit` bytes (default
@@ -37,18 +37,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildError, CompileError, CompilerNotFoundError
+from ...errors import BuildError, CompileError, CompilerNotFoundError
+from ...target import Target, as_target
+from ...target.host import host_cpuinfo_flags
 
-#: Flags every kernel is compiled with. ``-ffast-math`` is deliberately absent: it lets the
-#: compiler reassociate and drop NaN/Inf handling, which changes results. The two flags that
-#: are here change no result: ``-fno-math-errno`` only stops libm calls from setting errno
-#: (so ``sqrtf`` can become an instruction), and ``-fno-trapping-math`` only says that no
-#: program inspects floating-point exception flags (so ``a > b ? a : b`` in a loop can be
-#: if-converted and vectorized).
-DEFAULT_FLAGS: tuple[str, ...] = (
-    "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno",
+#: Flags every kernel is compiled with, whatever the target; the target adds its ISA flags
+#: (:func:`target_flags`). ``-ffast-math`` is deliberately absent: it lets the compiler
+#: reassociate and drop NaN/Inf handling, which changes results. The two flags that are here
+#: change no result: ``-fno-math-errno`` only stops libm calls from setting errno (so ``sqrtf``
+#: can become an instruction), and ``-fno-trapping-math`` only says that no program inspects
+#: floating-point exception flags (so ``a > b ? a : b`` in a loop can be if-converted and
+#: vectorized). There is no ``-march=native``: the code may use only the features the target
+#: names, so that what an artifact needs is what its target says.
+BASE_FLAGS: tuple[str, ...] = (
+    "-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno",
     "-fno-trapping-math",
 )
+
+
+def target_flags(target: Target | None = None) -> tuple[str, ...]:
+    """The compiler flags of a kernel library for ``target`` (None: the current target):
+    :data:`BASE_FLAGS` and the target's ISA flags (``-march=x86-64 -mavx2 -mfma ...``)."""
+    resolved = as_target(target)
+    return (*BASE_FLAGS, *resolved.compiler_flags())
+
 
 #: Compilers tried, in order, when $CC is not set.
 _CANDIDATES = ("cc", "gcc", "clang")
@@ -153,19 +165,10 @@ def compiler_version(argv: list[str]) -> str:
     return _compiler_version(tuple(argv), mtime_ns)
 
 
-@functools.lru_cache(maxsize=1)
 def host_cpu_features() -> str:
-    """Return a description of the host CPU's instruction-set features (for the cache key)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return " ".join(sorted(value.split()))
-    # No /proc/cpuinfo (macOS, BSD): the best portable description there is.
-    return f"{platform.machine()} {platform.processor()}"
+    """Every flag the host CPU reports, for the cache key: a library tuned for this CPU
+    (``-mtune=native``) is not reused by a different one sharing the cache."""
+    return " ".join(host_cpuinfo_flags()) or f"{platform.machine()} {platform.processor()}"
 
 
 def cache_dir() -> Path:
@@ -259,13 +262,15 @@ def _remove_quietly(path: str | Path) -> None:
         pass
 
 
-def compile_source(source: str, *, flags: tuple[str, ...] = DEFAULT_FLAGS,
+def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
                    directory: Path | None = None) -> CompiledLibrary:
     """Compile C ``source`` into a shared library, or find it in the cache; return its path.
+    ``flags`` default to :func:`target_flags` of the current target.
 
     Raises CompilerNotFoundError when there is no compiler and CompileError (with the
     compiler's messages and the path of the source) when compilation fails."""
     argv = find_compiler()
+    flags = target_flags() if flags is None else tuple(flags)
     key = cache_key(source, argv, flags)
     directory = cache_dir() if directory is None else directory
     library = directory / f"{key}.so"
