@@ -1,11 +1,13 @@
 """Export and load compiled models: one self-contained file, run without recompiling.
 
-The file is a zip archive: ``manifest.json`` (format, the CPU features the kernels were built
-for, inputs, values, steps, memory plan), ``kernels.so`` (the shared library), ``kernels.c``
-(its source, for reading) and ``constants.npz`` (the weights). Loading checks the format and
-that this CPU has every instruction-set feature the library was compiled for *before* the
-library is loaded: code built with ``-march=native`` elsewhere could otherwise die with an
-illegal instruction.
+The file is a zip archive: ``manifest.json`` (format, the target the kernels were built for
+and the ISA features that target let the compiler use, inputs, values, steps, memory plan),
+``kernels.so`` (the shared library), ``kernels.c`` (its source, for reading) and
+``constants.npz`` (the weights). Loading checks the format and that this CPU has every ISA
+feature the library's code may use *before* the library is loaded: code for a feature the
+CPU lacks would die with an illegal instruction. Only those features count (the compiler was
+given exactly them, never ``-march=native``): a file built on an AVX-512 machine for
+``c -mattr=+avx2,+fma`` loads on any AVX2 machine.
 
 **Loading an artifact runs its native code**: the library's initializers run when it is
 loaded, so only load artifacts from a source you trust, as with pickle or
@@ -39,7 +41,6 @@ from ..backend.cpu.toolchain import (
     CompiledLibrary,
     cache_dir,
     has_recorded_digest,
-    host_cpu_features,
     store_library,
     touch,
 )
@@ -48,12 +49,16 @@ from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.parser import parse
 from ..ir.types import TensorType, TupleType
+from ..target import Target
+from ..target.host import host_arch, host_features
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
 from .memory_plan import ALIGNMENT, MemoryPlan
 
-#: Version 2: the library exports a kernel table (files of version 1 lack it).
-FORMAT = "opfusion-artifact-2"
+#: Version 2: the library exports a kernel table (files of version 1 lack it). Version 3: the
+#: manifest records the target and the ISA features its code uses, instead of every flag of
+#: the building machine's CPU.
+FORMAT = "opfusion-artifact-3"
 
 #: Largest ``manifest.json`` accepted (uncompressed).
 MAX_MANIFEST_BYTES = 64 << 20
@@ -110,7 +115,8 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         })
     manifest = {
         "format": FORMAT, "opfusion_version": _version(),
-        "cpu_features": host_cpu_features(),
+        "target": str(exe.target.explicit()), "arch": exe.target.arch,
+        "isa_features": sorted(exe.target.features),
         "library_sha256": hashlib.sha256(library_bytes).hexdigest(),
         "input_names": exe.input_names, "values": values, "steps": steps,
         "outputs": exe.outputs, "tuple_output": exe.tuple_output,
@@ -172,7 +178,7 @@ def _load(path: str | os.PathLike[str], max_bytes: int) -> Executor:
         members = _members(archive, path, budget)
         manifest = _manifest(_read(archive, members["manifest.json"], MAX_MANIFEST_BYTES, path),
                              path)
-        _check_cpu(manifest, path)
+        target = _check_cpu(manifest, path)
         library_bytes = _read(archive, members["kernels.so"], MAX_LIBRARY_BYTES, path)
         digest = _field(manifest, "library_sha256", str, "manifest")
         if hashlib.sha256(library_bytes).hexdigest() != digest:
@@ -185,7 +191,9 @@ def _load(path: str | os.PathLike[str], max_bytes: int) -> Executor:
         npz_info = members["constants.npz"]  # its size was checked with the rest
         npz = _read(archive, npz_info, npz_info.file_size, path)
     constants = _read_constants(npz, path, budget)
-    return _rebuild(manifest, library_bytes, digest, source, constants, path)
+    executor = _rebuild(manifest, library_bytes, digest, source, constants, path)
+    executor.target = target
+    return executor
 
 
 class _Budget:
@@ -276,13 +284,27 @@ def _manifest(data: bytes, path: Any) -> dict[str, Any]:
     return manifest
 
 
-def _check_cpu(manifest: dict[str, Any], path: Any) -> None:
-    needed = set(str(manifest.get("cpu_features", "")).split())
-    missing = sorted(needed - set(host_cpu_features().split()))
+def _check_cpu(manifest: dict[str, Any], path: Any) -> Target:
+    """The artifact's target, once this machine is known to run its code: same architecture,
+    and every ISA feature the code may use."""
+    arch = _field(manifest, "arch", str, "manifest")
+    needed = _field(manifest, "isa_features", list, "manifest")
+    if not all(isinstance(f, str) for f in needed):
+        raise ArtifactError(f"{path}: the manifest's isa_features are not names")
+    if arch != host_arch():
+        raise ArtifactError(f"{path} was compiled for {arch}, and this machine is "
+                            f"{host_arch()}; compile the model again on this machine")
+    missing = sorted(set(needed) - host_features())
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise ArtifactError(f"{path} was compiled for a CPU with features this one lacks "
-                            f"({shown}); compile the model again on this machine")
+                            f"({shown}); compile the model again on this machine, or for a "
+                            f"target it has (e.g. target='c -mattr=+avx2,+fma')")
+    try:
+        return Target(_field(manifest, "target", str, "manifest"))
+    except OpfusionError as err:
+        raise ArtifactError(f"{path}: the manifest's target is not one this opfusion "
+                            f"knows ({err})") from None
 
 
 _NPY_NAME = re.compile(r"[A-Za-z0-9_]{1,64}\.npy")

@@ -35,6 +35,7 @@ from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
 from ..runtime import interrupt
 from ..runtime.interrupt import KERNEL_CANCELLED
+from ..target import Target, host_target
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep, allocate
 
@@ -161,6 +162,8 @@ class Executor:
         self._run_hooks: tuple[Callable[[], Any], Callable[[], None]] = (_nothing, _nothing)
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
+        #: The target the kernels were generated for (set by opf.compile and opf.load).
+        self.target: Target = host_target()
 
     def _new_workspace(self) -> Workspace:
         blocks = self.plan.allocate_blocks(self._block_text)

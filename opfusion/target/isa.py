@@ -60,6 +60,10 @@ KNOWN_CPUS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: The CPU name that means "the architecture's baseline, nothing more".
+GENERIC_CPU = {"x86_64": "generic", "aarch64": "armv8-a"}
+
+
 def normalize_arch(machine: str) -> str:
     """``platform.machine()``'s spelling -> ``x86_64`` or ``aarch64`` (others as given)."""
     return _ARCH_ALIASES.get(machine.lower(), machine.lower())

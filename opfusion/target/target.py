@@ -206,6 +206,22 @@ class Target:
                 flags += ("-mprefer-vector-width=512",)
         return flags
 
+    def explicit(self) -> Target:
+        """The same code target with every feature spelled out (``c -mcpu=generic
+        -mattr=+sse4.2,+avx,...``): it means the same on any machine, which ``"c"`` (the host)
+        does not. Core count and cache sizes are the host's again (they tune, never decide
+        whether code runs)."""
+        if self.device != "cpu":
+            return Target(str(self))
+        base = isa.GENERIC_CPU.get(self.arch)
+        if base is None:
+            raise TargetError(f"target {self}: no generic CPU is known for {self.arch}")
+        baseline = isa.closure(self.arch, ())
+        extra = [f"+{f}" for f in isa.known_features(self.arch)
+                 if f in self.features and f not in baseline]
+        attrs = f" -mattr={','.join(extra)}" if extra else ""
+        return Target(f"{self.kind.name} -mcpu={base}{attrs}")
+
     def missing_on_host(self) -> list[str]:
         """The target's features this machine lacks (empty when its code can run here)."""
         if self.device != "cpu":

@@ -15,6 +15,7 @@ from opfusion.compiler.memory_plan import PlannedStep, plan_memory
 from opfusion.testing import assert_close
 from opfusion.testing.examples import seed_example
 from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS, workload_input
+from opfusion.testing.targets import OTHER_TARGETS
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -42,6 +43,9 @@ def test_workloads_compile_fused_and_unfused_to_the_reference_numbers(name):
     assert fused.num_kernels < unfused.num_kernels
     assert_close(fused(**inputs), want, rtol=1e-4)
     assert_close(unfused(**inputs), want, rtol=1e-4)
+    for target in OTHER_TARGETS:  # the host target above; an older ISA on the same machine
+        assert_close(opf.compile(mod, params=params, target=target)(**inputs), want,
+                     rtol=1e-4)
 
 
 def test_run_returns_a_list_and_call_returns_the_array():
@@ -167,7 +171,7 @@ def test_an_artifact_for_a_cpu_with_other_features_is_refused_before_loading(tmp
             data = src.read(item)
             if item == "manifest.json":
                 manifest = json.loads(data)
-                manifest["cpu_features"] += " avx512_imaginary"
+                manifest["isa_features"].append("avx512_imaginary")
                 data = json.dumps(manifest).encode()
             dst.writestr(item, data)
     with pytest.raises(ArtifactError, match="features this one lacks \\(avx512_imaginary\\)"):

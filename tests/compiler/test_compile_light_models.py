@@ -8,6 +8,7 @@ import pytest
 import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.testing import LIGHT_MODEL_NAMES, assert_close, light_model
+from opfusion.testing.targets import OTHER_TARGETS
 
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
@@ -32,3 +33,5 @@ def test_light_model_compiles_to_the_reference_numbers(name):
     unfused = opf.compile(mod, params=params, fusion="none")
     assert unfused.num_kernels > fused.num_kernels
     assert_close(unfused(x), want, rtol=rtol)
+    for target in OTHER_TARGETS:  # the host target above; an older ISA on the same machine
+        assert_close(opf.compile(mod, params=params, target=target)(x), want, rtol=rtol)
