@@ -31,6 +31,7 @@ import numpy as np
 
 from .errors import OpfusionError
 from .progress import DEFAULT_OPT_LEVEL, compile_with_progress, count_groups, showing_progress
+from .target import host_num_cores
 from .terminal import printable
 
 log = logging.getLogger("opfusion.cli")
@@ -407,7 +408,7 @@ def _ort_session(path: str) -> Any:
     except ImportError:
         raise CommandError("--compare ort needs onnxruntime: pip install onnxruntime") from None
     options = ort.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count() or 1
+    options.intra_op_num_threads = host_num_cores()
     options.log_severity_level = 3
     # Interleaved timing: ONNX Runtime's threads otherwise keep spinning after a run and slow
     # down whichever engine runs next.

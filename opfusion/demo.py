@@ -107,17 +107,12 @@ def median_ratio(numerator: list[float], denominator: list[float]) -> float:
 
 
 def machine_summary() -> str:
-    """The CPU, its cores and the current load, in one line."""
-    cores = os.cpu_count() or 1
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    model = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
+    """The CPU, its ISA, its cores and the current load, in one line."""
+    from .target import host_cpu_name, host_target
+
+    host = host_target()
+    cores = host.num_cores
+    model = f"{host_cpu_name()} ({host.isa})"
     text = f"{model}, {cores} core{'s' if cores != 1 else ''}"
     try:
         load = os.getloadavg()[0]
