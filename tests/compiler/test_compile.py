@@ -14,8 +14,8 @@ from opfusion.compiler.executor import InputError, KernelMismatchError
 from opfusion.compiler.memory_plan import PlannedStep, plan_memory
 from opfusion.testing import assert_close
 from opfusion.testing.examples import seed_example
-from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS, workload_input
 from opfusion.testing.targets import OTHER_TARGETS
+from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS, workload_input
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
