@@ -9,7 +9,7 @@ import pytest
 import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.codegen import CodegenOptions, codegen_c, sanitize_identifier
-from opfusion.codegen.c import float_literal, int_literal
+from opfusion.backend.c_family import float_literal, int_literal
 from opfusion.errors import BuildError
 from opfusion.testing import assert_close
 from opfusion.tir import expr as E

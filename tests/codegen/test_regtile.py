@@ -7,9 +7,8 @@ import pytest
 import opfusion as opf
 from opfusion import te
 from opfusion.backend.cpu.toolchain import have_c_compiler
-from opfusion.codegen.c import CodegenOptions, codegen_c
-from opfusion.codegen.c_regtile import plan_register_tile
-from opfusion.tir import stmt as S
+from opfusion.backend.cpu.loop_planning import plan_loops
+from opfusion.codegen import CodegenOptions, codegen_c
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -94,22 +93,7 @@ def test_each_distinct_operand_is_loaded_once_per_iteration():
 
 def tile_plans(s, args):
     func = opf.lower(s, args, name="k")
-    found = []
-    stack = [func.body]
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, S.For):
-            plan = plan_register_tile(stmt, 32, set())
-            if plan is not None:
-                found.append(plan)
-                continue
-        if isinstance(stmt, S.SeqStmt):
-            stack.extend(stmt.stmts)
-        elif isinstance(stmt, S.IfThenElse):
-            stack.extend(x for x in (stmt.then_case, stmt.else_case) if x is not None)
-        elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
-            stack.append(stmt.body)
-    return found
+    return list(plan_loops(func, AVX2).tiles.values())
 
 
 def test_plan_names_reduction_and_tile_loops():
