@@ -2,7 +2,7 @@
 
 import pytest
 
-from opfusion.target import Target
+from opfusion.target import Target, host_arch
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +25,8 @@ CPU_TARGETS = {"avx2": "c -mattr=+avx2,+fma", "avx512f": "c -mattr=+avx512f"}
 def cpu_target(request: pytest.FixtureRequest) -> Target:
     """Each target of :data:`CPU_TARGETS`; the AVX-512 one only where the host can run it
     (its kernels are built and run, not only printed)."""
+    if host_arch() != "x86_64":
+        pytest.skip(f"{CPU_TARGETS[request.param]} is an x86-64 target; the host is {host_arch()}")
     target = Target(CPU_TARGETS[request.param])
     if target.missing_on_host():
         pytest.skip(f"the host lacks {', '.join(target.missing_on_host())} to run {target}")
