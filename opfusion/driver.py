@@ -16,7 +16,7 @@ from typing import Any
 from .backend import get_backend
 from .backend.cpu.module import Module, load_kernel
 from .backend.cpu.toolchain import target_flags
-from .codegen.c import CodegenOptions, codegen_c
+from .codegen import CodegenOptions, codegen_c
 from .errors import BuildError
 from .target import Target
 from .tir.stmt import PrimFunc

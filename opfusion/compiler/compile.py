@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, get_backend
-from ..codegen.c_names import MAX_NAME_LENGTH
+from ..backend.c_names import MAX_NAME_LENGTH
 from ..errors import OpfusionError
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule

@@ -118,9 +118,10 @@ def test_matmul_matches_numpy(make):
     assert_close(c, a @ b, rtol=1e-5)
 
 
-def test_matmul_accumulator_is_vectorized_with_vector_types():
-    source = opf.build(*matmul_blocked(64, 16), name="matmul").get_source()
-    assert "opf_load_float32x8(&C_local" in source
+def test_matmul_accumulator_is_vectorized_with_vector_types(cpu_target):
+    source = opf.build(*matmul_blocked(64, 16), target=cpu_target, name="matmul").get_source()
+    lanes = cpu_target.vector_lanes("float32")  # 8 with AVX2, 16 (the whole row) with AVX-512
+    assert f"opf_load_float32x{lanes}(&C_local" in source
 
 
 _erf = np.vectorize(math.erf)
@@ -170,7 +171,7 @@ def test_pow_and_division():
 
 
 @pytest.mark.parametrize("vectorize", [False, True])
-def test_max_min_propagate_nan_like_numpy(vectorize):
+def test_max_min_propagate_nan_like_numpy(vectorize, cpu_target):
     n = 16
     A = te.placeholder((n,), name="A")
     B = te.placeholder((n,), name="B")
@@ -178,7 +179,7 @@ def test_max_min_propagate_nan_like_numpy(vectorize):
     s = te.create_schedule(C.op)
     if vectorize:
         s[C].vectorize(C.op.axis[0])
-    kernel = opf.build(s, [A, B, C], name="maxmin")
+    kernel = opf.build(s, [A, B, C], target=cpu_target, name="maxmin")
     a = rng.standard_normal(n).astype("float32")
     b = rng.standard_normal(n).astype("float32")
     a[0], b[1], a[2], b[2] = np.nan, np.nan, np.nan, np.nan
@@ -189,7 +190,7 @@ def test_max_min_propagate_nan_like_numpy(vectorize):
 
 
 @pytest.mark.parametrize("vectorize", [False, True])
-def test_select_cast_and_comparison(vectorize):
+def test_select_cast_and_comparison(vectorize, cpu_target):
     n = 32
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: te.if_then_else(A[i] > 0.5, A[i] * 2.0, -A[i]), name="B")
@@ -198,7 +199,7 @@ def test_select_cast_and_comparison(vectorize):
     s[B].compute_inline()
     if vectorize:
         s[C].vectorize(C.op.axis[0])
-    kernel = opf.build(s, [A, C], name="select_cast")
+    kernel = opf.build(s, [A, C], target=cpu_target, name="select_cast")
     a = rng.uniform(-2, 2, n).astype("float32")
     c = np.empty(n, "int32")
     kernel(a, c)

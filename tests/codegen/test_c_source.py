@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.c_family import float_literal, int_literal
 from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.codegen import CodegenOptions, codegen_c, sanitize_identifier
-from opfusion.codegen.c import float_literal, int_literal
 from opfusion.errors import BuildError
+from opfusion.target import Target
 from opfusion.testing import assert_close
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
@@ -34,8 +35,13 @@ def elementwise(name: str, n: int, value, kind: F = F.VECTORIZED, dtype: str = "
                                            kind))
 
 
-def run(func: S.PrimFunc, *arrays: np.ndarray, options: CodegenOptions | None = None):
-    kernel = opf.build(func, options=options)
+#: The target of the tests that check the exact vector code (8 float32 lanes).
+AVX2 = Target("c -mattr=+avx2,+fma")
+
+
+def run(func: S.PrimFunc, *arrays: np.ndarray, options: CodegenOptions | None = None,
+        target: Target = AVX2):
+    kernel = opf.build(func, target=target, options=options)
     kernel(*arrays)
     return kernel.get_source()
 
@@ -127,19 +133,20 @@ def test_source_is_deterministic():
 # -- vectorized loops -----------------------------------------------------------------------
 
 @needs_cc
-def test_vectorized_loop_uses_vector_types_without_guards():
+def test_vectorized_loop_uses_vector_types_without_guards(cpu_target):
     func = elementwise("relu2", 64, lambda a, i: E.maximum(a * 2.0, 0.0))
     a = rng.standard_normal(64).astype("float32")
     out = np.empty_like(a)
-    source = run(func, a, out)
+    source = run(func, a, out, target=cpu_target)
     np.testing.assert_array_equal(out, np.maximum(a * np.float32(2), 0))
     body = source.split("int32_t relu2")[1]
-    assert "opf_load_float32x8" in body and "i += 8" in body
+    lanes = cpu_target.vector_lanes("float32")
+    assert f"opf_load_float32x{lanes}" in body and f"i += {lanes}" in body
     assert "if (" not in body and "?" not in body
 
 
 @needs_cc
-def test_vectorized_ramp_select_and_cast():
+def test_vectorized_ramp_select_and_cast(cpu_target):
     def value(a, i):
         ramp = E.cast(i, "float32")
         return E.select(a > 0.0, ramp, E.FloatImm(-1.0, "float32")) + E.cast(i * 2, "float32")
@@ -147,10 +154,11 @@ def test_vectorized_ramp_select_and_cast():
     func = elementwise("ramp", 64, value)
     a = rng.standard_normal(64).astype("float32")
     out = np.empty_like(a)
-    source = run(func, a, out)
+    source = run(func, a, out, target=cpu_target)
     idx = np.arange(64, dtype="float32")
     np.testing.assert_array_equal(out, np.where(a > 0, idx, -1) + 2 * idx)
-    assert "opf_ramp_int32x8" in source and "opf_select_float32x8" in source
+    lanes = cpu_target.vector_lanes("float32")
+    assert f"opf_ramp_int32x{lanes}" in source and f"opf_select_float32x{lanes}" in source
 
 
 @needs_cc
@@ -178,17 +186,18 @@ def test_vectorized_strided_store_falls_back_to_omp_simd():
 
 
 @needs_cc
-def test_vectorized_float64_and_int64():
+def test_vectorized_float64_and_int64(cpu_target):
     func = elementwise("f64", 12, lambda a, i: a * 3.0 + E.cast(i, "float64"), dtype="float64")
     a = rng.standard_normal(12)
     out = np.empty_like(a)
-    source = run(func, a, out)
-    assert "opf_float64x4" in source
-    np.testing.assert_array_equal(out, a * 3 + np.arange(12))
+    source = run(func, a, out, target=cpu_target)
+    assert "opf_float64x4" in source  # 12 elements: 4 lanes, the widest vector that divides 12
+    assert_close(out, a * 3 + np.arange(12), rtol=1e-15)  # the C compiler may contract to an FMA
     func = elementwise("i64", 8, lambda a, i: a * 3 - 1, dtype="int64")
     a = rng.integers(-100, 100, 8)
     out = np.empty_like(a)
-    run(func, a, out)
+    source = run(func, a, out, target=cpu_target)
+    assert f"opf_int64x{cpu_target.vector_lanes('int64')}" in source
     np.testing.assert_array_equal(out, a * 3 - 1)
 
 
@@ -209,7 +218,7 @@ def test_streaming_stores_for_large_outputs_are_correct():
     # a fence ends each parallel iteration, after its streaming stores
     assert source.index("opf_stream_fence();\n  }") > source.index("opf_stream_float32x8(&out")
     np.testing.assert_array_equal(got, a + np.float32(1))
-    small = codegen_c(func).code
+    small = codegen_c(func, target=AVX2).code
     assert "opf_stream" not in small  # 16 KiB is below the default threshold
 
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import opfusion as opf
+from opfusion.backend.c_names import MAX_NAME_LENGTH, NameTable, sanitize_identifier
+from opfusion.backend.cpu.emitter import codegen_c_module
 from opfusion.backend.cpu.toolchain import have_c_compiler
-from opfusion.codegen.c import codegen_c_module
-from opfusion.codegen.c_names import MAX_NAME_LENGTH, NameTable, sanitize_identifier
 from opfusion.compiler.compile import _kernel_name
 from opfusion.testing import assert_close
 from opfusion.tir import expr as E

@@ -2,7 +2,8 @@
 
 - schedule rules: :mod:`opfusion.topi.schedules` (one per anchor operator) and the default
   schedule of :mod:`opfusion.compiler.lower_group`;
-- code emitter: :mod:`opfusion.codegen.c`;
+- code emitter: :mod:`.emitter` (on the C-family printer of :mod:`opfusion.backend.c_family`),
+  after the loop-planning pass of :mod:`.loop_planning`;
 - toolchain: :mod:`.toolchain` (the C compiler driver, with the target's ``-m`` flags, and
   the content-addressed kernel cache);
 - module loader: :mod:`.module` (a library's kernel table, checked kernels)."""
@@ -36,11 +37,11 @@ class CPUBackend(Backend):
         return None
 
     def generate(self, funcs: list[Any], header: str | None = None) -> Any:
-        from ...codegen.c import codegen_c_module
+        from .emitter import codegen_c_module
 
         if header is None:
-            return codegen_c_module(funcs)
-        return codegen_c_module(funcs, header=header)
+            return codegen_c_module(funcs, target=self.target)
+        return codegen_c_module(funcs, header=header, target=self.target)
 
     def build(self, source: str) -> CompiledLibrary:
         return compile_source(source, flags=target_flags(self.target))

@@ -8,10 +8,10 @@ that reached the C code would read or write out of bounds instead of failing.
 
 Every generated library exports ``opf_kernel_table()``, a table of the kernels it holds: name,
 function pointer, and per parameter dtype code, rank, dimensions and written flag (emitted by
-:func:`opfusion.codegen.c.kernel_table_c`). Kernels are taken from that table only: a name is
-never looked up with ``dlsym``, which would also find any global symbol of the process (libc's
-``system``, say), and a kernel whose table entry has other parameters than the caller expects
-is refused, because calling it would read or write out of bounds."""
+:func:`opfusion.backend.cpu.emitter.kernel_table_c`). Kernels are taken from that table only: a
+name is never looked up with ``dlsym``, which would also find any global symbol of the process
+(libc's ``system``, say), and a kernel whose table entry has other parameters than the caller
+expects is refused, because calling it would read or write out of bounds."""
 
 from __future__ import annotations
 

@@ -176,8 +176,11 @@ def _innermost_opfusion_frame(tb: Any) -> str:
 _COMPILE_PARTS = (("opfusion/transform/fuse", "fuse"), ("opfusion/transform/fusion", "fuse"),
                   ("opfusion/transform/", "optimize"), ("opfusion/compiler/lower_group", "lower"),
                   ("opfusion/te/", "lower"), ("opfusion/tir/", "lower"),
-                  ("opfusion/topi/", "lower"), ("opfusion/codegen/", "codegen"),
-                  ("opfusion/runtime/", "build"), ("opfusion/compiler/", "build"))
+                  ("opfusion/topi/", "lower"), ("opfusion/backend/cpu/schedules", "lower"),
+                  ("opfusion/backend/cpu/toolchain", "build"),
+                  ("opfusion/backend/cpu/module", "build"), ("opfusion/backend/", "codegen"),
+                  ("opfusion/codegen/", "codegen"), ("opfusion/runtime/", "build"),
+                  ("opfusion/compiler/", "build"))
 
 
 def _substage(stage: str, where: str) -> str:

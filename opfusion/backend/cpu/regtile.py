@@ -17,40 +17,28 @@ once (a vector load used several times is pinned in a register with an empty ``a
 keeps GCC from re-folding it), then one multiply-add statement per accumulator. On a
 3x3 convolution that is 1.7x faster.
 
-A nest qualifies when, walking down from a loop: the loops are perfectly nested; the innermost
-is a VECTORIZED loop that the vector emitter can plan, whose body is one store
-``buf[i] = f(buf[i], ...)`` (its only read of ``buf``, at the same indices); the loops just above
-it are UNROLLED with constant bounds (the tile), and above those at least one SERIAL or
-UNROLLED loop (the reduction) whose variable ``i`` does not use; ``i`` is linear in the tile's
-variables, and distinct tile points store to disjoint vectors. The values and their order of
-accumulation are those of the loop nest, so the result is bit-identical."""
+Which nests qualify, and how many accumulators the target's registers allow, is decided by
+:mod:`.loop_planning` (a :class:`RegisterTilePlan`); this module only writes a plan. The values
+and their order of accumulation are those of the loop nest, so the result is bit-identical."""
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from ..tir import expr as E
-from ..tir import stmt as S
-from ..tir.simplify import linear_form, simplify
-from .c_names import c_type
-from .c_vector import (
-    _SCALAR,
-    VectorPlan,
-    _Analysis,
-    _flatten,
-    _value_nodes,
-    plan_vector_loop,
+from ...target import Target
+from ...tir import expr as E
+from ...tir.simplify import simplify
+from ..c_family import CFamilyEmitter
+from ..c_names import c_type
+from .loop_planning import (
+    SCALAR,
+    RegisterTilePlan,
+    VectorAnalysis,
+    tile_coefficients,
+    tile_points,
+    value_nodes,
 )
+from .vector import VectorEmitter
 
-if TYPE_CHECKING:
-    from .c import CEmitter
-
-#: Most accumulator vectors a tile may hold (16 vector registers on AVX2; the rest spill).
-MAX_TILE_VECTORS = 24
-
-_PIN_HELPER = (
+_PIN_AVX = (
     "#if defined(__GNUC__) && defined(__AVX__)\n"
     '#define OPF_PIN(v) __asm__("" : "+x"(v))\n'
     "#else\n"
@@ -58,146 +46,35 @@ _PIN_HELPER = (
     "#endif"
 )
 
-
-@dataclass(frozen=True)
-class RegisterTilePlan:
-    """An accumulation nest to emit as a register tile (see the module docstring)."""
-
-    reduce_loops: tuple[S.For, ...]
-    tile_loops: tuple[S.For, ...]
-    vector_loop: S.For
-    vector: VectorPlan
-    store: S.BufferStore
-    self_load: E.BufferLoad
+# With AVX-512, "x" would confine a pinned operand to the first 16 of the 32 vector registers;
+# "v" allows any of them.
+_PIN_AVX512 = (
+    "#if defined(__GNUC__) && defined(__AVX512F__)\n"
+    '#define OPF_PIN(v) __asm__("" : "+v"(v))\n'
+    "#else\n"
+    "#define OPF_PIN(v) ((void)0)\n"
+    "#endif"
+)
 
 
-def _chain(loop: S.For) -> list[S.For]:
-    """The perfectly nested loops from ``loop`` down to the first VECTORIZED one."""
-    chain: list[S.For] = []
-    stmt: S.Stmt = loop
-    while isinstance(stmt, S.For):
-        chain.append(stmt)
-        if stmt.kind is S.ForKind.VECTORIZED:
-            return chain
-        stmt = stmt.body
-    return []
-
-
-def _is_const_loop(loop: S.For) -> bool:
-    return isinstance(loop.min, E.IntImm) and isinstance(loop.extent, E.IntImm)
-
-
-def _uses(expr: E.PrimExpr, variables: list[E.Var]) -> bool:
-    ids = {id(v) for v in variables}
-    return any(id(v) in ids for v in E.free_vars(expr))
-
-
-def _self_load(store: S.BufferStore) -> E.BufferLoad | None:
-    """The value's one read of the stored buffer, if it reads it exactly once at the store's
-    indices (None otherwise)."""
-    found: list[E.BufferLoad] = []
-    for node in E.post_order(store.value):
-        if isinstance(node, E.BufferLoad) and node.buffer is store.buffer:
-            found.append(node)
-    if len(found) != 1:
-        return None
-    load = found[0]
-    if len(load.indices) != len(store.indices):
-        return None
-    for a, b in zip(load.indices, store.indices):
-        if a is not b:
-            difference = simplify(E.sub(a, b))
-            if not (isinstance(difference, E.IntImm) and difference.value == 0):
-                return None
-    return load
-
-
-def _tile_coefficients(offset: E.PrimExpr, tile_vars: list[E.Var]) -> dict[int, int] | None:
-    """The coefficient of each tile variable (by id) in ``offset``, or None when a tile
-    variable appears inside a non-linear term."""
-    ids = {id(v) for v in tile_vars}
-    coefs: dict[int, int] = {}
-    for coef, atom in linear_form(offset).terms.values():
-        if isinstance(atom, E.Var) and id(atom) in ids:
-            coefs[id(atom)] = coefs.get(id(atom), 0) + coef
-        elif _uses(atom, tile_vars):
-            return None
-    return coefs
-
-
-def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
-                      points: list[dict[E.Var, int]], lanes: int) -> bool:
-    """Whether every tile point stores to its own ``lanes`` elements: ``offset`` linear in the
-    tile variables, and the points' offsets at least ``lanes`` apart."""
-    coefs = _tile_coefficients(offset, tile_vars)
-    if coefs is None:
-        return False
-    starts = sorted(sum(coefs.get(id(v), 0) * value for v, value in point.items())
-                    for point in points)
-    return all(b - a >= lanes for a, b in zip(starts, starts[1:]))
-
-
-def plan_register_tile(loop: S.For, vector_bytes: int,
-                       stream_buffers: set[int]) -> RegisterTilePlan | None:
-    """A register-tile plan for the nest starting at ``loop``, or None if it does not qualify."""
-    chain = _chain(loop)
-    if len(chain) < 2:
-        return None
-    # The cheap structural checks first: every loop of a nest down to a vectorized one is
-    # offered here, outermost first, and only the first qualifying one is planned.
-    vector_loop = chain[-1]
-    body = _flatten(vector_loop.body)
-    if body is None or len(body) != 1 or not isinstance(body[0], S.BufferStore):
-        return None
-    store = body[0]
-    offset = store.buffer.offset_of(store.indices)
-    # The tile: the unrolled constant loops just above the vector loop whose variables the
-    # stored index uses; every loop above them is a reduction loop and must not be used.
-    split = len(chain) - 1
-    while split > 0 and chain[split - 1].kind is S.ForKind.UNROLLED and _is_const_loop(
-            chain[split - 1]) and _uses(offset, [chain[split - 1].loop_var]):
-        split -= 1
-    reduce_loops, tile_loops = chain[:split], chain[split:-1]
-    if not reduce_loops or any(r.kind not in (S.ForKind.SERIAL, S.ForKind.UNROLLED)
-                               for r in reduce_loops):
-        return None
-    if _uses(offset, [r.loop_var for r in reduce_loops]):
-        return None
-    # The lanes' variable may appear only inside load indices (a ramp value would be lost).
-    if any(n is vector_loop.loop_var or isinstance(n, E.Let)
-           for n in _value_nodes(store.value)):
-        return None
-    self_load = _self_load(store)
-    if self_load is None:
-        return None
-    vector = plan_vector_loop(vector_loop, vector_bytes, stream_buffers)
-    if vector is None or vector.streams:
-        return None
-    points = _tile_points(tile_loops, vector_loop, vector.lanes)
-    if len(points) > MAX_TILE_VECTORS:
-        return None
-    tile_vars = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
-    if not _disjoint_vectors(offset, tile_vars, points, vector.lanes):
-        return None
-    return RegisterTilePlan(tuple(reduce_loops), tuple(tile_loops), vector_loop, vector, store,
-                            self_load)
-
-
-def _tile_points(tile_loops: list[S.For] | tuple[S.For, ...], vector_loop: S.For,
-                 lanes: int) -> list[dict[E.Var, int]]:
-    """Every (tile loop values, first lane of a vector chunk) of the tile, in loop order; the
-    vector loop's value is relative to its start."""
-    ranges = [range(t.min.value, t.min.value + t.extent.value) for t in tile_loops]
-    ranges.append(range(0, vector_loop.extent.value, lanes))
-    variables = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
-    return [dict(zip(variables, values)) for values in itertools.product(*ranges)]
+def pin_helper(target: Target) -> str:
+    """``OPF_PIN(v)``: an empty ``asm`` that keeps vector ``v`` in a register, for the
+    target's register file (a no-op on a target without AVX)."""
+    if target.has("avx512f"):
+        return _PIN_AVX512
+    if target.has("avx"):
+        return _PIN_AVX
+    return "#define OPF_PIN(v) ((void)0)"
 
 
 class RegisterTileEmitter:
-    """Writes one :class:`RegisterTilePlan` into a :class:`CEmitter`."""
+    """Writes one :class:`RegisterTilePlan` into a C emitter, with the vector helpers of
+    ``vector`` (whose target decides how operands are pinned in registers)."""
 
-    def __init__(self, emitter: CEmitter, plan: RegisterTilePlan) -> None:
+    def __init__(self, emitter: CFamilyEmitter, vector: VectorEmitter,
+                 plan: RegisterTilePlan) -> None:
         self.c = emitter
+        self.vector = vector
         self.plan = plan
         self.lanes = plan.vector.lanes
         self.dtype = plan.store.buffer.dtype
@@ -222,7 +99,7 @@ class RegisterTileEmitter:
         entry = self._linear.get(key)
         if entry is None:
             offset = self.c.offset(buffer, indices)
-            coefs = _tile_coefficients(offset, list(point))
+            coefs = tile_coefficients(offset, list(point))
             base = self.c.expr(self._at(offset, dict.fromkeys(point, 0)))
             entry = self._linear[key] = (offset, coefs, base)
         offset, coefs, base = entry
@@ -237,11 +114,11 @@ class RegisterTileEmitter:
 
     def emit(self, indent: int) -> None:
         c, plan = self.c, self.plan
-        vector = c._vector
+        vector = self.vector
         vt = vector.vtype(self.dtype, self.lanes)
         load = vector.helper("load", self.dtype, self.lanes)
         store = vector.helper("store", self.dtype, self.lanes)
-        points = _tile_points(plan.tile_loops, plan.vector_loop, self.lanes)
+        points = tile_points(plan.tile_loops, plan.vector_loop, self.lanes)
         c.line(indent, "{")
         indent += 1
         registers: list[E.Var] = []
@@ -271,11 +148,11 @@ class RegisterTileEmitter:
         """The body of the reduction loops: the operand loads (each distinct one once), then one
         update per accumulator. Returns the temporaries it bound."""
         c, plan = self.c, self.plan
-        vector = c._vector
-        analysis = _Analysis(plan.vector_loop)
+        vector = self.vector
+        analysis = VectorAnalysis(plan.vector_loop)
         kind = analysis.value(plan.store.value)
         assert kind is not None and kind[0] == "vector"
-        operands = [n for n in _value_nodes(plan.store.value)
+        operands = [n for n in value_nodes(plan.store.value)
                     if isinstance(n, E.BufferLoad) and n is not plan.self_load]
         # (text of the load at a point) -> temporary; and each point's replacements
         temp_of: dict[str, E.Var] = {}
@@ -285,7 +162,7 @@ class RegisterTileEmitter:
         for point in points:
             keys = []
             for node in operands:
-                is_vector = analysis.kinds[id(node)] != _SCALAR
+                is_vector = analysis.kinds[id(node)] != SCALAR
                 offset = self._offset(node.buffer, node.indices, point)
                 at = f"{c.buffer_name(node.buffer)}[{offset}]"
                 key = ("v" if is_vector else "s") + at
@@ -295,11 +172,11 @@ class RegisterTileEmitter:
             per_point.append(keys)
         pinned = any(is_vector and uses[key] > 1 for key, (_, is_vector) in texts.items())
         if pinned:
-            c.need_helper("0_opf_pin", _PIN_HELPER)
+            c.need_helper("0_opf_pin", pin_helper(vector.target))
         bound: list[E.Var] = []
         # The updates' analysis: registers and vector temporaries are vectors, the rest
         # (scalar temporaries, constants) broadcast.
-        tile_analysis = _Analysis(plan.vector_loop)
+        tile_analysis = VectorAnalysis(plan.vector_loop)
         tile_analysis.vector_lets = {id(r) for r in registers}
         tile_analysis.dependent |= tile_analysis.vector_lets
         for point, keys, register in zip(points, per_point, registers):

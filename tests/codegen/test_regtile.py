@@ -1,15 +1,17 @@
 """Register tiles: accumulation nests emitted with named vector accumulators must compute
 exactly what the loop nest computes, and nests that do not qualify must keep the plain form."""
 
+import re
+
 import numpy as np
 import pytest
 
 import opfusion as opf
 from opfusion import te
+from opfusion.backend.cpu.loop_planning import plan_loops
 from opfusion.backend.cpu.toolchain import have_c_compiler
-from opfusion.codegen.c import CodegenOptions, codegen_c
-from opfusion.codegen.c_regtile import plan_register_tile
-from opfusion.tir import stmt as S
+from opfusion.codegen import CodegenOptions, codegen_c
+from opfusion.target import Target
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -42,9 +44,11 @@ def tiled_matmul(m: int, n: int, k: int, rows: int, cols: int, depth_unroll: int
 
 
 PLAIN = CodegenOptions(register_tiles=False)
+AVX2 = Target("c -mattr=+avx2,+fma")
+ACCUMULATOR = re.compile(r"opf_float32x(\d+) acc")
 
 
-def run_matmul(s, args, options: CodegenOptions | None = None):
+def run_matmul(s, args, target: Target, options: CodegenOptions | None = None):
     """(source, a, b, c) of the kernel run on random inputs (the same inputs on every call)."""
     m, k = args[0].shape
     n = args[1].shape[1]
@@ -52,64 +56,61 @@ def run_matmul(s, args, options: CodegenOptions | None = None):
     a = inputs.standard_normal((m, k)).astype("float32")
     b = inputs.standard_normal((k, n)).astype("float32")
     c = np.empty((m, n), "float32")
-    kernel = opf.build(s, args, name="matmul", options=options)
+    kernel = opf.build(s, args, target=target, name="matmul", options=options)
     kernel(a, b, c)
     return kernel.get_source(), a, b, c
 
 
-def plain_result(make) -> np.ndarray:
+def plain_result(make, target: Target) -> np.ndarray:
     """The same nest emitted as loops (the C compiler contracts ``acc + a*b`` into a fused
     multiply-add in both forms, so NumPy's two roundings are not the reference)."""
-    source, _, _, c = run_matmul(*make(), options=PLAIN)
-    assert "opf_float32x8 acc" not in source
+    source, _, _, c = run_matmul(*make(), target, options=PLAIN)
+    assert not ACCUMULATOR.search(source)
     return c
 
 
+def accumulator_lanes(source: str) -> set[int]:
+    """The lane counts of the source's register-tile accumulators."""
+    return {int(lanes) for lanes in ACCUMULATOR.findall(source)}
+
+
 @pytest.mark.parametrize("rows, cols", [(4, 16), (6, 8), (1, 24), (3, 32)])
-def test_register_tile_is_bit_identical_to_the_loop_nest(rows, cols):
-    source, a, b, c = run_matmul(*tiled_matmul(12, 96, 37, rows, cols))
+def test_register_tile_is_bit_identical_to_the_loop_nest(rows, cols, cpu_target):
+    source, a, b, c = run_matmul(*tiled_matmul(12, 96, 37, rows, cols), cpu_target)
     assert "OPF_PIN" in source or rows == 1  # one row: no operand is used twice
-    assert "opf_float32x8 acc" in source
-    np.testing.assert_array_equal(c, plain_result(lambda: tiled_matmul(12, 96, 37, rows, cols)))
+    # The widest vector of the target whose lanes divide the tile's columns.
+    lanes = cpu_target.vector_lanes("float32")
+    while cols % lanes:
+        lanes //= 2
+    assert accumulator_lanes(source) == {lanes}
+    want = plain_result(lambda: tiled_matmul(12, 96, 37, rows, cols), cpu_target)
+    np.testing.assert_array_equal(c, want)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5 * np.abs(a @ b).max())
 
 
-def test_unrolled_reduction_loop_stays_outside_the_tile():
-    source, _, _, c = run_matmul(*tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4))
-    assert "opf_float32x8 acc" in source and "#pragma GCC unroll 4" in source
+def test_unrolled_reduction_loop_stays_outside_the_tile(cpu_target):
+    source, _, _, c = run_matmul(*tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4), cpu_target)
+    assert accumulator_lanes(source) and "#pragma GCC unroll 4" in source
     np.testing.assert_array_equal(
-        c, plain_result(lambda: tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4)))
+        c, plain_result(lambda: tiled_matmul(8, 32, 40, 4, 16, depth_unroll=4), cpu_target))
 
 
-def test_each_distinct_operand_is_loaded_once_per_iteration():
+def test_each_distinct_operand_is_loaded_once_per_iteration(cpu_target):
     s, args = tiled_matmul(8, 32, 16, 4, 16)
-    source = opf.build(s, args, name="matmul").get_source()
+    source = opf.build(s, args, target=cpu_target, name="matmul").get_source()
+    lanes = cpu_target.vector_lanes("float32")
     body = source.split("for (int32_t r")[1].split("opf_store")[0]
-    # 2 vectors of B (each used by 4 rows) and 4 scalars of A, for 8 accumulators
-    assert body.count("opf_load_float32x8(") == 2
-    assert body.count("OPF_PIN(") == 2
+    # 16 // lanes vectors of B (each used by 4 rows) and 4 scalars of A, for 4 * 16 // lanes
+    # accumulators (8 with AVX2, 4 with AVX-512)
+    assert body.count(f"opf_load_float32x{lanes}(") == 16 // lanes
+    assert body.count("OPF_PIN(") == 16 // lanes
     assert body.count(" = A[") == 4
-    assert body.count("acc") >= 8
+    assert body.count("acc") >= 4 * 16 // lanes
 
 
 def tile_plans(s, args):
     func = opf.lower(s, args, name="k")
-    found = []
-    stack = [func.body]
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, S.For):
-            plan = plan_register_tile(stmt, 32, set())
-            if plan is not None:
-                found.append(plan)
-                continue
-        if isinstance(stmt, S.SeqStmt):
-            stack.extend(stmt.stmts)
-        elif isinstance(stmt, S.IfThenElse):
-            stack.extend(x for x in (stmt.then_case, stmt.else_case) if x is not None)
-        elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
-            stack.append(stmt.body)
-    return found
+    return list(plan_loops(func, AVX2).tiles.values())
 
 
 def test_plan_names_reduction_and_tile_loops():
@@ -122,7 +123,7 @@ def test_plan_names_reduction_and_tile_loops():
 def test_non_dividing_tile_keeps_the_plain_loop_nest():
     # 10 rows in tiles of 4: the last tile's row loop has a variable extent.
     s, args = tiled_matmul(10, 32, 16, 4, 16)
-    source, a, b, c = run_matmul(s, args)
+    source, a, b, c = run_matmul(s, args, AVX2)
     assert "OPF_PIN" not in source
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5 * np.abs(a @ b).max())
 
@@ -157,6 +158,6 @@ def test_unrolled_loop_the_index_ignores_is_not_a_tile():
 
 
 def test_register_tile_source_is_deterministic():
-    first = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k")).code
-    second = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k")).code
+    first = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k"), target=AVX2).code
+    second = codegen_c(opf.lower(*tiled_matmul(8, 32, 16, 4, 16), name="k"), target=AVX2).code
     assert first == second

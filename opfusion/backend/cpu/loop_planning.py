@@ -1,0 +1,553 @@
+"""Loop planning: how each loop of a PrimFunc is emitted on a CPU target, decided before printing.
+
+:func:`plan_loops` walks a PrimFunc's loops once and returns a :class:`LoopPlans`, a side table
+keyed by loop: which VECTORIZED loops become GCC vector code (:class:`VectorPlan`: lanes per
+chunk, which stores stream past the cache), which accumulation nests become register tiles
+(:class:`RegisterTilePlan`) and which PARALLEL loops must end with a store fence. The widths
+come from the :class:`~opfusion.target.Target` (64-byte vectors with AVX-512, 32 with AVX2)
+and the register-tile budget from its vector register count. The printer
+(:mod:`opfusion.backend.cpu.emitter`) only reads the table.
+
+Why a side table and not annotations on ``For``: a plan refers to statements inside the loop
+(the stores that stream, a tile's reduction loops and its store) by identity, is only
+meaningful for one target, and is not loop IR (printing, structural equality and the
+interpreter would have to skip it); the same PrimFunc can be planned for two targets.
+
+Vectorized loops (GCC vector types; emitted by :mod:`.vector`). A body qualifies when, for the
+loop variable ``v``: every store and every load that depends on ``v`` has a flat offset of the
+form ``base + 1 * v`` (contiguous lanes; a load that does not depend on ``v`` is a scalar,
+broadcast), the element types are 4- or 8-byte numbers, the extent is a constant multiple of
+the lane count, and the operations are arithmetic, min/max, comparisons, logic, casts (not
+float to integer, which saturates) and selects whose branches cannot fault (no loads, no
+integer division). Anything else is emitted as a scalar loop under ``#pragma omp simd``.
+
+Register tiles (emitted by :mod:`.regtile`). A nest qualifies when, walking down from a loop:
+the loops are perfectly nested; the innermost is a VECTORIZED loop that can be planned, whose
+body is one store ``buf[i] = f(buf[i], ...)`` (its only read of ``buf``, at the same indices);
+the loops just above it are UNROLLED with constant bounds (the tile), and above those at least
+one SERIAL or UNROLLED loop (the reduction) whose variable ``i`` does not use; ``i`` is linear
+in the tile's variables, distinct tile points store to disjoint vectors, and the tile holds at
+most :func:`max_tile_vectors` accumulator vectors."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...target import Target
+from ...tir import expr as E
+from ...tir import stmt as S
+from ...tir.simplify import linear_form, simplify
+from ..c_family import read_buffers, walk_stmts, written_buffers
+
+#: Element types a vector may hold, with their size in bytes.
+VECTOR_DTYPES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4, "uint64": 8}
+
+ARITHMETIC = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}
+COMPARISONS = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+
+#: The kind of a node inside a vectorized body: a scalar (same value in every lane), a vector
+#: of a dtype, or a mask (the result of a comparison: all-ones or zero lanes of a width in bits).
+SCALAR = ("scalar", "")
+
+#: Smallest vector the planner uses, in bytes (one SSE or NEON register).
+MIN_VECTOR_BYTES = 16
+
+#: Smallest streaming store, in bytes: a 16-byte one would write less than half a cache line.
+MIN_STREAM_BYTES = 32
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    """How to emit one vectorized loop: lanes per chunk, the body's stores and lets in order,
+    which lets are vectors, which are affine indices (variable id and coefficient), and which
+    stores (by id) stream past the cache."""
+
+    lanes: int
+    body: tuple[S.Stmt, ...]
+    vector_lets: frozenset[int]
+    affine_lets: tuple[tuple[int, int], ...]
+    streams: frozenset[int]
+
+
+@dataclass(frozen=True)
+class RegisterTilePlan:
+    """An accumulation nest to emit as a register tile (see the module docstring)."""
+
+    reduce_loops: tuple[S.For, ...]
+    tile_loops: tuple[S.For, ...]
+    vector_loop: S.For
+    vector: VectorPlan
+    store: S.BufferStore
+    self_load: E.BufferLoad
+
+
+@dataclass(frozen=True)
+class LoopPlans:
+    """The plans of one PrimFunc's loops, by loop (see :func:`plan_loops`). Holds ``func``
+    so that the loops it is keyed by (by identity) stay alive."""
+
+    func: S.PrimFunc
+    target: Target
+    vectors: dict[int, VectorPlan]
+    tiles: dict[int, RegisterTilePlan]
+    fence_loops: frozenset[int]
+    fence_at_end: bool
+
+    def vector(self, loop: S.For) -> VectorPlan | None:
+        """The vector plan of ``loop`` (None: a plain loop)."""
+        return self.vectors.get(id(loop))
+
+    def tile(self, loop: S.For) -> RegisterTilePlan | None:
+        """The register tile whose outermost reduction loop is ``loop`` (None: not one)."""
+        return self.tiles.get(id(loop))
+
+    def fences(self, loop: S.For) -> bool:
+        """Whether each iteration of ``loop`` (PARALLEL) ends with a store fence."""
+        return id(loop) in self.fence_loops
+
+    def describe(self) -> list[tuple[str, str]]:
+        """``(loop variable, plan)`` for every planned loop in program order, for reports
+        and tests: ``"tile 4x16"`` (accumulator vectors x lanes), ``"vector 16"``,
+        ``"vector 16 stream"``, ``"fence"`` (a parallel loop whose iterations end with one)."""
+        out: list[tuple[str, str]] = []
+        for stmt in walk_stmts(self.func.body):
+            if not isinstance(stmt, S.For):
+                continue
+            name = stmt.loop_var.name
+            tile, vector = self.tile(stmt), self.vector(stmt)
+            if tile is not None:
+                points = tile_points(tile.tile_loops, tile.vector_loop, tile.vector.lanes)
+                out.append((name, f"tile {len(points)}x{tile.vector.lanes}"))
+            elif vector is not None:
+                out.append((name, f"vector {vector.lanes}" + (" stream" if vector.streams
+                                                               else "")))
+            if self.fences(stmt):
+                out.append((name, "fence"))
+        return out
+
+
+def max_tile_vectors(target: Target) -> int:
+    """Most accumulator vectors a register tile may hold: one and a half times the target's
+    vector registers (24 with AVX2's 16, the budget tuned there; 48 with AVX-512's 32). The
+    few that do not fit spill to the stack, which costs less than a smaller tile."""
+    return target.vector_registers * 3 // 2
+
+
+def plan_loops(func: S.PrimFunc, target: Target, *, register_tiles: bool = True,
+               streaming_store_bytes: int = 8 * 1024 * 1024) -> LoopPlans:
+    """Plan every loop of ``func`` for ``target``: vector loops, register tiles, and where
+    streaming stores need a fence (each iteration of the innermost PARALLEL loop around one,
+    or the end of the function when none is).
+
+    ``register_tiles``: plan accumulation nests as register tiles. ``streaming_store_bytes``:
+    vectorized stores to an output parameter at least this large, which the kernel never reads
+    back, stream past the cache (0: never); only on targets with SSE."""
+    written = written_buffers(func.body)
+    read = read_buffers(func.body)
+    stream_buffers: set[int] = set()
+    if streaming_store_bytes > 0 and target.has("sse"):
+        stream_buffers = {
+            id(b) for b in func.params
+            if id(b) in written and id(b) not in read
+            and b.size * np.dtype(b.dtype).itemsize >= streaming_store_bytes
+        }
+    vectors: dict[int, VectorPlan] = {}
+    tiles: dict[int, RegisterTilePlan] = {}
+    fence_loops: set[int] = set()
+    fence_at_end = False
+    # (statement, innermost enclosing PARALLEL loop or None)
+    stack: list[tuple[S.Stmt, S.For | None]] = [(func.body, None)]
+    while stack:
+        stmt, parallel = stack.pop()
+        if (register_tiles and isinstance(stmt, S.For)
+                and stmt.kind in (S.ForKind.SERIAL, S.ForKind.UNROLLED)):
+            tile = plan_register_tile(stmt, target, stream_buffers)
+            if tile is not None:
+                tiles[id(stmt)] = tile
+                continue
+        if isinstance(stmt, S.For) and stmt.kind is S.ForKind.VECTORIZED:
+            plan = plan_vector_loop(stmt, target, stream_buffers)
+            if plan is not None:
+                vectors[id(stmt)] = plan
+                if plan.streams:
+                    if parallel is None:
+                        fence_at_end = True
+                    else:
+                        fence_loops.add(id(parallel))
+                continue
+        if isinstance(stmt, S.For) and stmt.kind is S.ForKind.PARALLEL:
+            parallel = stmt
+        if isinstance(stmt, S.SeqStmt):
+            stack.extend((s, parallel) for s in reversed(stmt.stmts))
+        elif isinstance(stmt, S.IfThenElse):
+            if stmt.else_case is not None:
+                stack.append((stmt.else_case, parallel))
+            stack.append((stmt.then_case, parallel))
+        elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
+            stack.append((stmt.body, parallel))
+    return LoopPlans(func, target, vectors, tiles, frozenset(fence_loops), fence_at_end)
+
+
+# -- vectorized loops -------------------------------------------------------------------------
+
+
+def flatten_body(body: S.Stmt) -> list[S.Stmt] | None:
+    out: list[S.Stmt] = []
+    stack = [body]
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, S.SeqStmt):
+            stack.extend(reversed(stmt.stmts))
+        elif isinstance(stmt, S.BufferStore):
+            out.append(stmt)
+        elif isinstance(stmt, S.LetStmt):
+            out.append(stmt)
+            stack.append(stmt.body)
+        else:
+            return None
+    return out
+
+
+def coefficient(expr: E.PrimExpr, coefficients: dict[int, int],
+                dependent: set[int] | None = None) -> int | None:
+    """The constant c such that ``expr`` is ``base + c * v`` for the loop variable v.
+
+    ``coefficients`` gives c for v and for let-bound affine variables (by ``id``); variables
+    in ``dependent`` but not in ``coefficients`` vary with v in unknown ways. None when
+    ``expr`` is not affine (a product of two loop variables, a division, a load, ...)."""
+    value: dict[int, int | None] = {}
+    for node in E.post_order(expr):
+        children = [value[id(c)] for c in node.children()]
+        if isinstance(node, E.Var):
+            c: int | None = coefficients.get(id(node), 0)
+            if id(node) not in coefficients and dependent and id(node) in dependent:
+                c = None
+        elif isinstance(node, (E.Add, E.Sub)):
+            a, b = children
+            c = None if a is None or b is None else (a + b if isinstance(node, E.Add) else a - b)
+        elif isinstance(node, E.Mul):
+            a, b = children
+            if a == 0 and b == 0:
+                c = 0
+            elif a == 0 and isinstance(node.a, E.IntImm) and b is not None:
+                c = node.a.value * b
+            elif b == 0 and isinstance(node.b, E.IntImm) and a is not None:
+                c = a * node.b.value
+            else:
+                c = None
+        elif isinstance(node, E.Cast) and not node.dtype.startswith("float"):
+            # A widening (or same-width) integer cast keeps the form; anything else is opaque.
+            c = children[0] if not node.value.dtype.startswith("float") else (
+                0 if children[0] == 0 else None)
+        else:
+            c = 0 if all(x == 0 for x in children) else None
+        value[id(node)] = c
+    return value[id(expr)]
+
+
+def value_nodes(root: E.PrimExpr) -> list[E.PrimExpr]:
+    """The nodes of a value expression, children first, without entering load indices."""
+    order: list[E.PrimExpr] = []
+    seen: set[int] = set()
+    stack: list[tuple[E.PrimExpr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if not isinstance(node, E.BufferLoad):
+            stack.extend((child, False) for child in reversed(node.children()))
+    return order
+
+
+def _has_unsafe_branch(expr: E.PrimExpr) -> bool:
+    # Vector selects compute both branches: a load or an integer division there could fault.
+    return any(isinstance(n, (E.BufferLoad, E.FloorDiv, E.FloorMod)) for n in E.post_order(expr))
+
+
+class VectorAnalysis:
+    """Checks that a vectorized body can be emitted as vectors; records every node's kind."""
+
+    def __init__(self, loop: S.For) -> None:
+        self.loop = loop
+        #: variables whose value differs between lanes (by id)
+        self.dependent: set[int] = {id(loop.loop_var)}
+        #: affine variables: the loop variable and integer lets of the form base + c * v
+        self.coefficients: dict[int, int] = {id(loop.loop_var): 1}
+        self.vector_lets: set[int] = set()
+        self.sizes: set[int] = set()
+        self.kinds: dict[int, tuple[str, str]] = {}
+
+    def offset_coefficient(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...]) -> int | None:
+        if not indices:
+            return 0
+        return coefficient(buffer.offset_of(indices), self.coefficients, self.dependent)
+
+    def index_depends(self, index: E.PrimExpr) -> bool:
+        return any(isinstance(n, E.Var) and id(n) in self.dependent for n in E.post_order(index))
+
+    def value(self, root: E.PrimExpr) -> tuple[str, str] | None:
+        """The kind of ``root``, or None if it cannot be vectorized."""
+        for node in value_nodes(root):
+            kind = self._kind(node)
+            if kind is None:
+                return None
+            self.kinds[id(node)] = kind
+            if kind[0] == "vector":
+                self.sizes.add(VECTOR_DTYPES[kind[1]])
+        return self.kinds[id(root)]
+
+    def _depends(self, node: E.PrimExpr) -> bool:
+        if isinstance(node, E.Var):
+            return id(node) in self.dependent
+        if isinstance(node, E.BufferLoad):
+            return any(self.index_depends(i) for i in node.indices)
+        return any(self.kinds[id(c)] != SCALAR for c in node.children())
+
+    def _kind(self, node: E.PrimExpr) -> tuple[str, str] | None:
+        if not self._depends(node):
+            return SCALAR
+        dtype = node.dtype
+        if isinstance(node, E.Var):
+            if id(node) in self.vector_lets:
+                return ("vector", dtype)
+            if node is self.loop.loop_var and dtype in ("int32", "int64"):
+                return ("vector", dtype)  # a ramp: v, v+1, ..., v+lanes-1
+            return None  # an affine index variable used as a value
+        if isinstance(node, E.BufferLoad):
+            if dtype not in VECTOR_DTYPES:
+                return None
+            if self.offset_coefficient(node.buffer, node.indices) != 1:
+                return None  # a gather or a broadcast of a varying element
+            return ("vector", dtype)
+        kids = [self.kinds[id(c)] for c in node.children()]
+        if type(node) in ARITHMETIC or isinstance(node, (E.Min, E.Max)):
+            if dtype not in VECTOR_DTYPES or any(k[0] == "mask" for k in kids):
+                return None
+            if isinstance(node, E.Div) and not dtype.startswith("float"):
+                return None
+            return ("vector", dtype)
+        if type(node) in COMPARISONS:
+            operand = node.a.dtype
+            if operand not in VECTOR_DTYPES or any(k[0] == "mask" for k in kids):
+                return None
+            return ("mask", str(VECTOR_DTYPES[operand] * 8))
+        if isinstance(node, (E.And, E.Or)):
+            if kids[0][0] != "mask" or kids[0] != kids[1]:
+                return None
+            return kids[0]
+        if isinstance(node, E.Not):
+            return kids[0] if kids[0][0] == "mask" else None
+        if isinstance(node, E.Select):
+            if dtype not in VECTOR_DTYPES or kids[1][0] == "mask" or kids[2][0] == "mask":
+                return None
+            if kids[0] == SCALAR:
+                return ("vector", dtype)  # a scalar condition picks one whole vector
+            if kids[0] != ("mask", str(VECTOR_DTYPES[dtype] * 8)):
+                return None
+            if _has_unsafe_branch(node.true_value) or _has_unsafe_branch(node.false_value):
+                return None
+            return ("vector", dtype)
+        if isinstance(node, E.Cast):
+            if kids[0][0] != "vector" or dtype not in VECTOR_DTYPES:
+                return None
+            if node.value.dtype.startswith("float") and not dtype.startswith("float"):
+                # Float to integer saturates (a scalar helper of the C emitter); a vector conversion
+                # would be undefined for NaN and out-of-range lanes.
+                return None
+            return ("vector", dtype)
+        return None  # intrinsic calls, integer division, lets: scalar loop
+
+
+def plan_vector_loop(loop: S.For, target: Target,
+                     stream_buffers: set[int]) -> VectorPlan | None:
+    """A plan to emit ``loop`` (VECTORIZED) with vector types as wide as ``target``'s, or None
+    if it does not qualify. Stores to the buffers of ``stream_buffers`` (by id) stream."""
+    if not isinstance(loop.extent, E.IntImm) or loop.extent.value <= 0:
+        return None
+    body = flatten_body(loop.body)
+    if body is None:
+        return None
+    analysis = VectorAnalysis(loop)
+    for stmt in body:
+        if isinstance(stmt, S.LetStmt):
+            if not analysis.index_depends(stmt.value):
+                continue  # the same in every lane: a scalar const
+            if not stmt.var.dtype.startswith("float"):
+                c = coefficient(stmt.value, analysis.coefficients, analysis.dependent)
+                if c is not None:
+                    # An index helper (row = v * 4 + k): a scalar at the chunk's first lane.
+                    analysis.coefficients[id(stmt.var)] = c
+                    analysis.dependent.add(id(stmt.var))
+                    continue
+            kind = analysis.value(stmt.value)
+            if kind is None or kind[0] != "vector":
+                return None
+            analysis.dependent.add(id(stmt.var))
+            analysis.vector_lets.add(id(stmt.var))
+            continue
+        if stmt.buffer.dtype not in VECTOR_DTYPES:
+            return None
+        if analysis.offset_coefficient(stmt.buffer, stmt.indices) != 1:
+            return None
+        kind = analysis.value(stmt.value)
+        if kind is None or kind[0] == "mask":
+            return None
+        analysis.sizes.add(VECTOR_DTYPES[stmt.buffer.dtype])
+    lanes = _lanes(loop.extent.value, max(analysis.sizes, default=4), target.vector_bytes)
+    if lanes is None:
+        return None
+    # Streaming stores exist for vectors of 4-byte elements, 32 bytes and more (see .vector).
+    streams = frozenset(
+        id(s) for s in body
+        if isinstance(s, S.BufferStore) and id(s.buffer) in stream_buffers
+        and VECTOR_DTYPES[s.buffer.dtype] == 4 and lanes * 4 >= MIN_STREAM_BYTES
+    )
+    affine = tuple((var, c) for var, c in analysis.coefficients.items()
+                   if var != id(loop.loop_var))
+    return VectorPlan(lanes, tuple(body), frozenset(analysis.vector_lets), affine, streams)
+
+
+def _lanes(extent: int, element_size: int, vector_bytes: int) -> int | None:
+    """Lanes per chunk: the widest vector, from the target's width halving down to
+    :data:`MIN_VECTOR_BYTES`, whose lane count (at least 2) divides ``extent``."""
+    width = vector_bytes
+    while width >= MIN_VECTOR_BYTES:
+        lanes = width // element_size
+        if lanes >= 2 and extent % lanes == 0:
+            return lanes
+        width //= 2
+    return None
+
+
+# -- register tiles ---------------------------------------------------------------------------
+
+
+def _chain(loop: S.For) -> list[S.For]:
+    """The perfectly nested loops from ``loop`` down to the first VECTORIZED one."""
+    chain: list[S.For] = []
+    stmt: S.Stmt = loop
+    while isinstance(stmt, S.For):
+        chain.append(stmt)
+        if stmt.kind is S.ForKind.VECTORIZED:
+            return chain
+        stmt = stmt.body
+    return []
+
+
+def _is_const_loop(loop: S.For) -> bool:
+    return isinstance(loop.min, E.IntImm) and isinstance(loop.extent, E.IntImm)
+
+
+def _uses(expr: E.PrimExpr, variables: list[E.Var]) -> bool:
+    ids = {id(v) for v in variables}
+    return any(id(v) in ids for v in E.free_vars(expr))
+
+
+def _self_load(store: S.BufferStore) -> E.BufferLoad | None:
+    """The value's one read of the stored buffer, if it reads it exactly once at the store's
+    indices (None otherwise)."""
+    found: list[E.BufferLoad] = []
+    for node in E.post_order(store.value):
+        if isinstance(node, E.BufferLoad) and node.buffer is store.buffer:
+            found.append(node)
+    if len(found) != 1:
+        return None
+    load = found[0]
+    if len(load.indices) != len(store.indices):
+        return None
+    for a, b in zip(load.indices, store.indices):
+        if a is not b:
+            difference = simplify(E.sub(a, b))
+            if not (isinstance(difference, E.IntImm) and difference.value == 0):
+                return None
+    return load
+
+
+def tile_coefficients(offset: E.PrimExpr, tile_vars: list[E.Var]) -> dict[int, int] | None:
+    """The coefficient of each tile variable (by id) in ``offset``, or None when a tile
+    variable appears inside a non-linear term."""
+    ids = {id(v) for v in tile_vars}
+    coefs: dict[int, int] = {}
+    for coef, atom in linear_form(offset).terms.values():
+        if isinstance(atom, E.Var) and id(atom) in ids:
+            coefs[id(atom)] = coefs.get(id(atom), 0) + coef
+        elif _uses(atom, tile_vars):
+            return None
+    return coefs
+
+
+def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
+                      points: list[dict[E.Var, int]], lanes: int) -> bool:
+    """Whether every tile point stores to its own ``lanes`` elements: ``offset`` linear in the
+    tile variables, and the points' offsets at least ``lanes`` apart."""
+    coefs = tile_coefficients(offset, tile_vars)
+    if coefs is None:
+        return False
+    starts = sorted(sum(coefs.get(id(v), 0) * value for v, value in point.items())
+                    for point in points)
+    return all(b - a >= lanes for a, b in zip(starts, starts[1:]))
+
+
+def plan_register_tile(loop: S.For, target: Target,
+                       stream_buffers: set[int]) -> RegisterTilePlan | None:
+    """A register-tile plan for the nest starting at ``loop`` on ``target``, or None if it
+    does not qualify."""
+    chain = _chain(loop)
+    if len(chain) < 2:
+        return None
+    # The cheap structural checks first: every loop of a nest down to a vectorized one is
+    # offered here, outermost first, and only the first qualifying one is planned.
+    vector_loop = chain[-1]
+    body = flatten_body(vector_loop.body)
+    if body is None or len(body) != 1 or not isinstance(body[0], S.BufferStore):
+        return None
+    store = body[0]
+    offset = store.buffer.offset_of(store.indices)
+    # The tile: the unrolled constant loops just above the vector loop whose variables the
+    # stored index uses; every loop above them is a reduction loop and must not be used.
+    split = len(chain) - 1
+    while split > 0 and chain[split - 1].kind is S.ForKind.UNROLLED and _is_const_loop(
+            chain[split - 1]) and _uses(offset, [chain[split - 1].loop_var]):
+        split -= 1
+    reduce_loops, tile_loops = chain[:split], chain[split:-1]
+    if not reduce_loops or any(r.kind not in (S.ForKind.SERIAL, S.ForKind.UNROLLED)
+                               for r in reduce_loops):
+        return None
+    if _uses(offset, [r.loop_var for r in reduce_loops]):
+        return None
+    # The lanes' variable may appear only inside load indices (a ramp value would be lost).
+    if any(n is vector_loop.loop_var or isinstance(n, E.Let)
+           for n in value_nodes(store.value)):
+        return None
+    self_load = _self_load(store)
+    if self_load is None:
+        return None
+    vector = plan_vector_loop(vector_loop, target, stream_buffers)
+    if vector is None or vector.streams:
+        return None
+    points = tile_points(tile_loops, vector_loop, vector.lanes)
+    if len(points) > max_tile_vectors(target):
+        return None
+    tile_vars = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
+    if not _disjoint_vectors(offset, tile_vars, points, vector.lanes):
+        return None
+    return RegisterTilePlan(tuple(reduce_loops), tuple(tile_loops), vector_loop, vector, store,
+                            self_load)
+
+
+def tile_points(tile_loops: list[S.For] | tuple[S.For, ...], vector_loop: S.For,
+                 lanes: int) -> list[dict[E.Var, int]]:
+    """Every (tile loop values, first lane of a vector chunk) of the tile, in loop order; the
+    vector loop's value is relative to its start."""
+    ranges = [range(t.min.value, t.min.value + t.extent.value) for t in tile_loops]
+    ranges.append(range(0, vector_loop.extent.value, lanes))
+    variables = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
+    return [dict(zip(variables, values)) for values in itertools.product(*ranges)]
