@@ -112,7 +112,10 @@ class Target:
         mattr = self.options.get("mattr")
         if mcpu in (None, "native") and (mattr is None or mcpu == "native"):
             arch, features = host_arch(), host_features()
-        elif mcpu is None or mcpu == "native":
+        elif mcpu is None:  # -mattr alone: the baseline of the architecture it names
+            arch = _arch_of_features(_split_mattr(mattr or ""))
+            features = isa.closure(arch, ())
+        elif mcpu == "native":
             arch, features = host_arch(), isa.closure(host_arch(), ())
         elif mcpu in isa.KNOWN_CPUS:
             arch, names = isa.KNOWN_CPUS[mcpu]
@@ -327,6 +330,16 @@ def _parse_options(kind: TargetKind, words: list[str], spec: str) -> dict[str, s
     if "mattr" in options:
         options["mattr"] = ",".join(_split_mattr(options["mattr"], spec))
     return options
+
+
+def _arch_of_features(items: list[str]) -> str:
+    """The architecture whose features ``-mattr`` names: the host's when it knows them all,
+    else the one that does (``c -mattr=+avx2`` means x86-64 on an Arm host too)."""
+    names = [item[1:] for item in items]
+    for arch in (host_arch(), *isa.IMPLIES):
+        if all(name in isa.known_features(arch) for name in names):
+            return arch
+    return host_arch()
 
 
 def _split_mattr(text: str, spec: str = "") -> list[str]:
