@@ -31,7 +31,7 @@ from ..ir.visitor import post_order
 from ..tir.lower import lower
 from ..tir.stmt import PrimFunc
 from ..topi import get_compute
-from ..topi.schedules import arrange_blocked_sums
+from ..backend.cpu.schedules import arrange_blocked_sums
 
 K = OpPatternKind
 

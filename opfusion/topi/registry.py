@@ -72,3 +72,4 @@ def ops_with_compute() -> list[str]:
 
 def _load_all() -> None:
     from . import _all  # noqa: F401 - importing the modules registers their computes
+    from ..backend.cpu import schedules  # noqa: F401 - and the CPU schedules

@@ -17,7 +17,7 @@ from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
 from opfusion.testing import assert_close
 from opfusion.topi import get_compute, get_schedule
-from opfusion.topi import schedules as topi_schedules
+from opfusion.backend.cpu import schedules as topi_schedules
 from opfusion.topi.testing import call_over_arrays
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),

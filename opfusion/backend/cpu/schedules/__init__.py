@@ -33,12 +33,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import te
-from .nn import CONV_ACC, CONV_PAD, LANES, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
-from .nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
-from .nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
-from .reduce import SUM_PARTIAL, SUM_TAIL
-from .registry import register_schedule
+from .... import te
+from ....topi.nn import CONV_ACC, CONV_PAD, LANES, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from ....topi.nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
+from ....topi.nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
+from ....topi.reduce import SUM_PARTIAL, SUM_TAIL
+from ....topi.registry import register_schedule
 
 #: Loops with fewer iterations in all stay serial: starting threads costs more.
 PARALLEL_MIN_ELEMENTS = 1 << 12
