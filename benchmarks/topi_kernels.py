@@ -6,11 +6,11 @@
     ...
 
 Each kernel is what the group lowering makes of one operator call: the registered TE compute
-and the registered schedule (with a bias + relu epilogue fused in for the ``+relu`` row),
-built to C. The NumPy baselines: conv2d as im2col (a strided window view copied into a
-matrix) times the weight matrix, the bias and relu applied after; dense as ``x @ w.T`` and
-matmul as ``a @ b`` (BLAS). The last column is opfusion's speed over NumPy's (above 1:
-opfusion is faster). Times are medians over blocks of runs of each side (see
+and the backend's schedule rule with its default config (with a bias + relu epilogue fused in
+for the ``+relu`` row), built to C. The NumPy baselines: conv2d as im2col (a strided window
+view copied into a matrix) times the weight matrix, the bias and relu applied after; dense as
+``x @ w.T`` and matmul as ``a @ b`` (BLAS). The last column is opfusion's speed over NumPy's
+(above 1: opfusion is faster). Times are medians over blocks of runs of each side (see
 :func:`blocked_medians`), both using every core (``--threads 1`` for one: OMP_NUM_THREADS and
 OPENBLAS_NUM_THREADS, set before NumPy loads).
 
@@ -37,8 +37,9 @@ import numpy as np  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion import te  # noqa: E402
+from opfusion.backend import get_backend  # noqa: E402
 from opfusion.ir.types import TensorType  # noqa: E402
-from opfusion.topi import get_compute, get_schedule  # noqa: E402
+from opfusion.topi import get_compute  # noqa: E402
 from opfusion.topi.testing import call_over_arrays  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def scheduled_kernel(builder: Callable[..., Any], arrays: list[np.ndarray], epil
     s = te.create_schedule(output.op)
     if epilogue:
         s[added].compute_inline()
-    get_schedule(call.op.name)(s, anchor, output)
+    get_backend().schedule(s, anchor, output, call.op.name)
     kernel = opf.build(s, [*holders, output], name=call.op.name.replace(".", "_"))
     out_type: TensorType = call.checked_type
     return kernel, np.empty(out_type.shape, out_type.dtype)

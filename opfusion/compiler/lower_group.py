@@ -5,11 +5,15 @@ dataflow; then one schedule covers them all:
 
 * elementwise, broadcast and injective stages that are not results are inlined into their
   readers — materialising them would cost a round trip through memory and buy nothing;
-* the group's anchor (its conv2d, dense, pooling, reduction or softmax) gets the schedule
-  registered for its operator, which also attaches the elementwise epilogue to the anchor's
-  tiles;
-* without an anchor schedule every remaining stage gets the default: the outer loops fused and
-  run in parallel, the innermost loop split and vectorized.
+* the group's anchor (its conv2d, dense, pooling, reduction or softmax) gets the backend's
+  schedule rule for its operator (see :mod:`opfusion.backend.schedule_rule`), with a given
+  config or the rule's default for the target; the rule also attaches the elementwise
+  epilogue to the anchor's tiles;
+* without an anchor rule every remaining stage gets the backend's default schedule (on the
+  CPU: the outer loops fused and run in parallel, the innermost loop split and vectorized).
+
+The computes and the rule run under ``with backend.target:``, so that both see the same
+hardware (the computes read the vector width from the current target).
 
 Operators with no TE compute (sort, topk: truly opaque) cannot be lowered; a group holding one
 must be that one call, and the executor runs its NumPy reference."""
@@ -31,13 +35,8 @@ from ..ir.visitor import post_order
 from ..tir.lower import lower
 from ..tir.stmt import PrimFunc
 from ..topi import get_compute
-from ..topi.schedules import arrange_blocked_sums
 
 K = OpPatternKind
-
-#: Elements below which a kernel's loops stay serial (starting threads costs more).
-PARALLEL_MIN_ELEMENTS = 1 << 14
-VECTOR_LANES = 16
 
 
 class LoweringUnsupportedError(OpfusionError):
@@ -52,7 +51,10 @@ class LoweredGroup:
     ``prim_func`` takes the group's parameters, then ``constants`` (large constants kept in
     the function), then one buffer per output. ``reference_function`` is set instead for a
     lone operator without a TE compute: the executor evaluates it with the reference
-    interpreter. ``op_names`` lists the fused operators (for profiles)."""
+    interpreter. ``op_names`` lists the fused operators (for profiles).
+    ``schedule_config`` is the schedule rule's config the kernel was built with
+    (:meth:`opfusion.backend.schedule_rule.Config.to_dict`: ``{"rule": ..., "knobs": {...}}``,
+    plain JSON), None for the default schedule."""
 
     name: str
     prim_func: PrimFunc | None
@@ -61,12 +63,15 @@ class LoweredGroup:
     reference_function: Function | None = None
     op_names: list[str] = field(default_factory=list)
     function: Function | None = None  # the primitive function (absent after opf.load)
+    schedule_config: dict[str, Any] | None = None
 
 
-def lower_primitive_function(func: Function, name: str,
-                             backend: Backend | None = None) -> LoweredGroup:
+def lower_primitive_function(func: Function, name: str, backend: Backend | None = None,
+                             config: Any = None) -> LoweredGroup:
     """Turn the primitive function ``func`` into one kernel named ``name``, scheduled by
-    ``backend`` (default: the current target's)."""
+    ``backend`` (default: the current target's) with schedule ``config`` (a
+    :class:`~opfusion.backend.schedule_rule.Config` of the group's rule, or its ``to_dict()``;
+    None: the rule's default for the target)."""
     output_types = _output_types(func)
     calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
     op_names = [c.op.name if isinstance(c.op, Op) else "call" for c in calls]
@@ -80,20 +85,22 @@ def lower_primitive_function(func: Function, name: str,
         raise LoweringUnsupportedError(
             f"fused group {name}: {what} has no TE compute and is fused with other operators; "
             f"opaque operators must form groups of their own")
-    builder = _TEBuilder(func, name)
-    outputs = builder.outputs
-    schedule = te.create_schedule([t.op for t in outputs])
-    _inline_injective_stages(schedule, builder, outputs)
-    anchor = _anchor(builder)
     backend = backend or get_backend()
-    if anchor is not None and len(outputs) == 1:
-        backend.schedule(schedule, anchor[1], outputs[0], anchor[0].op.name)
-    else:
-        backend.schedule(schedule, None, None, None)
+    with backend.target:
+        builder = _TEBuilder(func, name)
+        outputs = builder.outputs
+        schedule = te.create_schedule([t.op for t in outputs])
+        _inline_injective_stages(schedule, builder, outputs)
+        anchor = _anchor(builder)
+        if anchor is not None and len(outputs) == 1:
+            used = backend.schedule(schedule, anchor[1], outputs[0], anchor[0].op.name, config)
+        else:
+            used = backend.schedule(schedule, None, None, None, config)
     args = builder.placeholders + builder.constant_placeholders + outputs
     prim = lower(schedule, args, name=name)
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
-                        function=func)
+                        function=func,
+                        schedule_config=used.to_dict() if used is not None else None)
 
 
 def _output_types(func: Function) -> list[TensorType]:
@@ -211,29 +218,3 @@ def _anchor(builder: _TEBuilder) -> tuple[Call, te.Tensor] | None:
         if best is None or call.op.pattern >= best[0].op.pattern:
             best = (call, tensor)
     return best
-
-
-def default_schedule(s: te.Schedule) -> None:
-    """Every root stage not yet arranged: the innermost data axis split and vectorized when
-    no reduction runs inside it, and the loops outside fused into one, parallel when the
-    stage is big enough. Blocked sums first (see :func:`~opfusion.topi.schedules.
-    arrange_blocked_sums`): their partial sums vectorized at the result's rows."""
-    arrange_blocked_sums(s)
-    for stage in s.stages:
-        op = stage.op
-        if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
-            continue
-        if stage.relations or stage.iter_var_attrs:
-            continue  # an anchor schedule already arranged it
-        axes = list(op.axis)
-        size = 1
-        for iv in axes:
-            size *= int(iv.dom.extent)
-        outer = axes
-        if not op.reduce_axis and int(axes[-1].dom.extent) >= VECTOR_LANES:
-            xo, xi = stage.split(axes[-1], factor=VECTOR_LANES)
-            stage.vectorize(xi)
-            outer = axes[:-1] + [xo]
-        fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
-        if size >= PARALLEL_MIN_ELEMENTS:
-            stage.parallel(fused)

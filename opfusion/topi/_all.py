@@ -3,7 +3,7 @@
 import importlib
 
 for _name in ("elemwise", "broadcast", "reduce", "transform", "image", "nn", "nn_pool",
-              "nn_norm", "schedules"):
+              "nn_norm"):
     try:
         importlib.import_module(f"{__package__}.{_name}")
     except ModuleNotFoundError as _err:  # a family not written yet

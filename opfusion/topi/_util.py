@@ -141,6 +141,17 @@ def is_unsigned(dtype: str) -> bool:
     return dtype.startswith("uint")
 
 
+def vector_lanes(dtype: str) -> int:
+    """Elements of ``dtype`` in one vector register of the current target (``with target:``;
+    the group lowering sets it): the computes lay out accumulators in blocks of this many,
+    so that the schedules vectorize them whole."""
+    from ..target import Target
+
+    target = Target.current()
+    assert target is not None
+    return target.vector_lanes(dtype)
+
+
 def accumulator_dtype(dtype: str) -> str:
     """The dtype products accumulate in: float16 in float32 (it has too few bits to multiply
     many terms), every other dtype in itself as TVM does."""

@@ -2,14 +2,15 @@
 transposed), dense and the matrix products, the per-channel layers (bias_add, prelu), pad,
 batch_flatten, dropout, and einsum.
 
-The computes are shaped for the CPU schedules of :mod:`.schedules`, which find their stages by
-tag. A convolution is three stages: ``conv2d_pad`` (the zero-padded input, split into
-``stride`` column phases so that every kernel tap reads consecutive columns), ``conv2d_acc``
-(the reduction, its columns in blocks of one vector, the last block padded) and the op's
-result, a crop of the accumulator. A product whose operands both run along the contracted
-axis (dense, ``transpose_b`` products) sums ``lanes`` interleaved partial dot products
-(``matmul_partial``) and then the lanes (``matmul_dot``); any other product is one reduction
-(``matmul``). Every product accumulates in the result dtype, as TVM does."""
+The computes are shaped for the CPU schedule rules (:mod:`opfusion.backend.cpu.schedules`),
+which find their stages by tag; accumulators are laid out in vectors of the current target
+(``Target.current()``, set by the group lowering). A convolution is three stages: ``conv2d_pad``
+(the zero-padded input, split into ``stride`` column phases so that every kernel tap reads
+consecutive columns), ``conv2d_acc`` (the reduction, its columns in blocks of one vector, the
+last block padded) and the op's result, a crop of the accumulator. A product whose operands both
+run along the contracted axis (dense, ``transpose_b`` products) sums ``lanes`` interleaved
+partial dot products (``matmul_partial``) and then the lanes (``matmul_dot``); any other product
+is one reduction (``matmul``). Every product accumulates in the result dtype, as TVM does."""
 
 from __future__ import annotations
 
@@ -18,11 +19,8 @@ from typing import Any
 
 from .. import te
 from ..ops.einsum import parse_equation
-from ._util import accumulator_dtype
+from ._util import accumulator_dtype, vector_lanes
 from .registry import register_compute
-
-#: Lanes of one AVX2 vector of float32; the accumulator widths are rounded to it.
-LANES = 8
 
 CONV_PAD = "conv2d_pad"
 CONV_ACC = "conv2d_acc"
@@ -43,14 +41,16 @@ def _zero(dtype: str) -> te.PrimExpr:
 # convolution
 
 
-def width_blocks(out_width: int) -> tuple[int, int]:
-    """How a convolution lays out its output columns while accumulating: ``(blocks, lanes)``
-    with ``blocks * lanes >= out_width``. Columns go in blocks of one vector (the last block
-    padded with columns that read zero padding and are cropped), unless the row is so narrow
-    that padding it would waste more than vectors gain."""
-    if out_width < LANES // 2:
+def width_blocks(out_width: int, dtype: str) -> tuple[int, int]:
+    """How a convolution lays out its output columns while accumulating in ``dtype``:
+    ``(blocks, lanes)`` with ``blocks * lanes >= out_width``. Columns go in blocks of one
+    vector of the current target (the last block padded with columns that read zero padding
+    and are cropped), unless the row is so narrow that padding it would waste more than
+    vectors gain."""
+    lanes = vector_lanes(dtype)
+    if out_width < lanes // 2:
         return 1, out_width
-    return -(-out_width // LANES), LANES
+    return -(-out_width // lanes), lanes
 
 
 def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int,
@@ -110,7 +110,7 @@ def _conv2d_nchw(data: te.Tensor, weight_at: Callable[..., te.PrimExpr], out_cha
     dh, dw = dilation
     top, left = padding[0], padding[1]
     out_h, out_w = out_hw
-    blocks, lanes = width_blocks(out_w)
+    blocks, lanes = width_blocks(out_w, accumulator_dtype(out_dtype))
     per_group_in = channels // groups
     per_group_out = out_channels // groups
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
@@ -170,7 +170,7 @@ def conv2d_transpose(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     # Output row y takes its taps from row y + top - (kh-1-i)*dh of the (uncropped) full
     # result, i.e. row y + i*dh of the inserted input shifted by (kh-1)*dh - top.
     shift_h, shift_w = (kh - 1) * dh - top, (kw - 1) * dw - left
-    blocks, lanes = width_blocks(out_w)
+    blocks, lanes = width_blocks(out_w, accumulator_dtype(out_type.dtype))
     rows = out_h + (kh - 1) * dh
     cols = blocks * lanes + (kw - 1) * dw
 
@@ -210,25 +210,29 @@ DOT_MIN_DEPTH = 128
 PACK_MIN_ROWS = 8
 
 
-def dot_lanes(depth: int) -> int:
-    """Interleaved partial sums for a contraction of ``depth`` values read consecutively from
-    both operands: 8 (or 4) when they divide it, 0 for a plain reduction."""
-    for lanes in (LANES, LANES // 2):
+def dot_lanes(depth: int, dtype: str) -> int:
+    """Interleaved partial sums (accumulated in ``dtype``) for a contraction of ``depth``
+    values read consecutively from both operands: one vector of the current target (8
+    float32 with AVX2) or half of one when that divides it, 0 for a plain reduction."""
+    full = vector_lanes(dtype)
+    for lanes in (full, full // 2):
         if depth % lanes == 0 and depth >= 2 * lanes:
             return lanes
     return 0
 
 
-def panel_width(rows: int, depth: int, width: int, along_k: bool) -> int:
-    """Columns per panel when the right operand is packed, or 0 to read it in place.
+def panel_width(rows: int, depth: int, width: int, along_k: bool, dtype: str) -> int:
+    """Columns per panel when the right operand is packed, or 0 to read it in place: two
+    vectors of the current target (of ``dtype``, the accumulator's), or one.
 
     ``rows``: output rows sharing the right operand; ``along_k``: both operands are
     contiguous along the contraction (the dot form applies)."""
-    if along_k and dot_lanes(depth) and (depth >= DOT_MIN_DEPTH or rows < PACK_MIN_ROWS):
+    lanes = vector_lanes(dtype)
+    if along_k and dot_lanes(depth, dtype) and (depth >= DOT_MIN_DEPTH or rows < PACK_MIN_ROWS):
         return 0
-    if rows < PACK_MIN_ROWS or width % LANES:
+    if rows < PACK_MIN_ROWS or width % lanes:
         return 0
-    return 2 * LANES if width % (2 * LANES) == 0 else LANES
+    return 2 * lanes if width % (2 * lanes) == 0 else lanes
 
 
 def _panels(batch: Sequence[int], depth: int, width: int, cols: int,
@@ -254,7 +258,7 @@ def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr
     def product(idx: Index, k: Any) -> te.PrimExpr:
         return te.cast(a_at(idx, k), out_dtype) * te.cast(b_at(idx, k), out_dtype)
 
-    lanes = dot_lanes(depth) if along_k else 0
+    lanes = dot_lanes(depth, out_dtype) if along_k else 0
     if lanes:
         ko = te.reduce_axis((0, depth // lanes), name="ko")
         partial = te.compute(
@@ -287,7 +291,8 @@ def dense(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """``out[..., n] = sum_k data[..., k] * weight[n, k]``."""
     data, weight = inputs
     units, depth = weight.shape
-    cols = panel_width(_product(data.shape[:-1]), depth, units, True)
+    cols = panel_width(_product(data.shape[:-1]), depth, units, True,
+                       accumulator_dtype(out_type.dtype))
     b_at: Callable[[Index, Any], te.PrimExpr]
     if cols:
         packed = _panels((), depth, units, cols, lambda _, k, n: weight[n, k], "dense")
@@ -335,7 +340,8 @@ def matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     width = out_type.shape[-1] if has_n else 1
     # Rows sharing one right operand: the result's, divided by b's batch elements.
     rows = _product(out_type.shape[:-1]) // max(1, _product(b.shape[:-2]))
-    cols = panel_width(rows, depth, width, along_k) if has_n else 0
+    cols = (panel_width(rows, depth, width, along_k, accumulator_dtype(out_type.dtype))
+            if has_n else 0)
     b_at: Callable[[Index, Any], te.PrimExpr]
     if cols:
         packed = _panels(b.shape[:-2], depth, width, cols, b_value, "matmul")
@@ -370,7 +376,7 @@ def batch_matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         return y[lead[0], n, k] if tb else y[lead[0], k, n]
 
     shared = rows * (batch if y.shape[0] == 1 else 1)
-    cols = panel_width(shared, depth, width, along_k)
+    cols = panel_width(shared, depth, width, along_k, accumulator_dtype(out_type.dtype))
     y_at: Callable[[Index, Any], te.PrimExpr]
     if cols:
         packed = _panels(y.shape[:1], depth, width, cols, y_value, "batch_matmul")
@@ -521,5 +527,5 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
     return [*term[:at], *(f".{count - e}" for e in range(count)), *term[at + 1:]]
 
 
-__all__ = ["CONV_ACC", "CONV_OUT", "CONV_PAD", "LANES", "MATMUL", "MATMUL_DOT", "MATMUL_PACK",
+__all__ = ["CONV_ACC", "CONV_OUT", "CONV_PAD", "MATMUL", "MATMUL_DOT", "MATMUL_PACK",
            "MATMUL_PARTIAL", "panel_width", "width_blocks", "dot_lanes", "normalize_axis_of"]

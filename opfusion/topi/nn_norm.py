@@ -5,8 +5,8 @@ The row operators are several stages, each a reduction along ``axis`` over the o
 softmax is ``norm_max`` (the row maximum), ``norm_exp`` (exp(x - max)), ``norm_sum`` (their
 row sum) and the result; log_softmax the same without ``norm_exp``; layer_norm is
 ``norm_mean`` (the row sum), ``norm_sum`` (the sum of squared deviations) and the result.
-:mod:`.schedules` finds them by tag, and the axis in the result's ``attrs["axis"]``. As in
-the references, a row whose maximum is infinite is not shifted."""
+:mod:`opfusion.backend.cpu.schedules` finds them by tag, and the axis in the result's
+``attrs["axis"]``. As in the references, a row whose maximum is infinite is not shifted."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ max pooling and 0 for average pooling, from a padded copy of the input built onl
 window can actually cross an edge (or the columns are strided). Average pooling is a sum
 (``pool_sum``) followed by a division by the tap count, a constant when every window counts
 the same taps and otherwise a closed form in the output position; the schedules of
-:mod:`.schedules` find the stages by tag."""
+:mod:`opfusion.backend.cpu.schedules` find the stages by tag."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name
     out_h, out_w = out_hw
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    blocks, lanes = width_blocks(out_w)
+    blocks, lanes = width_blocks(out_w, data.dtype)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     read = window_reader(data, top, left, rows, blocks * lanes, sw, (kw - 1) * dw, empty,
                          f"{name}_pad", POOL_PAD)

@@ -34,7 +34,9 @@ Reducer = Callable[..., PrimExpr]
 
 #: Interleaved partial sums of a blocked sum: element k of a row goes to partial sum k % SUM_LANES
 #: (one vector of float64 is 4 or 8 lanes: 16 keeps 2-4 independent vector additions in
-#: flight, so the sum runs at the adds' throughput, not their latency).
+#: flight, so the sum runs at the adds' throughput, not their latency). A numerics constant,
+#: not a hardware one: it fixes the summation order, so a sum gives the same bits on every
+#: target; it is deliberately not read from the target's vector width.
 SUM_LANES = 16
 #: Tags of the stages of a blocked sum: the partial sums (shape ``(*shape, SUM_LANES)``), the
 #: terms left over when the row is not a whole number of lanes.

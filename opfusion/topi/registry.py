@@ -1,17 +1,14 @@
-"""Where an operator finds its tensor expression: computes and anchor schedules, by op name.
+"""Where an operator finds its tensor expression: its TE compute, by op name.
 
 A **compute** turns an operator call into TE: ``fn(inputs, attrs, out_type)`` where
 ``inputs`` holds one ``te.Tensor`` per argument (a list of them for a tuple argument, e.g.
 concatenate), ``attrs`` is the call's normalized :class:`~opfusion.ir.Attrs` and
 ``out_type`` its inferred type; it returns a ``te.Tensor`` (or a tuple of them for a
-tuple-typed result). Computes never schedule.
-
-A **schedule** is registered for anchor operators only (conv2d, dense, pooling, reductions,
-softmax...): ``fn(s, anchor, output)`` arranges the loops of ``anchor`` (the op's own result
-tensor) inside schedule ``s`` whose final stage is ``output`` (the fused group's result,
-possibly ``anchor`` itself, possibly an elementwise epilogue that the schedule attaches to
-the anchor's tiles). Elementwise and injective stages are inlined by the group lowering, not
-here."""
+tuple-typed result). Computes never schedule: the schedules of fused groups are the
+backend's schedule rules (:mod:`opfusion.backend.schedule_rule`; the CPU's in
+:mod:`opfusion.backend.cpu.schedules`). A compute may read the current target
+(``Target.current()``, set by the group lowering) for hardware facts such as the vector
+width its accumulators are laid out in."""
 
 from __future__ import annotations
 
@@ -21,10 +18,8 @@ from typing import Any
 from ..errors import OpfusionError
 
 ComputeFn = Callable[[list[Any], Any, Any], Any]
-ScheduleFn = Callable[[Any, Any, Any], None]
 
 _COMPUTES: dict[str, ComputeFn] = {}
-_SCHEDULES: dict[str, ScheduleFn] = {}
 
 
 def register_compute(*op_names: str) -> Callable[[ComputeFn], ComputeFn]:
@@ -40,29 +35,10 @@ def register_compute(*op_names: str) -> Callable[[ComputeFn], ComputeFn]:
     return wrap
 
 
-def register_schedule(*op_names: str) -> Callable[[ScheduleFn], ScheduleFn]:
-    """Decorator: ``fn`` schedules a fused group anchored at each op in ``op_names``."""
-
-    def wrap(fn: ScheduleFn) -> ScheduleFn:
-        for name in op_names:
-            if name in _SCHEDULES:
-                raise OpfusionError(f"a schedule for {name!r} is already registered")
-            _SCHEDULES[name] = fn
-        return fn
-
-    return wrap
-
-
 def get_compute(op_name: str) -> ComputeFn | None:
     """The TE compute registered for ``op_name`` (None when the op has none)."""
     _load_all()
     return _COMPUTES.get(op_name)
-
-
-def get_schedule(op_name: str) -> ScheduleFn | None:
-    """The anchor schedule registered for ``op_name`` (None: use the default)."""
-    _load_all()
-    return _SCHEDULES.get(op_name)
 
 
 def ops_with_compute() -> list[str]:

@@ -1,7 +1,7 @@
 """The CPU backend: C with GCC vector types and OpenMP, built by the system C compiler.
 
-- schedule rules: :mod:`opfusion.topi.schedules` (one per anchor operator) and the default
-  schedule of :mod:`opfusion.compiler.lower_group`;
+- schedule rules: :mod:`.schedules` (one rule per anchor family, each with its knobs and
+  a default config from the target; the default rule for the rest);
 - code emitter: :mod:`.emitter` (on the C-family printer of :mod:`opfusion.backend.c_family`),
   after the loop-planning pass of :mod:`.loop_planning`;
 - toolchain: :mod:`.toolchain` (the C compiler driver, with the target's ``-m`` flags, and
@@ -15,6 +15,7 @@ from typing import Any
 
 from ...target import Target
 from .. import Backend
+from ..schedule_rule import as_config
 from .module import KernelParam, Module, load_kernels
 from .toolchain import CompiledLibrary, compile_source, target_flags
 
@@ -26,15 +27,30 @@ class CPUBackend(Backend):
 
     def schedule(self, s: Any, anchor: Any, output: Any, op_name: str | None,
                  config: Any = None) -> Any:
-        from ...compiler.lower_group import default_schedule
-        from ...topi import get_schedule
+        """The first schedule rule for ``op_name`` that takes the group (see
+        :mod:`.schedules`), with ``config`` (a :class:`Config`, its ``to_dict()`` or a
+        mapping of knob values; checked against the rule's space) or the rule's default for
+        the target; returns the config used. A group no rule takes gets the default schedule
+        (returns None, or the config when one of the default rule's was given)."""
+        from .schedules import RULES
 
-        rule = get_schedule(op_name) if op_name is not None else None
-        if rule is None:
-            default_schedule(s)
-            return None
-        rule(s, anchor, output)
-        return None
+        found = RULES.find(op_name, anchor, output, self.target)
+        if found is None:
+            rule = RULES.fallback
+            assert rule is not None
+            space = rule.space(anchor, output, self.target)
+            used = rule.default_config(anchor, output, self.target)
+            if config is not None:
+                used = space.check(as_config(config, rule.name))
+            rule.apply(s, anchor, output, self.target, used)
+            return used if config is not None else None
+        rule, space = found
+        if config is None:
+            used = rule.default_config(anchor, output, self.target)
+        else:
+            used = space.check(as_config(config, rule.name))
+        rule.apply(s, anchor, output, self.target, used)
+        return used
 
     def generate(self, funcs: list[Any], header: str | None = None) -> Any:
         from .emitter import codegen_c_module

@@ -1,0 +1,43 @@
+"""The CPU backend's schedule rules: one per anchor operator family, and the default.
+
+=============  ==========================================  ===================================
+rule           anchors                                     knobs
+=============  ==========================================  ===================================
+conv2d         nn.conv2d, nn.conv2d_transpose              channel_block, col_blocks,
+                                                           task_channels, row_block,
+                                                           channel_pass
+matmul_dot     nn.dense, nn.matmul, nn.batch_matmul        rows, cols, block
+               (both operands along the contraction)
+matmul_plain   the same (any other product)                rows, cols, k_unroll, block
+pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width
+rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
+default        any other group (the fallback)              vector_width, parallel
+=============  ==========================================  ===================================
+
+See :mod:`opfusion.backend.schedule_rule` for the contract. The loops that matter are tiled
+on the *owner*: the group's output when it is an elementwise epilogue of the anchor's shape
+(the anchor is then inlined into it, or computed at the owner's tiles when it is a
+reduction), else the anchor itself. The accumulating stage is computed at the owner's tile,
+so an intermediate result never goes to memory. Stages a rule did not arrange get
+:func:`.common.arrange_rest`: data loops fused and parallel."""
+
+from __future__ import annotations
+
+from ...schedule_rule import RuleRegistry
+from .common import arrange_blocked_sums, arrange_rest, sum_parts_at
+from .conv2d import Conv2dRule, conv2d_tiles
+from .default import DefaultRule, arrange_default, default_schedule
+from .matmul import MatmulDotRule, MatmulPlainRule, dot_tiles, plain_tiles
+from .pool import PoolRule, pool_rows
+from .rows import RowsRule, normalized_rows
+
+#: The CPU backend's rules, by anchor operator; groups none takes get the default.
+RULES = RuleRegistry("cpu")
+for _rule in (Conv2dRule(), MatmulDotRule(), MatmulPlainRule(), PoolRule(), RowsRule()):
+    RULES.register(_rule)
+RULES.set_fallback(DefaultRule())
+
+__all__ = ["RULES", "Conv2dRule", "DefaultRule", "MatmulDotRule", "MatmulPlainRule",
+           "PoolRule", "RowsRule", "arrange_blocked_sums", "arrange_default", "arrange_rest",
+           "conv2d_tiles", "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles",
+           "pool_rows", "sum_parts_at"]

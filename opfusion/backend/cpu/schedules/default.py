@@ -1,0 +1,85 @@
+"""The default schedule: what every group no anchor rule takes gets (elementwise,
+injective, and reduction groups), and the fallback rule of the CPU backend.
+
+Every root stage not yet arranged: the innermost data axis split by ``vector_width`` and
+vectorized when no reduction runs inside it (and it is at least that long), and the loops
+outside fused into one, parallel when the stage is big enough and ``parallel`` is on.
+Blocked sums first (:func:`.common.arrange_blocked_sums`): their partial sums vectorized at
+the result's rows.
+
+Knobs: ``vector_width`` (1: not split; else one, two or four float32 vectors of the target;
+two, 16 elements with AVX2, is the default) and ``parallel``. They hold for the group's
+every stage; the space is the same for every group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
+from .common import arrange_blocked_sums
+
+#: Elements below which a kernel's loops stay serial (starting threads costs more).
+PARALLEL_MIN_ELEMENTS = 1 << 14
+
+
+def default_vector_width(target: Target) -> int:
+    """Two float32 vectors of the target (16 elements with AVX2, 32 with AVX-512)."""
+    return 2 * target.vector_lanes("float32")
+
+
+class DefaultRule(ScheduleRule):
+    """Data loops fused and parallel, the innermost split and vectorized."""
+
+    name = "default"
+    ops = ()
+
+    def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace:
+        lanes = target.vector_lanes("float32")
+        return ConfigSpace(self.name, [
+            Knob("vector_width", (1, lanes, 2 * lanes, 4 * lanes),
+                 "elements of each stage's innermost loop per vectorized loop (1: none)"),
+            Knob("parallel", (True, False),
+                 "run each big enough stage's fused outer loop in parallel"),
+        ])
+
+    def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
+        return self.space(anchor, output, target).config(
+            vector_width=default_vector_width(target), parallel=True)
+
+    def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
+              config: Config) -> None:
+        arrange_default(s, int(config["vector_width"]), bool(config["parallel"]))
+
+
+def default_schedule(s: te.Schedule, target: Target | None = None) -> None:
+    """The default schedule with the target's default knobs (the current target's when
+    ``target`` is None)."""
+    resolved = target or Target.current()
+    assert resolved is not None
+    arrange_default(s, default_vector_width(resolved), True)
+
+
+def arrange_default(s: te.Schedule, vector_width: int, parallel: bool) -> None:
+    """The default schedule with explicit knobs (see the module docstring)."""
+    arrange_blocked_sums(s)
+    for stage in s.stages:
+        op = stage.op
+        if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
+            continue
+        if stage.relations or stage.iter_var_attrs:
+            continue  # an anchor schedule already arranged it
+        axes = list(op.axis)
+        size = 1
+        for iv in axes:
+            size *= int(iv.dom.extent)
+        outer = axes
+        if (vector_width > 1 and not op.reduce_axis
+                and int(axes[-1].dom.extent) >= vector_width):
+            xo, xi = stage.split(axes[-1], factor=vector_width)
+            stage.vectorize(xi)
+            outer = axes[:-1] + [xo]
+        fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+        if parallel and size >= PARALLEL_MIN_ELEMENTS:
+            stage.parallel(fused)

@@ -1,0 +1,275 @@
+"""The matrix-product rules (nn.dense, nn.matmul, nn.batch_matmul), one per form of the
+compute (see :mod:`opfusion.topi.nn`):
+
+- ``matmul_dot``: both operands run along the contraction; ``rows`` x ``cols`` tiles of
+  lane-interleaved partial sums (rows*cols vectors) over the whole depth, then the lanes
+  summed;
+- ``matmul_plain``: ``rows`` rows x ``cols`` columns of the result in vectors (outer
+  products), the reduction outside, unrolled by ``k_unroll``; the right operand read from
+  column panels when the compute packed it (``cols`` is then the panel width).
+
+In both, column tiles go in blocks of ``block`` that keep their part of the right operand in
+L2 while every row tile passes. A product without a reduction (depth 0) takes neither: the
+default schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ....topi.nn import MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
+from .common import (
+    accumulators,
+    arrange_rest,
+    divisor,
+    divisors,
+    is_reduction,
+    itemsize,
+    l2_fraction,
+    owner_of,
+    parallel_outer,
+    powers_of_two_and,
+    producer,
+    tensor_size,
+)
+
+PRODUCTS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
+
+
+def block_bytes(target: Target) -> int:
+    """Bytes of right-operand rows a block of column tiles keeps in the per-core L2: 3/16 of
+    it (192 KiB of a 1 MiB L2)."""
+    return l2_fraction(target, 3)
+
+
+def _rows_cols(anchor: te.Tensor) -> tuple[int | None, int]:
+    """The result's row count (None for a rank-1 result) and column count."""
+    shape = [int(d) for d in anchor.shape]
+    m = shape[-2] if len(shape) >= 2 else None
+    n = shape[-1] if shape else 1
+    return m, n
+
+
+def _block_knob(n: int, default: int) -> Knob:
+    return Knob("block", powers_of_two_and(n, default),
+                "column tiles per block that every row tile passes while it is in L2")
+
+
+class MatmulDotRule(ScheduleRule):
+    """The dot form: tiles of lane-interleaved partial sums, the lanes summed last."""
+
+    name = "matmul_dot"
+    ops = PRODUCTS
+
+    def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
+        if anchor.op.tag != MATMUL_DOT or producer(anchor, MATMUL_PARTIAL) is None:
+            return None
+        m, n = _rows_cols(anchor)
+        registers = target.vector_registers
+
+        def fits(config: Mapping[str, Any]) -> bool:
+            """rows*cols partial-sum vectors fit the vector registers"""
+            return config["rows"] * config["cols"] <= registers
+
+        return ConfigSpace(self.name, [
+            Knob("rows", divisors(m, registers) if m is not None and anchor.shape else (1,),
+                 "result rows of a tile (unrolled)"),
+            Knob("cols", divisors(n, registers) if anchor.shape else (1,),
+                 "result columns of a tile (unrolled)"),
+            _block_knob(n, self._defaults(anchor, target)[2]),
+        ], fits)
+
+    def _defaults(self, anchor: te.Tensor, target: Target) -> tuple[int, int, int]:
+        partial = producer(anchor, MATMUL_PARTIAL)
+        assert partial is not None
+        m, n = _rows_cols(anchor)
+        if not anchor.shape:
+            return 1, 1, 1
+        depth = int(partial.op.reduce_axis[0].dom.extent) * int(partial.shape[-1])
+        budget = accumulators(target)  # rows*cols vectors of partial sums
+        rows = divisor(m, budget // 2) if m is not None else 1
+        cols = divisor(n, budget // rows)
+        block = max(1, block_bytes(target) // (depth * itemsize(partial) * cols))
+        return rows, cols, block
+
+    def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
+        rows, cols, block = self._defaults(anchor, target)
+        space = self.space(anchor, output, target)
+        assert space is not None
+        return space.config(rows=rows, cols=cols, block=block)
+
+    def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
+              config: Config) -> None:
+        dot_tiles(s, anchor, output, int(config["rows"]), int(config["cols"]),
+                  int(config["block"]))
+        arrange_rest(s)
+
+
+class MatmulPlainRule(ScheduleRule):
+    """The plain form: outer products into a register tile of result vectors."""
+
+    name = "matmul_plain"
+    ops = PRODUCTS
+
+    def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
+        if anchor.op.tag == MATMUL_DOT or not is_reduction(anchor):
+            return None
+        m, n = _rows_cols(anchor)
+        lanes = target.vector_lanes(anchor.dtype)
+        registers = target.vector_registers
+        pack = producer(anchor, MATMUL_PACK)
+        if not anchor.shape:
+            rows, cols = (1,), (1,)
+        else:
+            rows = divisors(m, registers) if m is not None else (1,)
+            # Packed panels fix the tile's columns (a tile reads one panel).
+            cols = (int(pack.shape[-1]),) if pack is not None else divisors(n, 4 * lanes)
+
+        def fits(config: Mapping[str, Any]) -> bool:
+            """rows x cols result vectors fit the vector registers"""
+            return config["rows"] * -(-config["cols"] // lanes) <= registers
+
+        return ConfigSpace(self.name, [
+            Knob("rows", rows, "result rows of a tile (unrolled)"),
+            Knob("cols", cols, "result columns of a tile (vectorized)"),
+            Knob("k_unroll", (1, 2, 4, 8), "steps of the reduction unrolled"),
+            _block_knob(n, self._defaults(anchor, target)[2]),
+        ], fits)
+
+    def _defaults(self, anchor: te.Tensor, target: Target) -> tuple[int, int, int]:
+        m, n = _rows_cols(anchor)
+        if not anchor.shape:
+            return 1, 1, 1
+        lanes = target.vector_lanes(anchor.dtype)
+        depth = int(anchor.op.reduce_axis[0].dom.extent)
+        pack = producer(anchor, MATMUL_PACK)
+        if pack is not None:  # the tiles are the panels' columns
+            cols = int(pack.shape[-1])
+        elif n % (2 * lanes) == 0:
+            cols = 2 * lanes
+        else:
+            cols = lanes if n % lanes == 0 else divisor(n, 2 * lanes)
+        # budget/2 rows x 2 vectors of columns: the measured 4 x 2 with AVX2.
+        rows = divisor(m, accumulators(target) // 2) if m is not None else 1
+        block = max(1, block_bytes(target) // (max(depth, 1) * itemsize(anchor) * cols))
+        return rows, cols, block
+
+    def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
+        rows, cols, block = self._defaults(anchor, target)
+        space = self.space(anchor, output, target)
+        assert space is not None
+        return space.config(rows=rows, cols=cols, k_unroll=4, block=block)
+
+    def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
+              config: Config) -> None:
+        plain_tiles(s, anchor, output, int(config["rows"]), int(config["cols"]),
+                    int(config["block"]), int(config["k_unroll"]))
+        arrange_rest(s)
+
+
+def _tile_last_two(stage: te.Stage, rows: int, cols: int) -> tuple[list[Any], list[Any]]:
+    """Split the last two axes into (outer, inner) and order the loops ``batch..., row outer,
+    column outer, row inner, column inner``; returns the outer and the inner loops (a rank-1
+    tensor has only a column axis)."""
+    axes = list(stage.op.axis)
+    if len(axes) == 1:
+        co, ci = stage.split(axes[0], factor=cols)
+        return [co], [ci]
+    ro, co, ri, ci = stage.tile(axes[-2], axes[-1], rows, cols)
+    return [*axes[:-2], ro, co], [ri, ci]
+
+
+def dot_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, rows: int, cols: int,
+              block: int) -> None:
+    """The dot-form schedule with explicit sizes: ``rows`` x ``cols`` output tiles, each
+    accumulating rows*cols vectors of lane-interleaved partial sums over the whole depth
+    (its rows and columns unrolled, the lanes vectorized); when the data has several row
+    tiles, ``block`` column tiles (weight rows, sized for L2) are outermost, so that every
+    row tile reuses a block while it is cached."""
+    partial = producer(anchor, MATMUL_PARTIAL)
+    assert partial is not None
+    owner = owner_of(s, anchor, output)
+    part = s[partial]
+    axes = list(part.op.axis)
+    part.vectorize(axes[-1])
+    shape = [int(d) for d in anchor.shape]
+    if not shape:  # a single dot product
+        return
+    depth = int(part.op.reduce_axis[0].dom.extent) * int(partial.shape[-1])
+    stage = s[owner]
+    outer, inner = _tile_last_two(stage, rows, cols)
+    tile = _block_columns(stage, outer, anchor, rows, cols, block,
+                          tensor_size(owner) * depth // 16)
+    parent, loop = stage, tile
+    lane_sum = s[anchor]
+    if owner is not anchor:
+        # The lane sum is computed at the tile; the partial sums just before it, at an outer
+        # loop of one iteration (they are read by the lane sum only).
+        lane_sum.compute_at(stage, tile)
+        loop, _ = lane_sum.split(lane_sum.op.axis[0], nparts=1)
+        parent = lane_sum
+        inner = [v for v in lane_sum.leaf_iter_vars if v is not loop and not v.is_reduce]
+    # Lanes outermost: the tile's rows*cols sums are independent chains, not one chain of
+    # additions per output.
+    (lane,) = lane_sum.op.reduce_axis
+    lane_sum.reorder(lane, *inner)
+    for axis in inner:
+        lane_sum.unroll(axis)
+    part.compute_at(parent, loop)
+    (ko,) = part.op.reduce_axis
+    part.reorder(ko, *axes)
+    for axis in axes[-3:-1]:
+        part.unroll(axis)
+
+
+def plain_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, rows: int, cols: int,
+                block: int, k_unroll: int = 4) -> None:
+    """The plain-form schedule with explicit sizes: ``rows`` x ``cols`` output tiles
+    accumulated as ``rows`` x ``cols/lanes`` vectors (outer products of a column of the left
+    operand and a row piece of the right one), the reduction outside (unrolled by
+    ``k_unroll``), the tile's rows unrolled, its columns vectorized; column tiles in blocks of
+    ``block`` as in :func:`dot_tiles`."""
+    owner = owner_of(s, anchor, output)
+    acc = s.cache_write(anchor, "local") if owner is anchor else anchor
+    pack = producer(acc, MATMUL_PACK)
+    if pack is not None:
+        pack_stage = s[pack]
+        axes = list(pack.op.axis)
+        parallel_outer(pack_stage, axes[:-1], tensor_size(pack))
+        pack_stage.vectorize(axes[-1])
+    if not anchor.shape:
+        return
+    stage = s[owner]
+    outer, inner = _tile_last_two(stage, rows, cols)
+    depth = int(acc.op.reduce_axis[0].dom.extent)
+    tile = _block_columns(stage, outer, anchor, rows, cols, block,
+                          tensor_size(owner) * depth // 16)
+    stage.vectorize(inner[-1])
+    acc_stage = s[acc]
+    acc_stage.compute_at(stage, tile)
+    axes = list(acc_stage.op.axis)
+    (k,) = acc_stage.op.reduce_axis
+    ko, ki = acc_stage.split(k, factor=k_unroll)
+    acc_stage.reorder(ko, ki, *axes)
+    acc_stage.unroll(ki)
+    if len(axes) >= 2:
+        acc_stage.unroll(axes[-2])
+    acc_stage.vectorize(axes[-1])
+
+
+def _block_columns(stage: te.Stage, outer: list[Any], result: te.Tensor, rows: int, cols: int,
+                   block: int, work: int) -> Any:
+    """Parallelize the tile loops ``outer`` (``batch..., row tiles, column tiles``) and return
+    the loop a tile is computed at. With several row tiles and more than ``block`` column
+    tiles, the column tiles go in blocks, outermost, so that all row tiles pass over a block
+    of the right operand while it is in L2."""
+    shape = [int(d) for d in result.shape]
+    if len(outer) >= 2 and -(-shape[-2] // rows) > 1 and -(-shape[-1] // cols) > block:
+        bo, bi = stage.split(outer[-1], factor=block)
+        stage.reorder(bo, outer[-2])
+        parallel_outer(stage, [*outer[:-2], bo, outer[-2]], work)
+        return bi
+    return parallel_outer(stage, outer, work)

@@ -1,0 +1,314 @@
+"""The CPU schedule rules as a tuner sees them: every rule computes the reference's numbers
+with *any* config of its space (the default, samples, the smallest and the largest tiles),
+on an AVX2 target and on the host; configs are JSON and a config outside the space is a
+ScheduleError naming the knob; and the defaults on AVX2 are the measured choices."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import te
+from opfusion.backend import get_backend
+from opfusion.backend.cpu.schedules import RULES
+from opfusion.backend.schedule_rule import Config, ConfigSpace, Knob, ScheduleError
+from opfusion.compiler.lower_group import lower_primitive_function
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function
+from opfusion.ir.module import IRModule
+from opfusion.target import Target
+from opfusion.testing import assert_close
+from opfusion.topi import get_compute
+from opfusion.topi.testing import call_over_arrays
+
+pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),
+                                reason="no C compiler")
+
+nn = opf.op.nn
+AVX2 = "c -mattr=+avx2,+fma"
+#: The AVX2 target with the cache the default sizes were measured with (1 MiB of L2).
+AVX2_MEASURED = "c -mattr=+avx2,+fma -l2-cache=1M -num-cores=2"
+TARGETS = [AVX2, "c"]
+
+
+@pytest.fixture(autouse=True)
+def private_kernel_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+class Group:
+    """One call's kernel, optionally with a ``relu(result + bias)`` epilogue (the add inlined
+    as the group lowering does), built from the computes under the current target."""
+
+    def __init__(self, builder, arrays, epilogue=False, **attrs):
+        call, params, values = call_over_arrays(builder, arrays, attrs)
+        self.op_name = call.op.name
+        want = evaluate(IRModule.from_expr(Function(params, call)), values)
+        holders = [te.placeholder(p.type_annotation.shape, p.type_annotation.dtype,
+                                  name=p.name_hint) for p in params]
+        inputs = list(holders)
+        self._make = lambda: get_compute(call.op.name)(inputs, call.attrs, call.checked_type)
+        self.anchor = self._make()
+        self.epilogue = epilogue
+        if epilogue:
+            axis = 1 if len(self.anchor.shape) >= 2 else 0
+            b = normal(self.anchor.shape[axis], seed=9)
+            shape = [1] * len(self.anchor.shape)
+            shape[axis] = -1
+            want = np.maximum(want + b.reshape(shape), 0).astype(want.dtype)
+            holders = [*holders, te.placeholder((self.anchor.shape[axis],), "float32",
+                                                name="bias")]
+            values = [*values, b]
+        self.holders, self.values, self.want = holders, values, want
+
+    def schedule(self):
+        """A fresh TE graph and schedule: (schedule, anchor, output)."""
+        anchor = self._make()
+        output, added = anchor, None
+        if self.epilogue:
+            bias = self.holders[-1]
+            axis = 1 if len(anchor.shape) >= 2 else 0
+            added = te.compute(anchor.shape, lambda *i: anchor[i] + bias[i[axis]], name="add")
+            output = te.compute(anchor.shape, lambda *i: te.max(added[i], 0.0), name="relu")
+        s = te.create_schedule(output.op)
+        if added is not None:
+            s[added].compute_inline()
+        return s, anchor, output
+
+    def check(self, target, config):
+        """Build with ``config`` and compare with the reference; returns the config used."""
+        s, anchor, output = self.schedule()
+        used = get_backend(target).schedule(s, anchor, output, self.op_name, config)
+        kernel = opf.build(s, [*self.holders, output], target=target, name="ruled")
+        got = np.empty(self.want.shape, self.want.dtype)
+        kernel(*self.values, got)
+        assert_close(got, self.want, 1e-4)
+        return used
+
+
+def configs_to_try(space, default):
+    """The default, four samples, and the first and last points (smallest, largest tiles)."""
+    points = list(space)
+    chosen = [default, *space.sample(4, seed=0), points[0], points[-1]]
+    return list(dict.fromkeys(chosen))
+
+
+CASES = {
+    "conv2d+bias+relu": (nn.conv2d, (normal(1, 8, 10, 12), normal(8, 8, 3, 3, seed=1) * .2),
+                         True, {"padding": 1}),
+    "conv2d_strided_grouped": (nn.conv2d, (normal(1, 4, 11, 9), normal(6, 2, 3, 3, seed=1)),
+                               False, {"padding": (1, 0, 2, 1), "strides": 2, "groups": 2}),
+    "conv2d_depthwise": (nn.conv2d, (normal(1, 4, 8, 16), normal(4, 1, 3, 3, seed=1)), True,
+                         {"padding": 1, "groups": 4}),
+    "conv2d_transpose": (nn.conv2d_transpose, (normal(1, 4, 5, 5),
+                                               normal(4, 2, 3, 3, seed=1)), False,
+                         {"strides": 2, "padding": 1, "output_padding": 1}),
+    "dense_dot+bias+relu": (nn.dense, (normal(4, 128), normal(24, 128, seed=1)), True, {}),
+    "dense_plain_packed": (nn.dense, (normal(16, 32), normal(32, 32, seed=1)), True, {}),
+    "matmul_plain": (nn.matmul, (normal(6, 20), normal(20, 12, seed=1)), False, {}),
+    "matmul_dot_transposed": (nn.matmul, (normal(4, 160), normal(12, 160, seed=1)), False,
+                              {"transpose_b": True}),
+    "batch_matmul_dot": (nn.batch_matmul, (normal(2, 4, 128), normal(2, 8, 128, seed=1)),
+                         False, {}),
+    "batch_matmul_plain": (nn.batch_matmul, (normal(2, 8, 16), normal(2, 16, 32, seed=1)),
+                           True, {"transpose_b": False}),
+    "max_pool": (nn.max_pool2d, (normal(1, 4, 17, 17),), True,
+                 {"pool_size": 3, "strides": 2, "padding": 1}),
+    "avg_pool": (nn.avg_pool2d, (normal(1, 4, 16, 16),), False,
+                 {"pool_size": 3, "padding": 1, "count_include_pad": True}),
+    "global_avg_pool": (nn.global_avg_pool2d, (normal(2, 4, 9, 9),), True, {}),
+    "softmax": (nn.softmax, (normal(4, 48) * 3,), False, {}),
+    "layer_norm": (nn.layer_norm, (normal(6, 64) + 1.0, normal(64, seed=1),
+                                   normal(64, seed=2)), False, {"axis": -1}),
+}
+
+
+@pytest.mark.parametrize("target_spec", TARGETS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_config_computes_the_reference(case, target_spec):
+    builder, arrays, epilogue, attrs = CASES[case]
+    target = Target(target_spec)
+    with target:
+        group = Group(builder, arrays, epilogue, **attrs)
+        _, anchor, output = group.schedule()
+        found = RULES.find(group.op_name, anchor, output, target)
+        assert found is not None, f"no rule takes {case}"
+        rule, space = found
+        default = rule.default_config(anchor, output, target)
+        assert default in space
+        for config in configs_to_try(space, default):
+            assert group.check(target, config) == config
+
+
+@pytest.mark.parametrize("target_spec", TARGETS)
+@pytest.mark.parametrize("case", ["sum_rows", "sum_axis0", "add_relu"])
+def test_default_rule_configs_compute_the_reference(case, target_spec):
+    target = Target(target_spec)
+    x = normal(6, 40)
+    with target:
+        if case == "add_relu":
+            group = Group(nn.relu, (x,))
+        else:
+            group = Group(opf.op.sum, (x,), axis=1 if case == "sum_rows" else 0)
+        rule = RULES.fallback
+        space = rule.space(None, None, target)
+        assert len(space) == 8
+        assert group.check(target, None) is None  # the default config, reported as None
+        for config in space:
+            assert group.check(target, config) == config
+
+
+def test_rules_decline_groups_they_do_not_schedule():
+    target = Target(AVX2)
+    with target:
+        dot = Group(nn.dense, (normal(4, 128), normal(24, 128, seed=1)), False)
+        plain = Group(nn.dense, (normal(16, 32), normal(32, 32, seed=1)), False)
+    dot_rule, plain_rule = RULES.get("matmul_dot"), RULES.get("matmul_plain")
+    assert dot_rule.space(dot.anchor, dot.anchor, target) is not None
+    assert plain_rule.space(dot.anchor, dot.anchor, target) is None
+    assert dot_rule.space(plain.anchor, plain.anchor, target) is None
+    assert RULES.get("conv2d").space(dot.anchor, dot.anchor, target) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# configs
+
+
+def _conv_rule_and_space(target_spec=AVX2):
+    target = Target(target_spec)
+    with target:
+        group = Group(nn.conv2d, (normal(1, 16, 14, 14), normal(32, 16, 3, 3, seed=1)),
+                      padding=1)
+    rule = RULES.get("conv2d")
+    return rule, rule.space(group.anchor, group.anchor, target), group, target
+
+
+def test_config_round_trips_through_json():
+    rule, space, group, target = _conv_rule_and_space()
+    for config in [rule.default_config(group.anchor, group.anchor, target),
+                   *space.sample(3, seed=1)]:
+        text = config.to_json()
+        assert json.loads(text)["rule"] == "conv2d"
+        back = Config.from_json(text)
+        assert back == config and dict(back) == dict(config)
+        assert space.check(back) == config
+
+
+def test_a_config_with_an_unknown_knob_is_an_error_naming_it():
+    rule, space, group, target = _conv_rule_and_space()
+    values = {**rule.default_config(group.anchor, group.anchor, target), "unroll": 2}
+    with pytest.raises(ScheduleError, match="no knob 'unroll'"):
+        space.check(values)
+    with pytest.raises(ScheduleError, match="no knob 'unroll'"):
+        s, anchor, output = group.schedule()
+        get_backend(target).schedule(s, anchor, output, "nn.conv2d", values)
+
+
+def test_an_out_of_space_value_is_an_error_naming_the_knob():
+    rule, space, group, target = _conv_rule_and_space()
+    default = dict(rule.default_config(group.anchor, group.anchor, target))
+    with pytest.raises(ScheduleError, match="knob 'row_block'.*cannot be 5"):
+        space.check({**default, "row_block": 5})  # 5 does not divide 14 rows
+    with pytest.raises(ScheduleError, match="lacks knob 'channel_pass'"):
+        space.check({k: v for k, v in default.items() if k != "channel_pass"})
+    with pytest.raises(ScheduleError, match="outside its space"):
+        space.check({**default, "channel_block": 16, "col_blocks": 2})  # 32 accumulators
+    with pytest.raises(ScheduleError, match="rule 'pool'"):
+        space.check(Config(default, "pool"))
+    with pytest.raises(ScheduleError, match="not JSON"):
+        Config.from_json("{channel_block: 4")
+
+
+def test_space_enumeration_and_sampling_are_deterministic():
+    space = ConfigSpace("toy", [Knob("a", (1, 2, 3)), Knob("b", (True, False))],
+                        lambda c: not (c["a"] == 3 and c["b"]))
+    assert len(space) == 5
+    assert [dict(c) for c in space][:2] == [{"a": 1, "b": True}, {"a": 1, "b": False}]
+    assert space.sample(3, seed=4) == space.sample(3, seed=4)
+    assert len(set(space.sample(3, seed=4))) == 3
+    assert space.sample(10) == list(space)
+    assert Config({"a": 1}, "toy") not in space
+
+
+def test_lowering_records_and_uses_the_config():
+    call, params, _ = call_over_arrays(lambda x, w: nn.relu(nn.conv2d(x, w, padding=1)),
+                                       (normal(1, 8, 10, 12), normal(8, 8, 3, 3)), {})
+    func = Function(params, call)
+    backend = get_backend(AVX2)
+    default = lower_primitive_function(func, "k", backend)
+    assert default.schedule_config["rule"] == "conv2d"
+    json.dumps(default.schedule_config)  # plain JSON
+    config = {**default.schedule_config["knobs"], "channel_block": 1, "row_block": 2}
+    chosen = lower_primitive_function(func, "k", backend, config=config)
+    assert chosen.schedule_config == {"rule": "conv2d", "knobs": config}
+    call, params, _ = call_over_arrays(nn.relu, (normal(4, 40),), {})
+    elementwise = Function(params, call)
+    assert lower_primitive_function(elementwise, "e", backend).schedule_config is None
+    with pytest.raises(ScheduleError, match="knob 'row_block'"):
+        lower_primitive_function(func, "k", backend, config={**config, "row_block": 3})
+
+
+# ---------------------------------------------------------------------------------------------
+# the default heuristic: the measured choices on AVX2, scaled on AVX-512
+
+
+def _default(builder, shapes, target_spec, **attrs):
+    target = Target(target_spec)
+    with target:
+        group = Group(builder, tuple(np.zeros(s, "float32") for s in shapes), **attrs)
+    rule, _ = RULES.find(group.op_name, group.anchor, group.anchor, target)
+    return rule.name, dict(rule.default_config(group.anchor, group.anchor, target))
+
+
+def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
+    """Knob values in the order of ``conv2d_tiles``' parameters."""
+    return {"channel_block": channel_block, "col_blocks": col_blocks,
+            "task_channels": task_channels, "row_block": row_block,
+            "channel_pass": channel_pass}
+
+
+@pytest.mark.parametrize("builder, shapes, attrs, want", [
+    # (the arguments today's schedules passed to conv2d_tiles / dot_tiles / plain_tiles)
+    (nn.conv2d, [(1, 16, 14, 14), (32, 16, 3, 3)], {"padding": 1},
+     ("conv2d", conv(4, 1, 2, 16, 32))),
+    (nn.conv2d, [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1},
+     ("conv2d", conv(8, 7, 1, 32, 32))),
+    (nn.conv2d, [(2, 8, 15, 13), (12, 4, 3, 3)],
+     {"padding": (1, 0, 2, 1), "strides": 2, "groups": 2}, ("conv2d", conv(6, 1, 1, 4, 12))),
+    (nn.conv2d, [(1, 3, 224, 224), (64, 3, 7, 7)], {"padding": 3, "strides": 2},
+     ("conv2d", conv(4, 4, 2, 3, 32))),
+    (nn.conv2d, [(1, 256, 14, 14), (256, 256, 3, 3)], {"padding": 1},
+     ("conv2d", conv(4, 7, 2, 64, 32))),
+    (nn.dense, [(8, 512), (1000, 512)], {}, ("matmul_dot", {"rows": 4, "cols": 2, "block": 48})),
+    (nn.dense, [(16, 32), (64, 32)], {},
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 96})),
+    (nn.matmul, [(37, 24), (24, 50)], {},
+     ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 204})),
+    (nn.matmul, [(128, 64), (64, 96)], {},
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 48})),
+    (nn.max_pool2d, [(1, 8, 32, 32)], {"pool_size": 2, "strides": 2},
+     ("pool", {"vector_width": 8})),
+    (nn.softmax, [(4, 1000)], {}, ("rows", {"vector_width": 8})),
+])
+def test_avx2_defaults_are_the_measured_choices(builder, shapes, attrs, want):
+    assert _default(builder, shapes, AVX2_MEASURED, **attrs) == want
+
+
+def test_avx512_defaults_use_its_wider_vectors_and_more_registers():
+    avx512 = "c -mattr=+avx512f -l2-cache=1M -num-cores=2"
+    # 16 accumulators (32 registers): 8 channels x 2 vectors of 16 columns.
+    assert _default(nn.conv2d, [(1, 64, 56, 56), (64, 64, 3, 3)], avx512, padding=1) == (
+        "conv2d", conv(8, 7, 2, 32, 32))
+    assert _default(nn.dense, [(8, 512), (1000, 512)], avx512) == (
+        "matmul_dot", {"rows": 8, "cols": 2, "block": 48})
+    assert _default(nn.softmax, [(4, 1024)], avx512) == ("rows", {"vector_width": 16})
+    assert dict(RULES.fallback.default_config(None, None, Target(AVX2_MEASURED))) == {
+        "vector_width": 16, "parallel": True}
+    assert dict(RULES.fallback.default_config(None, None, Target(avx512))) == {
+        "vector_width": 32, "parallel": True}
