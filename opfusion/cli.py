@@ -265,7 +265,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     mod, params = load_onnx(args.model, args.shape, args.verbose)
     fuse_level = 0 if args.fusion == "none" else args.opt_level
     with PassContext(opt_level=args.opt_level):
-        imported = InferType(mod)
+        imported = InferType()(mod)
         optimized = optimize(imported, params)
         fused = fuse(optimized, args.fusion, args.opt_level)
         stage = args.stage or ("fused" if not (args.dot or args.explain) else None)

@@ -211,7 +211,7 @@ def run_model(model: DemoModel, rounds: int = 5,
     feeds = workload_input(mod, params)
     ops_built = operator_counts(mod)
     with PassContext(opt_level=DEFAULT_OPT_LEVEL):  # what opf.compile does first
-        ops_optimized = operator_counts(optimize(InferType(mod), params))
+        ops_optimized = operator_counts(optimize(InferType()(mod), params))
     executors, compile_seconds = {}, {}
     for variant, strategy in (("fused", "tvm"), ("unfused", "none")):
         start = time.perf_counter()

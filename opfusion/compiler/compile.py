@@ -69,7 +69,7 @@ def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the pub
         raise OpfusionError(f"unknown fusion strategy {strategy!r}; choose one of "
                             f"{', '.join(STRATEGIES)}")
     with ctx.with_opt_level(level):
-        mod = InferType(mod)
+        mod = InferType()(mod)
         mod = optimize(mod, params)
         mod = fuse(mod, strategy, level)
     executor = build_executor(mod)
@@ -100,7 +100,7 @@ def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
     Checked gathers are legalized first, whatever the strategy and level (a pass list cannot
     turn this off): the groups must hold the ``check_indices`` steps, since a kernel clamps
     an out-of-range index that the reference refuses."""
-    mod = LegalizeCheckedIndices(mod)
+    mod = LegalizeCheckedIndices()(mod)
     if strategy == "none":
         return FuseOps(fuse_opt_level=0)(mod)
     mod = FuseOps(fuse_opt_level=opt_level)(mod)

@@ -17,7 +17,7 @@ from ...ir.module import IRModule
 from ...ir.printer import gc_paused
 from ..context import PassContext, register_pass_config
 from ..fuse import partition as _fuse_ops_config  # noqa: F401 - declares FuseOps.* keys
-from ..pass_infra import Pass, module_pass
+from ..pass_infra import Pass, module_pass, pass_factory
 from .engine import FusionState, Group
 from .graph import FusionGraph
 from .policy import (
@@ -41,6 +41,7 @@ register_pass_config(
 MAX_ROUNDS = 1000
 
 
+@pass_factory
 def FusionMerge(policies: Sequence[FusePolicy] | None = None,  # noqa: N802 - a pass name
                 link_params: bool | None = None) -> Pass:
     """A pass that fuses the groups of every function with ``policies`` (None: the
