@@ -30,8 +30,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .errors import OpfusionError
-from .progress import DEFAULT_OPT_LEVEL, compile_with_progress, count_groups, showing_progress
+from .progress import compile_with_progress, count_groups, showing_progress
 from .terminal import printable
+from .transform.context import DEFAULT_OPT_LEVEL
 
 log = logging.getLogger("opfusion.cli")
 

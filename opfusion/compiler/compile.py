@@ -1,6 +1,6 @@
 """opf.compile: a whole model to fused native kernels and an executor.
 
-    exe = opf.compile(mod, params=params)          # opt_level 3, TVM fusion by default
+    exe = opf.compile(mod, params=params)          # the context's opt_level (default 3), TVM fusion
     y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
 
 Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
@@ -39,7 +39,6 @@ from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import plan_memory
 
-DEFAULT_OPT_LEVEL = 3
 STRATEGIES = ("tvm", "cinn", "none")
 
 
@@ -49,9 +48,10 @@ def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the pub
     """Compile ``mod``'s ``@main`` into an :class:`Executor`.
 
     ``params`` binds weights by parameter name. ``opt_level`` and ``fusion`` default to the
-    current PassContext's opt_level and ``fusion.strategy`` config (3 and "tvm" outside any
-    ``with PassContext``). ``verify=True`` runs every kernel once on standard-normal inputs
-    against the reference interpreter and raises naming the first kernel that differs."""
+    current PassContext's opt_level and ``fusion.strategy`` config (``DEFAULT_OPT_LEVEL``, 3,
+    and "tvm" outside any ``with PassContext``). ``verify=True`` runs every kernel once on
+    standard-normal inputs against the reference interpreter and raises naming the first
+    kernel that differs."""
     if target not in ("c", "llvm"):
         raise OpfusionError(f"opf.compile: target {target!r} is not supported; use 'c' (the "
                             f"host CPU)")
@@ -61,9 +61,7 @@ def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the pub
         raise OpfusionError("opf.compile takes an IRModule with a @main function (or a "
                             "Function)")
     ctx = PassContext.current()
-    in_user_context = len(PassContext._stack()) > 1
-    level = opt_level if opt_level is not None else (
-        ctx.opt_level if in_user_context else DEFAULT_OPT_LEVEL)
+    level = ctx.opt_level if opt_level is None else opt_level
     strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
     if strategy not in STRATEGIES:
         raise OpfusionError(f"unknown fusion strategy {strategy!r}; choose one of "

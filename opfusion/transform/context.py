@@ -2,7 +2,12 @@
 typed configuration, and the instruments that watch passes run.
 
 Contexts nest as a stack (``with PassContext(...):``); code outside any ``with`` sees a default
-context at opt_level 2. Configuration keys are declared once, next to the pass that reads them,
+context. One default level, :data:`DEFAULT_OPT_LEVEL` (3), and one rule: every pass, pipeline
+and ``opf.compile`` runs at the level of the current context, and ``PassContext()`` without an
+``opt_level`` is at the default level. (TVM's PassContext defaults to 2 and TVM users wrap
+``relay.build`` in ``PassContext(opt_level=3)``; opfusion makes that common case the default,
+so ``opf.compile(mod)`` folds scales, eliminates common subexpressions and fuses as TVM does at
+level 3.) Configuration keys are declared once, next to the pass that reads them,
 with :func:`register_pass_config`; a context built with an unknown key or a value of the wrong
 type is rejected on the spot, with the closest known key suggested."""
 
@@ -76,6 +81,11 @@ def _check_config_value(key: str, value: Any) -> Any:
     return value
 
 
+#: The optimization level of a PassContext built without one, and so of the context code
+#: outside any ``with PassContext`` sees (``opf.compile``, ``optimize``, ``FuseOps()``).
+DEFAULT_OPT_LEVEL = 3
+
+
 class PassContext:
     """The settings passes run under.
 
@@ -86,7 +96,7 @@ class PassContext:
 
     _local = threading.local()
 
-    def __init__(self, opt_level: int = 2, required_pass: Iterable[str] = (),
+    def __init__(self, opt_level: int = DEFAULT_OPT_LEVEL, required_pass: Iterable[str] = (),
                  disabled_pass: Iterable[str] = (), config: Mapping[str, Any] | None = None,
                  instruments: Sequence[PassInstrument] = ()) -> None:
         if not isinstance(opt_level, int) or isinstance(opt_level, bool) or opt_level < 0:

@@ -203,6 +203,19 @@ def test_optimize_takes_the_level_from_the_context_or_the_argument():
         assert opf.transform.optimize(mod).astext().count("add(") == 1
 
 
+def test_one_default_opt_level_for_contexts_passes_and_compile():
+    from opfusion.transform.context import DEFAULT_OPT_LEVEL
+
+    assert DEFAULT_OPT_LEVEL == 3
+    assert PassContext().opt_level == PassContext.current().opt_level == DEFAULT_OPT_LEVEL
+    # Outside any context optimize runs the level-3 passes: CSE merges the two exps.
+    x = opf.var("x", (2,))
+    mod = opf.IRModule.from_expr(opf.Function([x], opf.op.exp(x) + opf.op.exp(x)))
+    assert opf.transform.optimize(mod).astext().count("exp(") == 1
+    with PassContext(opt_level=2):
+        assert opf.transform.optimize(mod).astext().count("exp(") == 2
+
+
 def test_optimize_binds_params():
     x = opf.var("x", (2,))
     w = opf.var("w", (2,))
