@@ -7,8 +7,9 @@ Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, sc
 simplification, CSE, DCE); ``LegalizeCheckedIndices`` (the indices of checked gathers are
 checked before their kernels, which clamp); fusion by the chosen strategy — "tvm" (FuseOps),
 "cinn" (FuseOps, then FusionMerge with the registered policies) or "none" (every operator its
-own kernel); each fused group lowered to one kernel; C generated and compiled once (cached by
-content); a static memory plan; the executor."""
+own kernel), or any strategy added with ``opf.transform.register_fusion_strategy``; each
+fused group lowered to one kernel; C generated and compiled once (cached by content); a static
+memory plan; the executor."""
 
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..runtime.module import load_kernels
 from ..transform.context import PassContext
-from ..transform.fuse_ops import FuseOps
-from ..transform.fusion import FusionMerge
+from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
@@ -38,8 +38,6 @@ from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import plan_memory
-
-STRATEGIES = ("tvm", "cinn", "none")
 
 
 def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the public name
@@ -63,9 +61,7 @@ def compile(mod: IRModule | Function, target: str = "c",  # noqa: A001 - the pub
     ctx = PassContext.current()
     level = ctx.opt_level if opt_level is None else opt_level
     strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
-    if strategy not in STRATEGIES:
-        raise OpfusionError(f"unknown fusion strategy {strategy!r}; choose one of "
-                            f"{', '.join(STRATEGIES)}")
+    get_fusion_strategy(strategy)  # an unknown name fails here, before any work
     with ctx.with_opt_level(level):
         mod = InferType()(mod)
         mod = optimize(mod, params)
@@ -93,18 +89,14 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
 
 
 def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
-    """Group ``mod``'s operators into primitive functions by ``strategy``.
+    """Group ``mod``'s operators into primitive functions by the registered fusion strategy
+    ``strategy`` (see ``opf.transform.fusion_strategies()``).
 
     Checked gathers are legalized first, whatever the strategy and level (a pass list cannot
     turn this off): the groups must hold the ``check_indices`` steps, since a kernel clamps
     an out-of-range index that the reference refuses."""
-    mod = LegalizeCheckedIndices()(mod)
-    if strategy == "none":
-        return FuseOps(fuse_opt_level=0)(mod)
-    mod = FuseOps(fuse_opt_level=opt_level)(mod)
-    if strategy == "cinn" and opt_level > 0:
-        mod = FusionMerge()(mod)
-    return mod
+    pipeline = get_fusion_strategy(strategy).pipeline
+    return pipeline(LegalizeCheckedIndices()(mod), opt_level)
 
 
 def build_executor(mod: IRModule) -> Executor:

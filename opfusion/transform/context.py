@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,18 +35,25 @@ class ConfigOption:
     default: Any
     doc: str
     choices: tuple[Any, ...] | None = None
+    #: Called with a value of the right type; raises OpfusionError for a value it refuses
+    #: (for choices that can grow, like the registered fusion strategies).
+    validate: Callable[[Any], Any] | None = None
 
 
 _CONFIG_OPTIONS: dict[str, ConfigOption] = {}
 
 
 def register_pass_config(key: str, value_type: type, default: Any, doc: str,
-                         choices: Sequence[Any] | None = None) -> ConfigOption:
-    """Declare the configuration key ``key`` (e.g. ``"FuseOps.max_depth"``).
+                         choices: Sequence[Any] | None = None,
+                         validate: Callable[[Any], Any] | None = None) -> ConfigOption:
+    """Declare the configuration key ``key`` (e.g. ``"FuseOps.max_depth"``). ``choices``
+    fixes the values it takes; ``validate``, called with each value, refuses a value by
+    raising OpfusionError.
 
     Declaring the same key twice with the same type is allowed (module reloads); a second
     declaration with another type is a programming error."""
-    option = ConfigOption(key, value_type, default, doc, tuple(choices) if choices else None)
+    option = ConfigOption(key, value_type, default, doc, tuple(choices) if choices else None,
+                          validate)
     known = _CONFIG_OPTIONS.get(key)
     if known is not None and known.type is not value_type:
         raise OpfusionError(f"pass config {key!r} is already declared with type "
@@ -78,6 +85,8 @@ def _check_config_value(key: str, value: Any) -> Any:
     if option.choices is not None and value not in option.choices:
         choices = ", ".join(map(repr, option.choices))
         raise OpfusionError(f"pass config {key!r} must be one of {choices}, got {value!r}")
+    if option.validate is not None:
+        option.validate(value)
     return value
 
 
