@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OnnxImportError, OpfusionError
-from ..ir.expr import Constant, Expr
+from ...errors import OnnxImportError, OpfusionError
+from ...ir.expr import Constant, Expr
 
 Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
 

@@ -9,11 +9,11 @@ import functools
 
 import numpy as np
 
-from ... import op
-from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType
-from ..onnx_registry import OnnxNode, converter
-from ..onnx_tensors import onnx_dtype
+from .... import op
+from ....ir.expr import Constant, Expr
+from ....ir.types import TensorType
+from ..registry import OnnxNode, converter
+from ..tensors import onnx_dtype
 
 _UNARY = {
     "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
