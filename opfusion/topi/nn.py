@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import te
-from ..ops.einsum import parse_equation
+from ..opdefs.einsum import parse_equation
 from ._util import accumulator_dtype
 from .registry import register_compute
 

@@ -21,7 +21,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.visitor import ExprMutator
-from ..ops._common import shape_size
+from ..opdefs._common import shape_size
 from .context import PassContext, register_pass_config
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 

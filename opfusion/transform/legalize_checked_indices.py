@@ -25,7 +25,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, post_order
-from ..ops.transform import check_in_range, checked_index_context
+from ..opdefs.transform import check_in_range, checked_index_context
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .... import op
 from ....ir.expr import Constant, Expr
-from ....ops._nn_common import window_output_size
+from ....opdefs._nn_common import window_output_size
 from ..registry import OnnxNode, converter
 from . import activation  # noqa: F401  (registers the activation and softmax converters)
 from ._common import filled

@@ -20,7 +20,7 @@ from .... import op
 from ....compiler.limits import import_constant_fits
 from ....errors import IndexOutOfRangeError
 from ....ir.expr import Constant, Expr, TupleGetItem
-from ....ops.transform import check_in_range
+from ....opdefs.transform import check_in_range
 from ..registry import OnnxNode, converter
 from ._common import filled, index_range, shape_of, tensor_type
 
