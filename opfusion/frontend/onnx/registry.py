@@ -50,11 +50,6 @@ def lookup_converter(op_type: str, opset: int) -> Converter | None:
     return chosen
 
 
-def supported_op_types() -> list[str]:
-    """Every ONNX op type with a converter, sorted."""
-    return sorted(_CONVERTERS)
-
-
 class OnnxNode:
     """What a converter sees of one ONNX node: its inputs as IR expressions (None for an
     omitted optional input), its attributes as Python values, and the model's opset."""
