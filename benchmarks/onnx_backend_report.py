@@ -5,7 +5,7 @@
                                              [--no-specialize] [--jobs N]
                                              [--write-known-failures]
 
-Not pytest: each test case is prepared and run with :mod:`opfusion.frontend.onnx_backend`
+Not pytest: each test case is prepared and run with :mod:`opfusion.frontend.onnx.backend`
 directly, and compared with the expected outputs exactly as onnx's runner does
 (``assert_allclose`` with the case's rtol/atol) — except the ``light`` kind, which runs
 random-weight copies of the light models on a standard-normal input against onnxruntime
@@ -45,7 +45,8 @@ from onnx_backend_scope import KNOWN_FAILURES, out_of_scope_reason  # noqa: E402
 from onnx_node_data import load_node_tests  # noqa: E402
 
 from opfusion.errors import OpfusionError  # noqa: E402
-from opfusion.frontend import UnsupportedOnnxError, onnx_backend  # noqa: E402
+from opfusion.frontend import UnsupportedOnnxError  # noqa: E402
+from opfusion.frontend.onnx import backend as onnx_backend  # noqa: E402
 from opfusion.testing import assert_close, light_model  # noqa: E402
 
 SCOPE_FILE = ROOT / "tests" / "frontend" / "onnx_backend_scope.py"

@@ -31,7 +31,7 @@ def fused_groups(fused: opf.IRModule) -> list[list[str]]:
             if isinstance(call, opf.Call) and isinstance(call.op, opf.Function)]
 
 
-mod = opf.transform.InferType(mod)
+mod = opf.transform.InferType()(mod)
 rng = np.random.default_rng(0)
 feeds = {"x": rng.standard_normal((32, 64), dtype=np.float32),
          "w": rng.standard_normal((64, 64), dtype=np.float32) / 8}

@@ -40,7 +40,7 @@ from .ir import (
 from .runtime import ndarray as nd
 from .runtime.device import cpu, device
 from .target import Target
-from .tir import lower
+from .te.lower import lower
 
 __version__ = "0.1.0"
 

@@ -29,15 +29,15 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .errors import OpfusionError
-from .progress import DEFAULT_OPT_LEVEL, compile_with_progress, count_groups, showing_progress
+from .progress import compile_with_progress, count_groups, showing_progress
 from .target import host_num_cores
 from .terminal import printable
+from .transform.context import DEFAULT_OPT_LEVEL
+from .transform.fusion_strategy import fusion_strategies
 
 log = logging.getLogger("opfusion.cli")
 
-STRATEGIES = ("tvm", "cinn", "none")
 STAGES = ("imported", "optimized", "fused")
-COMPARE_ENGINES = ("none", "tvm", "cinn", "ort")
 
 
 class CommandError(OpfusionError):
@@ -265,7 +265,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     mod, params = load_onnx(args.model, args.shape, args.verbose)
     fuse_level = 0 if args.fusion == "none" else args.opt_level
     with PassContext(opt_level=args.opt_level):
-        imported = InferType(mod)
+        imported = InferType()(mod)
         optimized = optimize(imported, params)
         fused = fuse(optimized, args.fusion, args.opt_level)
         stage = args.stage or ("fused" if not (args.dot or args.explain) else None)
@@ -347,10 +347,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .demo import interleaved_medians, machine_summary, median_ratio, relative_error
 
     engines = [e.strip() for e in args.compare.split(",") if e.strip()] if args.compare else []
-    unknown = [e for e in engines if e not in COMPARE_ENGINES]
+    compare_engines = _compare_engines()
+    unknown = [e for e in engines if e not in compare_engines]
     if unknown:
         raise CommandError(f"--compare: unknown engine {unknown[0]!r}; choose from "
-                           f"{', '.join(COMPARE_ENGINES)} (comma-separated)")
+                           f"{', '.join(compare_engines)} (comma-separated)")
     if is_artifact(str(_existing_file(args.model))):
         raise CommandError(f"bench takes an ONNX model (it compiles it several ways); "
                            f"{args.model} is a compiled artifact: use opfusion run --profile")
@@ -446,9 +447,16 @@ def _compile_options(parser: argparse.ArgumentParser, optional: bool = False) ->
     parser.add_argument("--opt-level", type=int, choices=range(4), metavar="{0,1,2,3}",
                         default=None if optional else DEFAULT_OPT_LEVEL,
                         help=f"optimization level (default {DEFAULT_OPT_LEVEL})")
-    parser.add_argument("--fusion", choices=STRATEGIES, default=None if optional else "tvm",
-                        help="fusion strategy: tvm (FuseOps), cinn (FuseOps then FusionMerge) "
-                             "or none (default tvm)")
+    strategies = fusion_strategies()
+    described = "; ".join(f"{name}: {s.doc}" for name, s in strategies.items())
+    parser.add_argument("--fusion", choices=list(strategies),
+                        default=None if optional else "tvm",
+                        help=f"fusion strategy (default tvm). {described}")
+
+
+def _compare_engines() -> tuple[str, ...]:
+    """What ``bench --compare`` takes: every fusion strategy, and ONNX Runtime."""
+    return (*fusion_strategies(), "ort")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -509,8 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="latency of opfusion against other engines")
     bench.add_argument("model", metavar="MODEL.onnx")
     bench.add_argument("--compare", default="none,ort", metavar="ENGINES",
-                       help="comma-separated: none, tvm, cinn (opfusion's fusion strategies), "
-                            "ort (onnxruntime); default none,ort")
+                       help=f"comma-separated: {', '.join(fusion_strategies())} (opfusion's "
+                            f"fusion strategies), ort (onnxruntime); default none,ort")
     bench.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     _compile_options(bench)
     bench.set_defaults(handler=cmd_bench)

@@ -194,10 +194,8 @@ def run_model(model: DemoModel, rounds: int = 5,
     """Build ``model``, compile it fused (TVM's rules) and unfused, check both against the
     reference interpreter and time them. ``compile_fn`` replaces ``opf.compile`` (the command
     line passes one that shows progress)."""
-    from .compiler.compile import DEFAULT_OPT_LEVEL
     from .compiler.compile import compile as opf_compile
     from .testing.workloads import workload_input
-    from .transform.context import PassContext
     from .transform.infer_type import InferType
     from .transform.optimize import optimize
 
@@ -205,8 +203,8 @@ def run_model(model: DemoModel, rounds: int = 5,
     mod, params = model.build()
     feeds = workload_input(mod, params)
     ops_built = operator_counts(mod)
-    with PassContext(opt_level=DEFAULT_OPT_LEVEL):  # what opf.compile does first
-        ops_optimized = operator_counts(optimize(InferType(mod), params))
+    # What opf.compile does first, at the same (the current context's) opt_level.
+    ops_optimized = operator_counts(optimize(InferType()(mod), params))
     executors, compile_seconds = {}, {}
     for variant, strategy in (("fused", "tvm"), ("unfused", "none")):
         start = time.perf_counter()

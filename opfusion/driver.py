@@ -51,7 +51,7 @@ def build(inputs: Any, args: Sequence[Any] | None = None, target: str | Target |
                 "build() of a schedule needs the argument tensors in order, e.g. "
                 "opf.build(s, [A, B, C], target='c')"
             )
-        from .tir.lower import lower
+        from .te.lower import lower
 
         kernel_name = "main" if name is None else name
         func = lower(inputs, list(args), name=kernel_name)

@@ -19,7 +19,7 @@ class OpAttributeError(OpfusionError):
 
 
 class UnknownOpError(OpfusionError):
-    """An operator name that is not declared in opfusion.ops."""
+    """An operator name that is not declared in opfusion.opdefs."""
 
 
 class ParseError(OpfusionError):

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .compiler.compile import DEFAULT_OPT_LEVEL
 from .compiler.compile import compile as opf_compile
 from .ir.expr import Call, Function
 from .ir.visitor import post_order
 from .terminal import printable
 from .transform import PassContext, PassInstrument
+from .transform.context import DEFAULT_OPT_LEVEL
 
 log = logging.getLogger("opfusion.cli")
 

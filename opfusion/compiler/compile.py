@@ -1,14 +1,15 @@
 """opf.compile: a whole model to fused native kernels and an executor.
 
-    exe = opf.compile(mod, params=params)          # opt_level 3, TVM fusion by default
+    exe = opf.compile(mod, params=params)          # the context's opt_level (default 3), TVM fusion
     y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
 
 Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
 simplification, CSE, DCE); ``LegalizeCheckedIndices`` (the indices of checked gathers are
 checked before their kernels, which clamp); fusion by the chosen strategy — "tvm" (FuseOps),
 "cinn" (FuseOps, then FusionMerge with the registered policies) or "none" (every operator its
-own kernel); each fused group lowered to one kernel; C generated and compiled once (cached by
-content); a static memory plan; the executor."""
+own kernel), or any strategy added with ``opf.transform.register_fusion_strategy``; each
+fused group lowered to one kernel; C generated and compiled once (cached by content); a static
+memory plan; the executor."""
 
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..target import Target, as_target
 from ..transform.context import PassContext
-from ..transform.fuse_ops import FuseOps
-from ..transform.fusion import FusionMerge
+from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
@@ -39,9 +39,6 @@ from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import plan_memory
 
-DEFAULT_OPT_LEVEL = 3
-STRATEGIES = ("tvm", "cinn", "none")
-
 
 def compile(mod: IRModule | Function, target: str | Target | None = None,  # noqa: A001
             params: Mapping[str, Any] | None = None, opt_level: int | None = None,
@@ -49,12 +46,12 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
     """Compile ``mod``'s ``@main`` into an :class:`Executor`.
 
     ``params`` binds weights by parameter name. ``opt_level`` and ``fusion`` default to the
-    current PassContext's opt_level and ``fusion.strategy`` config (3 and "tvm" outside any
-    ``with PassContext``). ``verify=True`` runs every kernel once on standard-normal inputs
-    against the reference interpreter and raises naming the first kernel that differs.
-    ``target`` (an :class:`~opfusion.target.Target` or a string such as ``"c"`` or
-    ``"c -mattr=+avx2,+fma"``) defaults to the current target (``with target:``), else the
-    host CPU."""
+    current PassContext's opt_level and ``fusion.strategy`` config (``DEFAULT_OPT_LEVEL``, 3,
+    and "tvm" outside any ``with PassContext``). ``verify=True`` runs every kernel once on
+    standard-normal inputs against the reference interpreter and raises naming the first
+    kernel that differs. ``target`` (an :class:`~opfusion.target.Target` or a string such as
+    ``"c"`` or ``"c -mattr=+avx2,+fma"``) defaults to the current target (``with target:``),
+    else the host CPU."""
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
     if isinstance(mod, Function):
@@ -63,15 +60,11 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
         raise OpfusionError("opf.compile takes an IRModule with a @main function (or a "
                             "Function)")
     ctx = PassContext.current()
-    in_user_context = len(PassContext._stack()) > 1
-    level = opt_level if opt_level is not None else (
-        ctx.opt_level if in_user_context else DEFAULT_OPT_LEVEL)
+    level = ctx.opt_level if opt_level is None else opt_level
     strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
-    if strategy not in STRATEGIES:
-        raise OpfusionError(f"unknown fusion strategy {strategy!r}; choose one of "
-                            f"{', '.join(STRATEGIES)}")
+    get_fusion_strategy(strategy)  # an unknown name fails here, before any work
     with ctx.with_opt_level(level):
-        mod = InferType(mod)
+        mod = InferType()(mod)
         mod = optimize(mod, params)
         mod = fuse(mod, strategy, level)
     with resolved:
@@ -98,18 +91,14 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
 
 
 def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
-    """Group ``mod``'s operators into primitive functions by ``strategy``.
+    """Group ``mod``'s operators into primitive functions by the registered fusion strategy
+    ``strategy`` (see ``opf.transform.fusion_strategies()``).
 
     Checked gathers are legalized first, whatever the strategy and level (a pass list cannot
     turn this off): the groups must hold the ``check_indices`` steps, since a kernel clamps
     an out-of-range index that the reference refuses."""
-    mod = LegalizeCheckedIndices(mod)
-    if strategy == "none":
-        return FuseOps(fuse_opt_level=0)(mod)
-    mod = FuseOps(fuse_opt_level=opt_level)(mod)
-    if strategy == "cinn" and opt_level > 0:
-        mod = FusionMerge()(mod)
-    return mod
+    pipeline = get_fusion_strategy(strategy).pipeline
+    return pipeline(LegalizeCheckedIndices()(mod), opt_level)
 
 
 def build_executor(mod: IRModule, backend: Backend | None = None) -> Executor:

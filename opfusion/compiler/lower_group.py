@@ -32,7 +32,7 @@ from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.op import Op, OpPatternKind
 from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
-from ..tir.lower import lower
+from ..te.lower import lower
 from ..tir.stmt import PrimFunc
 from ..topi import get_compute
 

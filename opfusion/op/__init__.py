@@ -1,7 +1,7 @@
 """Operator builders: ``opf.op.add(x, y)``, ``opf.op.sum(x, axis=1)``; ``opf.op.nn`` and
-``opf.op.image`` hold the namespaced ones. Generated from :mod:`opfusion.ops`."""
+``opf.op.image`` hold the namespaced ones. Generated from :mod:`opfusion.opdefs`."""
 
-from .. import ops as _declarations  # noqa: F401  (registers every operator)
+from .. import opdefs as _declarations  # noqa: F401  (registers every operator)
 from ..ir.op import get_op, list_ops
 from ._builders import builders_for, make_builder
 

@@ -2,7 +2,7 @@
 
 Each builder takes the op's inputs positionally and its attributes as keywords, checks them
 through the declaration, and returns a :class:`~opfusion.ir.Call`. Nothing here is written per
-operator: a new declaration in :mod:`opfusion.ops` gets its builder for free."""
+operator: a new declaration in :mod:`opfusion.opdefs` gets its builder for free."""
 
 from __future__ import annotations
 

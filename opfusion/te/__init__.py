@@ -1,5 +1,6 @@
 """Tensor expressions: say what to compute (placeholder, compute, reductions), then how
-(create_schedule and the stage primitives); ``opfusion.lower`` turns a schedule into loop IR.
+(create_schedule and the stage primitives); ``opfusion.lower`` (:mod:`.lower`) turns a
+schedule into loop IR.
 
     A = te.placeholder((n,), name="A")
     B = te.placeholder((n,), name="B")

@@ -213,11 +213,6 @@ class Tensor:
         """Number of dimensions."""
         return len(self.shape)
 
-    @property
-    def value_index(self) -> int:
-        """Which output of ``op`` this is (always 0)."""
-        return 0
-
     def __getitem__(self, indices: Any) -> TensorLoad:
         if not isinstance(indices, tuple):
             indices = (indices,)

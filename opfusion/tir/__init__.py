@@ -1,10 +1,11 @@
-"""Loop IR: scalar expressions, statements, PrimFunc, the arithmetic simplifier and lowering.
+"""Loop IR: scalar expressions, statements, PrimFunc and the arithmetic simplifier.
 
 :mod:`.expr` and :mod:`.stmt` list every node, its fields and the guarantees of lowered code;
 :mod:`.printer` prints them; :mod:`.simplify` is the arithmetic simplifier and :mod:`.bound`
-its symbolic intervals; :func:`lower` (:mod:`.lower`) turns a schedule into a
-:class:`PrimFunc`; :mod:`.verify` checks a PrimFunc's invariants; :mod:`.interp` runs a PrimFunc
-on NumPy arrays (the oracle of the tests)."""
+its symbolic intervals; :mod:`.verify` checks a PrimFunc's invariants; :mod:`.interp` runs a
+PrimFunc on NumPy arrays (the oracle of the tests). Lowering a schedule into a PrimFunc
+(``opf.lower``) lives with the tensor expressions, in :mod:`opfusion.te.lower`: ``te/``
+imports the loop IR, never the other way round."""
 
 from .expr import (
     EQ,
@@ -37,7 +38,6 @@ from .expr import (
     Var,
     const,
 )
-from .lower import lower  # noqa: E402  (after the node modules: lowering imports te)
 from .simplify import const_bound, prove, simplify, simplify_stmt
 from .stmt import (
     Allocate,
@@ -57,5 +57,5 @@ __all__ = [
     "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
     "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
     "Not", "Or", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var", "const",
-    "const_bound", "lower", "prove", "simplify", "simplify_stmt",
+    "const_bound", "prove", "simplify", "simplify_stmt",
 ]

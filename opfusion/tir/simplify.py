@@ -498,11 +498,3 @@ def _simplify_stmt(stmt: S.Stmt, ranges: Ranges) -> S.Stmt | None:
     if isinstance(stmt, S.Evaluate):
         return S.Evaluate(simplify(stmt.value, ranges))
     raise TypeError(f"unknown statement {type(stmt).__name__}")
-
-
-def simplify_func(func: S.PrimFunc) -> S.PrimFunc:
-    """:func:`simplify_stmt` on a function's body (an empty body becomes a no-op Evaluate)."""
-    body = simplify_stmt(func.body)
-    if body is None:
-        body = S.Evaluate(E.IntImm(0))
-    return S.PrimFunc(func.name, func.params, body, func.attrs)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import te
 from ..ir.op import get_op
-from ..ops._common import normalize_axis, reduce_axes
+from ..opdefs._common import normalize_axis, reduce_axes
 from ..tir.expr import PrimExpr
 
 Index = Any  # a PrimExpr or an int: one coordinate of a tensor element

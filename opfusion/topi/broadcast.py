@@ -1,4 +1,4 @@
-"""TE computes of the broadcasting operators (opfusion/ops/broadcast.py and fma.py): binary
+"""TE computes of the broadcasting operators (opfusion/opdefs/broadcast.py and fma.py): binary
 arithmetic, comparisons, logical and bitwise ops, ``where`` and ``ewise_fma``.
 
 Each input is read at the output index under NumPy's rule (:func:`._util.load_broadcast`).
@@ -11,7 +11,7 @@ Where te has no node for an operation the expression below is exact for every in
 
 Integer division or remainder by zero gives 0, INT_MIN / -1 wraps to INT_MIN as in NumPy,
 and a negative integer exponent gives the truncated real power (0 unless the base is +-1):
-the values the references define (see opfusion/ops/broadcast.py); nothing traps as C's
+the values the references define (see opfusion/opdefs/broadcast.py); nothing traps as C's
 division would."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TE computes of the elementwise operators (opfusion/ops/elemwise.py): one output element from
+"""TE computes of the elementwise operators (opfusion/opdefs/elemwise.py): one output element from
 the input element at the same index.
 
 Most are one scalar function from a table. The te intrinsics cover the C99 math functions;
@@ -179,7 +179,7 @@ def compute_leaky_relu(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tenso
 @register_compute("cast")
 def compute_cast(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """A conversion: floats to integers give 0 for NaN and are truncated toward zero and
-    saturated (the C code generator's helper; see opfusion.ops.elemwise.Cast), anything
+    saturated (the C code generator's helper; see opfusion.opdefs.elemwise.Cast), anything
     non-zero (NaN too) becomes True."""
     dtype = out_type.dtype
     return elementwise("cast", inputs[0], out_type, lambda x: te.cast(x, dtype))

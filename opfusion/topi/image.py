@@ -1,4 +1,4 @@
-"""TE compute of ``image.resize2d`` (opfusion/ops/image.py): ONNX Resize on the H and W axes
+"""TE compute of ``image.resize2d`` (opfusion/opdefs/image.py): ONNX Resize on the H and W axes
 of NCHW data, every coordinate transformation mode, rounding method and interpolation the
 declaration accepts.
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import te
-from ..ops.einsum import parse_equation
+from ..opdefs.einsum import parse_equation
 from ._util import accumulator_dtype, vector_lanes
 from .registry import register_compute
 

@@ -1,4 +1,4 @@
-"""TE computes of the reductions (opfusion/ops/reduce.py): sum, prod, max, min, mean, variance,
+"""TE computes of the reductions (opfusion/opdefs/reduce.py): sum, prod, max, min, mean, variance,
 argmax and argmin.
 
 Axes follow the declarations (``axis=None`` every axis, ``exclude`` the complement,

@@ -19,7 +19,7 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Call, Expr, Function, Tuple, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType, TupleType
-from ..tir.lower import lower
+from ..te.lower import lower
 from ..tir.stmt import PrimFunc
 from .registry import get_compute
 

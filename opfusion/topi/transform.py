@@ -1,4 +1,4 @@
-"""TE computes of the shape and indexing transforms (opfusion/ops/transform.py).
+"""TE computes of the shape and indexing transforms (opfusion/opdefs/transform.py).
 
 Each output element reads one input element through an index map (tag "injective";
 broadcast_to is "broadcast"). The maps are affine wherever the shapes allow: transpose,

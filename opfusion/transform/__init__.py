@@ -1,7 +1,9 @@
 """Graph transformations: the pass infrastructure and the passes that prepare a graph for
 fusion (and fusion itself).
 
-Every pass is a :class:`Pass` — call it on an IRModule to get a new IRModule::
+Every pass is made by a factory, as in TVM — ``InferType()``, ``FoldConstant()``,
+``FuseOps(fuse_opt_level=3)`` — and the :class:`Pass` it returns is called on an IRModule to
+get a new IRModule: ``mod = opf.transform.FoldConstant()(mod)``. ::
 
     with opf.transform.PassContext(opt_level=3, instruments=[PassTimingInstrument()]):
         mod = opf.transform.optimize(mod, params)
@@ -37,6 +39,13 @@ from .fusion import (
     registered_policies,
     unregister_fusion_policy,
 )
+from .fusion_strategy import (
+    FusionStrategy,
+    fusion_strategies,
+    get_fusion_strategy,
+    register_fusion_strategy,
+    unregister_fusion_strategy,
+)
 from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
 from .legalize_checked_indices import LegalizeCheckedIndices
@@ -50,6 +59,7 @@ from .pass_infra import (
     function_pass,
     get_pass,
     module_pass,
+    pass_factory,
     register_pass,
 )
 from .pattern import (
@@ -76,16 +86,17 @@ __all__ = [
     "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption", "DeadCodeElimination",
     "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis", "ForwardFoldScaleAxis",
     "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps", "FuseOptions", "FusionGroup",
-    "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport", "HorizontalFusePass",
-    "InferType", "InputFusePass", "InvalidFusionError", "LegalizeCheckedIndices", "ModulePass",
-    "Pass", "PassContext",
-    "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
-    "PatternCallback", "PatternRewrite", "PrintIR", "RecomputeFusePass", "Sequential",
-    "SimplifyExpr", "SimplifyInference", "VerticalFusePass", "bind_params", "check_fused_module",
-    "check_fusion_plan", "explain_fusion", "fold_constant", "function_pass", "fusion_to_dot",
-    "get_pass", "has_attr", "has_dtype", "has_shape", "has_type", "is_constant", "is_expr",
-    "is_op", "is_tuple", "is_tuple_get_item", "is_var", "list_pass_configs", "module_pass",
-    "optimization_passes", "optimize", "plan_fusion", "register_fusion_policy", "register_pass",
+    "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport", "FusionStrategy",
+    "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
+    "LegalizeCheckedIndices", "ModulePass", "Pass", "PassContext", "PassInfo", "PassInstrument",
+    "PassTiming", "PassTimingInstrument", "Pattern", "PatternCallback", "PatternRewrite",
+    "PrintIR", "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference",
+    "VerticalFusePass", "bind_params", "check_fused_module", "check_fusion_plan",
+    "explain_fusion", "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot",
+    "get_fusion_strategy", "get_pass", "has_attr", "has_dtype", "has_shape", "has_type",
+    "is_constant", "is_expr", "is_op", "is_tuple", "is_tuple_get_item", "is_var",
+    "list_pass_configs", "module_pass", "optimization_passes", "optimize", "pass_factory",
+    "plan_fusion", "register_fusion_policy", "register_fusion_strategy", "register_pass",
     "register_pass_config", "registered_policies", "render_fusion_svg", "rewrite", "rule",
-    "unregister_fusion_policy", "wildcard"
+    "unregister_fusion_policy", "unregister_fusion_strategy", "wildcard",
 ]

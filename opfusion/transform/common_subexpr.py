@@ -17,12 +17,17 @@ from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem
 from ..ir.module import IRModule
 from ..ir.visitor import post_order, rebuild
 from .context import PassContext
-from .pass_infra import module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
+
+
+@pass_factory
+def EliminateCommonSubexpr() -> Pass:  # noqa: N802 - TVM's pass name
+    """Merge duplicate calls, tuples, projections and constants in every function."""
+    return _eliminate_common_subexpr_pass
 
 
 @module_pass(opt_level=3, name="EliminateCommonSubexpr")
-def EliminateCommonSubexpr(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802
-    """Merge duplicate calls, tuples, projections and constants in every function."""
+def _eliminate_common_subexpr_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     new = IRModule()
     for name, func in mod.functions.items():
         new[mod.get_global_var(name)] = eliminate_common_subexpr(func)
@@ -86,4 +91,4 @@ def _key(node: Expr) -> Hashable | None:
     return None
 
 
-register_pass("EliminateCommonSubexpr", lambda: EliminateCommonSubexpr)
+register_pass("EliminateCommonSubexpr", EliminateCommonSubexpr)

@@ -2,7 +2,12 @@
 typed configuration, and the instruments that watch passes run.
 
 Contexts nest as a stack (``with PassContext(...):``); code outside any ``with`` sees a default
-context at opt_level 2. Configuration keys are declared once, next to the pass that reads them,
+context. One default level, :data:`DEFAULT_OPT_LEVEL` (3), and one rule: every pass, pipeline
+and ``opf.compile`` runs at the level of the current context, and ``PassContext()`` without an
+``opt_level`` is at the default level. (TVM's PassContext defaults to 2 and TVM users wrap
+``relay.build`` in ``PassContext(opt_level=3)``; opfusion makes that common case the default,
+so ``opf.compile(mod)`` folds scales, eliminates common subexpressions and fuses as TVM does at
+level 3.) Configuration keys are declared once, next to the pass that reads them,
 with :func:`register_pass_config`; a context built with an unknown key or a value of the wrong
 type is rejected on the spot, with the closest known key suggested."""
 
@@ -10,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +35,25 @@ class ConfigOption:
     default: Any
     doc: str
     choices: tuple[Any, ...] | None = None
+    #: Called with a value of the right type; raises OpfusionError for a value it refuses
+    #: (for choices that can grow, like the registered fusion strategies).
+    validate: Callable[[Any], Any] | None = None
 
 
 _CONFIG_OPTIONS: dict[str, ConfigOption] = {}
 
 
 def register_pass_config(key: str, value_type: type, default: Any, doc: str,
-                         choices: Sequence[Any] | None = None) -> ConfigOption:
-    """Declare the configuration key ``key`` (e.g. ``"FuseOps.max_depth"``).
+                         choices: Sequence[Any] | None = None,
+                         validate: Callable[[Any], Any] | None = None) -> ConfigOption:
+    """Declare the configuration key ``key`` (e.g. ``"FuseOps.max_depth"``). ``choices``
+    fixes the values it takes; ``validate``, called with each value, refuses a value by
+    raising OpfusionError.
 
     Declaring the same key twice with the same type is allowed (module reloads); a second
     declaration with another type is a programming error."""
-    option = ConfigOption(key, value_type, default, doc, tuple(choices) if choices else None)
+    option = ConfigOption(key, value_type, default, doc, tuple(choices) if choices else None,
+                          validate)
     known = _CONFIG_OPTIONS.get(key)
     if known is not None and known.type is not value_type:
         raise OpfusionError(f"pass config {key!r} is already declared with type "
@@ -73,7 +85,14 @@ def _check_config_value(key: str, value: Any) -> Any:
     if option.choices is not None and value not in option.choices:
         choices = ", ".join(map(repr, option.choices))
         raise OpfusionError(f"pass config {key!r} must be one of {choices}, got {value!r}")
+    if option.validate is not None:
+        option.validate(value)
     return value
+
+
+#: The optimization level of a PassContext built without one, and so of the context code
+#: outside any ``with PassContext`` sees (``opf.compile``, ``optimize``, ``FuseOps()``).
+DEFAULT_OPT_LEVEL = 3
 
 
 class PassContext:
@@ -86,7 +105,7 @@ class PassContext:
 
     _local = threading.local()
 
-    def __init__(self, opt_level: int = 2, required_pass: Iterable[str] = (),
+    def __init__(self, opt_level: int = DEFAULT_OPT_LEVEL, required_pass: Iterable[str] = (),
                  disabled_pass: Iterable[str] = (), config: Mapping[str, Any] | None = None,
                  instruments: Sequence[PassInstrument] = ()) -> None:
         if not isinstance(opt_level, int) or isinstance(opt_level, bool) or opt_level < 0:

@@ -14,13 +14,18 @@ from ..ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
 from ..ir.visitor import ExprMutator, post_order
 from .context import PassContext
-from .pass_infra import module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
+
+
+@pass_factory
+def DeadCodeElimination() -> Pass:  # noqa: N802 - TVM's pass name
+    """Remove unreachable tuple fields, unused parameters of primitive functions and global
+    functions not called from ``@main``."""
+    return _dead_code_elimination_pass
 
 
 @module_pass(opt_level=1, name="DeadCodeElimination")
-def DeadCodeElimination(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802
-    """Remove unreachable tuple fields, unused parameters of primitive functions and global
-    functions not called from ``@main``."""
+def _dead_code_elimination_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     new = IRModule()
     for name, func in mod.functions.items():
         new[mod.get_global_var(name)] = _Pruner().visit(func)
@@ -76,4 +81,4 @@ def _drop_unreachable_functions(mod: IRModule) -> IRModule:
     return kept
 
 
-register_pass("DeadCodeElimination", lambda: DeadCodeElimination)
+register_pass("DeadCodeElimination", DeadCodeElimination)

@@ -21,9 +21,9 @@ from ..ir.module import IRModule
 from ..ir.op import Op
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.visitor import ExprMutator
-from ..ops._common import shape_size
+from ..opdefs._common import shape_size
 from .context import PassContext, register_pass_config
-from .pass_infra import Pass, module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 MAX_FOLD_ELEMENTS = "FoldConstant.max_elements"
 
@@ -87,9 +87,14 @@ def _constant_tuple(expr: Expr) -> bool:
     return isinstance(expr, Tuple) and all(isinstance(f, Constant) for f in expr.fields)
 
 
-@module_pass(opt_level=2, name="FoldConstant")
-def FoldConstant(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802 - TVM's pass name
+@pass_factory
+def FoldConstant() -> Pass:  # noqa: N802 - TVM's pass name
     """Evaluate every constant-only subgraph of every function into a constant."""
+    return _fold_constant_pass
+
+
+@module_pass(opt_level=2, name="FoldConstant")
+def _fold_constant_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     new = IRModule()
     folder = ConstantFolder(ctx.get_config(MAX_FOLD_ELEMENTS))
     for name, func in mod.functions.items():
@@ -102,6 +107,7 @@ def fold_constant(expr: Expr) -> Expr:
     return ConstantFolder().visit(expr)
 
 
+@pass_factory
 def BindParams(params: Mapping[str, Any], func_name: str = "main") -> Pass:  # noqa: N802
     """A pass that replaces the parameters of ``@func_name`` named in ``params`` by constants
     holding those arrays (weights become foldable). Names that are not parameters, and
@@ -154,4 +160,4 @@ class _Substitute(ExprMutator):
         self.memo.update(binding)
 
 
-register_pass("FoldConstant", lambda: FoldConstant)
+register_pass("FoldConstant", FoldConstant)

@@ -49,12 +49,13 @@ from ..ir.op import Op, get_op
 from ..ir.types import TensorType, Type, is_float
 from ..ir.visitor import children, post_order, rebuild
 from .context import PassContext
-from .pass_infra import Pass, module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 # ---------------------------------------------------------------------------------------------
 # passes
 
 
+@pass_factory
 def FoldScaleAxis() -> Pass:  # noqa: N802 - TVM's pass name
     """The FoldScaleAxis pass (opt_level 3): backward folding, then forward folding, in every
     function of the module. Run FoldConstant afterwards to fold weight * scale when the weight
@@ -62,11 +63,13 @@ def FoldScaleAxis() -> Pass:  # noqa: N802 - TVM's pass name
     return _fold_scale_axis_pass
 
 
+@pass_factory
 def BackwardFoldScaleAxis() -> Pass:  # noqa: N802
     """Only the backward half of FoldScaleAxis: ``conv2d(x, w) * s -> conv2d(x, w * s)``."""
     return _backward_pass
 
 
+@pass_factory
 def ForwardFoldScaleAxis() -> Pass:  # noqa: N802
     """Only the forward half of FoldScaleAxis: ``conv2d(x * s, w) -> conv2d(x, w * s)``."""
     return _forward_pass

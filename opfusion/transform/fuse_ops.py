@@ -8,10 +8,10 @@ turns the partition into IR, as TVM's FuseMutator does:
 * every group whose root is an operator call becomes ``fn (%p0, %p1, ..., Primitive=1)``,
   called in place of the group with the values it reads from outside; a group of one op is
   wrapped too;
-* parameters are numbered in order of first use inside the group, one per distinct value;
-* a constant read across a group boundary becomes a parameter, unless
-  ``FuseOps.link_params`` keeps it inside the function; scalar constants are fused into their
-  consumer's group and stay inline;
+* the function's parameters are made by the builder FusionMerge uses too
+  (:mod:`opfusion.transform.fuse.primitive`): one per distinct value read from outside,
+  numbered in order of first use; a scalar constant stays inline, any other constant becomes a
+  parameter unless ``FuseOps.link_params`` keeps it inside the function;
 * a group whose root returns a tuple returns that tuple; a tuple at the root of its group
   stays outside any function, as do variables, constants and calls of other functions.
 
@@ -24,17 +24,16 @@ Already-primitive functions are left alone, so fusing a fused module changes not
 from __future__ import annotations
 
 from ..errors import OpfusionError
-from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ..ir.expr import Call, Expr, Function, Tuple, TupleGetItem
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
-from ..ir.op import Attrs, Op
+from ..ir.op import Op
 from ..ir.printer import gc_paused
 from ..ir.types import Type
 from .context import PassContext
 from .fuse.partition import FuseOptions, FusionPlan, plan_fusion
+from .fuse.primitive import PrimitiveFunctionBuilder
 from .pass_infra import function_pass, register_pass
-
-_PRIMITIVE = Attrs({"Primitive": 1})
 
 
 @function_pass(opt_level=0, name="FuseOps", required=("InferType",))
@@ -72,27 +71,6 @@ def fuse_function(func: Function, options: FuseOptions, mod: IRModule | None = N
         return _FusedFunctionBuilder(plan_fusion(func, options, mod=mod), mod).build()
 
 
-class _GroupSignature:
-    """The parameters of one group's function and the outer values they are bound to."""
-
-    __slots__ = ("params", "arguments", "_param_of")
-
-    def __init__(self) -> None:
-        self.params: list[Var] = []
-        self.arguments: list[Expr] = []
-        self._param_of: dict[Expr, Var] = {}
-
-    def param_for(self, value: Expr, ty: Type) -> Var:
-        """The parameter bound to ``value``, made (``%p<n>``) on first use."""
-        param = self._param_of.get(value)
-        if param is None:
-            param = Var(f"p{len(self.params)}", ty)
-            self._param_of[value] = param
-            self.params.append(param)
-            self.arguments.append(value)
-        return param
-
-
 class _FusedFunctionBuilder:
     """Rebuild a function body group by group, producers first (TVM's FuseMutator)."""
 
@@ -106,7 +84,7 @@ class _FusedFunctionBuilder:
         # Original node -> its rewritten form: the call of its group's function for a root,
         # the expression inside the function body for any other member.
         self.new: dict[Expr, Expr] = {}
-        self.signatures: dict[int, _GroupSignature] = {}
+        self.signatures: dict[int, PrimitiveFunctionBuilder] = {}
 
     def build(self) -> Function:
         func = self.plan.func
@@ -156,20 +134,19 @@ class _FusedFunctionBuilder:
         new, group_of = self.new, self.group_of
         for arg in args:
             value = new[arg]
-            if group_of[arg] != group_root and \
-                    not (self.link_params and isinstance(value, Constant)):
+            if group_of[arg] != group_root:
                 signature = self.signatures.get(group_root)
                 if signature is None:
-                    signature = self.signatures[group_root] = _GroupSignature()
-                value = signature.param_for(value, arg.checked_type)
+                    signature = self.signatures[group_root] = \
+                        PrimitiveFunctionBuilder(self.link_params)
+                value = signature.operand(value, arg.checked_type)
             out.append(value)
         return out
 
     def _wrap(self, root: int, body: Expr, ret_type: Type) -> Call:
         """The call of the group's primitive function, whose body is ``body``."""
-        signature = self.signatures.pop(root, None) or _GroupSignature()
-        fused = Function(signature.params, body, ret_type, _PRIMITIVE)
-        return Call(fused, signature.arguments)
+        signature = self.signatures.pop(root, None) or PrimitiveFunctionBuilder()
+        return signature.call(body, ret_type)
 
     def _nested(self, func: Function) -> Function:
         """A nested function: a primitive one is already fused; any other is fused on its own

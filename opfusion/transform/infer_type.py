@@ -13,12 +13,17 @@ from ..ir.module import IRModule
 from ..ir.op import Op
 from ..ir.visitor import post_order
 from .context import PassContext
-from .pass_infra import module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
+
+
+@pass_factory
+def InferType() -> Pass:  # noqa: N802 - TVM's pass name
+    """Infer the types of all expressions of all functions of ``mod``."""
+    return _infer_type_pass
 
 
 @module_pass(opt_level=0, name="InferType")
-def InferType(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802 - TVM's pass name
-    """Infer the types of all expressions of all functions of ``mod``."""
+def _infer_type_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     for name, func in mod.functions.items():
         try:
             infer_type(func, mod)
@@ -49,4 +54,4 @@ def _type_text(arg: Expr) -> str:
     return repr(ty) if ty is not None else "?"
 
 
-register_pass("InferType", lambda: InferType)
+register_pass("InferType", InferType)

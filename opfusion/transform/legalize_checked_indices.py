@@ -25,19 +25,24 @@ from ..ir.module import IRModule
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, post_order
-from ..ops.transform import check_in_range, checked_index_context
+from ..opdefs.transform import check_in_range, checked_index_context
 from .context import PassContext
-from .pass_infra import module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 #: The gathers with a "checked" mode, and the input that holds their indices.
 CHECKED_GATHERS = ("take", "gather_elements")
 _INDICES = 1
 
 
-@module_pass(opt_level=0, name="LegalizeCheckedIndices")
-def LegalizeCheckedIndices(mod: IRModule, ctx: PassContext) -> IRModule:  # noqa: N802
+@pass_factory
+def LegalizeCheckedIndices() -> Pass:  # noqa: N802 - TVM's pass name
     """Guard the indices of every checked take / gather_elements (see the module docstring)
     and switch the gather to the clamping mode its kernel implements."""
+    return _legalize_checked_indices_pass
+
+
+@module_pass(opt_level=0, name="LegalizeCheckedIndices")
+def _legalize_checked_indices_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     new = IRModule()
     for name, func in mod.functions.items():
         new[mod.get_global_var(name)] = func if func.is_primitive else _Legalizer(func).visit(func)
@@ -112,4 +117,4 @@ def _already_checked(indices: Expr, bound: int) -> bool:
             and indices.op.name == "check_indices" and tuple(indices.attrs.bounds) == (bound,))
 
 
-register_pass("LegalizeCheckedIndices", lambda: LegalizeCheckedIndices)
+register_pass("LegalizeCheckedIndices", LegalizeCheckedIndices)

@@ -26,11 +26,11 @@ from .simplify_inference import SimplifyInference
 
 def optimization_passes(params: Mapping[str, Any] | None = None) -> Sequential:
     """The passes :func:`optimize` runs, as one Sequential (named "Optimize")."""
-    passes: list[Pass] = [InferType]
+    passes: list[Pass] = [InferType()]
     if params:
         passes.append(BindParams(params))
-    passes += [SimplifyInference(), FoldConstant, FoldScaleAxis(), FoldConstant,
-               SimplifyExpr(), EliminateCommonSubexpr, DeadCodeElimination, InferType]
+    passes += [SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(),
+               SimplifyExpr(), EliminateCommonSubexpr(), DeadCodeElimination(), InferType()]
     return Sequential(passes, name="Optimize")
 
 

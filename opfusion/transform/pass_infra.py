@@ -23,10 +23,16 @@ new one. ``module_pass`` and ``function_pass`` turn a plain function or a class 
 
     mod = drop_helpers(mod)            # a function becomes a Pass at once
     mod = ScaleWeights(2.0)(mod)       # a class becomes a factory of Passes
+
+Every public pass of opfusion is a factory, as in TVM: ``InferType()(mod)``,
+``FoldConstant()(mod)``, ``FuseOps(fuse_opt_level=3)(mod)``. A factory is made with
+``pass_factory`` (or by decorating a class); calling one on a module directly,
+``InferType(mod)``, is an OpfusionError that says to write ``InferType()(mod)``.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -66,6 +72,26 @@ def get_pass(name: str) -> Pass:
         known = ", ".join(sorted(_PASS_FACTORIES)) or "none"
         raise OpfusionError(f"no pass is registered under the name {name!r} (known: {known})")
     return factory()
+
+
+def pass_factory(factory: Callable[..., Pass]) -> Callable[..., Pass]:
+    """Mark ``factory`` (a function returning a :class:`Pass`) as a public pass factory.
+
+    It is called like TVM's: ``Name(options)(mod)``. Calling it on a module directly,
+    ``Name(mod)``, is a mistake it catches with an OpfusionError naming the right spelling."""
+
+    @functools.wraps(factory)
+    def make(*args: Any, **kwargs: Any) -> Pass:
+        _refuse_module_argument(factory.__name__, args)
+        return factory(*args, **kwargs)
+
+    return make
+
+
+def _refuse_module_argument(name: str, args: Sequence[Any]) -> None:
+    if args and isinstance(args[0], IRModule):
+        raise OpfusionError(f"{name} is a pass factory, not a pass: write {name}()(mod) "
+                            f"(with its options, if any, in the first call), not {name}(mod)")
 
 
 class Pass:
@@ -204,6 +230,7 @@ def _class_factory(cls: type, info: PassInfo) -> Callable[..., Pass]:
                             f"{method} method")
 
     def factory(*args: Any, **kwargs: Any) -> Pass:
+        _refuse_module_argument(info.name, args)
         instance = cls(*args, **kwargs)
         fn = getattr(instance, method)
         made = ModulePass(fn, info) if info.kind == "module" else FunctionPass(fn, info)

@@ -32,7 +32,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op
 from ..ir.visitor import post_order
 from .context import PassContext, register_pass_config
-from .pass_infra import Pass, module_pass
+from .pass_infra import Pass, module_pass, pass_factory
 from .pattern import Bindings, Pattern, _as_pattern
 
 __all__ = ["PatternCallback", "PatternRewrite", "rewrite", "rule"]
@@ -136,6 +136,7 @@ def rewrite(callbacks: RewriteSpec, target: Expr | IRModule, *,
     return _Rewriter(rules, mod, max_iterations).run(target)
 
 
+@pass_factory
 def PatternRewrite(callbacks: RewriteSpec, name: str = "PatternRewrite",  # noqa: N802
                    opt_level: int = 0) -> Pass:
     """A module pass that applies :func:`rewrite` with ``callbacks`` to every function."""

@@ -31,7 +31,7 @@ from ..ir.op import get_op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator
 from .context import PassContext, register_pass_config
-from .pass_infra import Pass, module_pass, register_pass
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 DECOMPOSE_LAYER_NORM = "SimplifyInference.decompose_layer_norm"
 register_pass_config(
@@ -40,6 +40,7 @@ register_pass_config(
     "by default: a layer_norm kept whole can become one row-wise kernel.")
 
 
+@pass_factory
 def SimplifyInference() -> Pass:  # noqa: N802 - TVM's pass name
     """The SimplifyInference pass (opt_level 0): batch_norm becomes a multiply and an add,
     dropout disappears, and layer_norm is decomposed when the pass context's

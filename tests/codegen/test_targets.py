@@ -136,7 +136,8 @@ def test_register_tiled_matmul(cpu_target):
 def test_register_tiled_convolutions_match_the_interpreter(cpu_target):
     mod, params = WORKLOADS["resnet18"](**SMALL_WORKLOAD_ARGS["resnet18"])
     exe = opf.compile(mod, params=params, target=cpu_target)
-    assert "opf_float32x8 acc" in exe.source()  # the conv schedules' tiles are 8 columns
+    lanes = cpu_target.vector_lanes("float32")  # the conv tiles are vectors of the target's
+    assert f"opf_float32x{lanes} acc" in exe.source()
     lines = exe.verify(workload_input(mod, params, seed=2))  # each kernel vs the interpreter
     assert lines and all(line.endswith(": ok") for line in lines)
 

@@ -12,6 +12,7 @@ from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.compile import random_inputs
 from opfusion.compiler.executor import InputError, KernelMismatchError
 from opfusion.compiler.memory_plan import PlannedStep, plan_memory
+from opfusion.ir import evaluate
 from opfusion.testing import assert_close
 from opfusion.testing.examples import seed_example
 from opfusion.testing.targets import OTHER_TARGETS
@@ -93,6 +94,32 @@ def test_strategy_and_level_come_from_the_pass_context():
     with opf.transform.PassContext(opt_level=0):
         assert opf.compile(seed_example()).num_kernels == 5
     assert opf.compile(seed_example()).num_kernels == 1
+
+
+def test_a_registered_fusion_strategy_is_what_compile_runs():
+    from opfusion.transform import (
+        FuseOps,
+        fusion_strategies,
+        register_fusion_strategy,
+        unregister_fusion_strategy,
+    )
+
+    assert list(fusion_strategies()) == ["tvm", "cinn", "none"]
+    register_fusion_strategy("unfused", lambda mod, level: FuseOps(fuse_opt_level=0)(mod),
+                             "every operator alone, under another name")
+    try:
+        exe = opf.compile(seed_example(), fusion="unfused")
+        assert exe.num_kernels == 5
+        assert_close(exe(SEED_X, SEED_W), evaluate(seed_example(), [SEED_X, SEED_W]))
+        with opf.transform.PassContext(config={"fusion.strategy": "unfused"}):
+            assert opf.compile(seed_example()).num_kernels == 5
+        with pytest.raises(opf.OpfusionError, match="'unfused' is already registered"):
+            register_fusion_strategy("unfused", lambda mod, level: mod, "again")
+    finally:
+        unregister_fusion_strategy("unfused")
+    with pytest.raises(opf.OpfusionError, match="unknown fusion strategy 'unfused'; choose "
+                                                "one of tvm, cinn, none"):
+        opf.transform.PassContext(config={"fusion.strategy": "unfused"})
 
 
 def test_memory_plan_reuses_blocks_of_dead_tensors():

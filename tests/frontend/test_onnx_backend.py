@@ -1,5 +1,5 @@
 """The ONNX project's backend test suite (``onnx.backend.test.BackendTest``), run against
-:mod:`opfusion.frontend.onnx_backend`.
+:mod:`opfusion.frontend.onnx.backend`.
 
 Kinds: the generated node tests (from the cache of ``onnx_node_data.py``; the wheel ships no
 per-node data) and the shipped ``simple``, ``pytorch-converted`` and ``pytorch-operator``
@@ -31,7 +31,7 @@ from onnx_backend_scope import KNOWN_FAILURES, out_of_scope_reason  # noqa: E402
 from onnx_node_data import load_node_tests  # noqa: E402
 
 from opfusion import OpfusionError  # noqa: E402
-from opfusion.frontend import onnx_backend  # noqa: E402
+from opfusion.frontend.onnx import backend as onnx_backend  # noqa: E402
 from opfusion.testing import assert_close  # noqa: E402
 
 

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import opfusion as opf  # noqa: E402
 from opfusion.errors import OnnxImportError, OpfusionError, ResourceLimitError  # noqa: E402
 from opfusion.frontend import from_onnx  # noqa: E402
-from opfusion.frontend import onnx as onnx_frontend  # noqa: E402
-from opfusion.frontend.onnx_tensors import MAX_TENSOR_ELEMENTS  # noqa: E402
+from opfusion.frontend.onnx import importer as onnx_frontend  # noqa: E402
+from opfusion.frontend.onnx.tensors import MAX_TENSOR_ELEMENTS  # noqa: E402
 
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
 Y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)

@@ -1,5 +1,5 @@
 """Float to integer casts of NaN, infinities and out-of-range values: one rule (NaN to 0,
-truncate toward zero, saturate; see opfusion.ops.elemwise.Cast) in the reference, in constant
+truncate toward zero, saturate; see opfusion.opdefs.elemwise.Cast) in the reference, in constant
 folding, in the loop-IR interpreter and in compiled kernels, scalar and vectorized alike.
 C leaves these conversions undefined and NumPy gives the CPU's answer, so before the rule the
 compiled kernels and the reference disagreed (fuzz cases 1262, 2434, 3058 seed 1, 1829 seed 0).

@@ -1,6 +1,6 @@
 """Integer division, remainder and power at their edges (zero divisors, INT_MIN / -1,
 negative exponents, int64 beyond float64's precision): the reference interpreter and the
-compiled kernels give the same, documented values (opfusion/ops/broadcast.py), and ONNX
+compiled kernels give the same, documented values (opfusion/opdefs/broadcast.py), and ONNX
 Runtime's where it defines one."""
 
 import numpy as np

@@ -9,9 +9,9 @@ from opfusion import te
 from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
+from opfusion.te.lower import lower
 from opfusion.testing import assert_close
 from opfusion.tir.interp import run
-from opfusion.tir.lower import lower
 from opfusion.topi import get_compute
 from opfusion.topi.testing import call_over_arrays, check_compute
 

@@ -536,6 +536,14 @@ def test_default_max_depth_is_256_ops():
     assert group_sizes(tanh_chain(300)) == [256, 44]
 
 
+@pytest.mark.parametrize("limit", [1, 2, 7, 256])
+def test_max_depth_n_holds_a_chain_of_n_elementwise_ops(limit):
+    # TVM's count: max_fuse_depth=N allows a group of N operators, not N - 1.
+    assert group_sizes(tanh_chain(limit), max_depth=limit) == [limit]
+    assert group_sizes(tanh_chain(limit + 1), max_depth=limit) == [limit, 1]
+    check_fusion(tanh_chain(limit + 1), max_depth=limit)
+
+
 def test_max_depth_keeps_whole_diamonds_together():
     assert group_sizes(diamonds(), max_depth=11) == [11, 11, 11]
     check_fusion(diamonds(), max_depth=11)

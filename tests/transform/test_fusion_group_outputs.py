@@ -66,7 +66,7 @@ def _flat(value):
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.__name__)
 def test_merged_groups_return_tensors_and_lower(graph):
-    fused = FusionMerge()(FuseOps(fuse_opt_level=3)(InferType(_module(graph))))
+    fused = FusionMerge()(FuseOps(fuse_opt_level=3)(InferType()(_module(graph))))
     groups = [n.op for n in post_order(fused["main"].body, into_functions=False)
               if isinstance(n, Call) and isinstance(n.op, Function)]
     assert groups
@@ -95,7 +95,7 @@ def test_a_recomputed_producer_is_not_written_by_its_copies():
     x = opf.var("x", SHAPE)
     e = op.exp(x)
     mod = opf.IRModule.from_expr(Function([x], Tuple([op.sum(e, axis=0), op.max(e, axis=0)])))
-    fused = FusionMerge()(InferType(mod))
+    fused = FusionMerge()(InferType()(mod))
     bodies = [n.op.body for n in post_order(fused["main"].body, into_functions=False)
               if isinstance(n, Call) and isinstance(n.op, Function)]
     assert [b.op.name for b in bodies] == ["sum", "max"]  # a single output each

@@ -163,6 +163,21 @@ def test_max_depth_limits_group_size():
     assert len(fused_groups(FusionMerge()(mod))) == 1
 
 
+@pytest.mark.parametrize("limit", [1, 4, 256])
+def test_max_depth_n_holds_a_chain_of_n_ops(limit):
+    def chain(length):
+        x = opf.var("x", (4,))
+        y = x
+        for _ in range(length):
+            y = op.exp(y)
+        return module([x], y)
+
+    with PassContext(config={"FuseOps.max_depth": limit}):
+        assert [len(g) for g in fused_groups(FusionMerge()(chain(limit)))] == [limit]
+        assert sorted(len(g) for g in fused_groups(FusionMerge()(chain(limit + 1)))) \
+            == [1, limit]
+
+
 def test_max_function_args_limits_inputs():
     xs = [opf.var(f"x{k}", (4,)) for k in range(6)]
     y = xs[0]

@@ -78,7 +78,7 @@ def test_clip_mode_clamps_in_both_engines(fusion):
 
 
 def test_the_pass_guards_run_time_indices_and_switches_the_gather_to_clip():
-    new = LegalizeCheckedIndices(InferType(take_model()))
+    new = LegalizeCheckedIndices()(InferType()(take_model()))
     ops = _ops(new)
     names = [name for name, _ in ops]
     assert sorted(names) == ["add", "add", "check_indices", "negative", "take"]
@@ -86,8 +86,8 @@ def test_the_pass_guards_run_time_indices_and_switches_the_gather_to_clip():
     assert check["bounds"] == (5,) and check["consumer"].startswith("take along axis 0")
     assert dict(ops)["take"]["mode"] == "clip"
     # The result is legal already: a second run changes nothing; clip and wrap are kept.
-    assert _ops(LegalizeCheckedIndices(new)) == ops
-    assert "check_indices" not in [n for n, _ in _ops(LegalizeCheckedIndices(take_model("wrap")))]
+    assert _ops(LegalizeCheckedIndices()(new)) == ops
+    assert "check_indices" not in [n for n, _ in _ops(LegalizeCheckedIndices()(take_model("wrap")))]
 
 
 def test_indices_already_checked_get_no_second_check_and_shared_indices_one():
@@ -98,7 +98,7 @@ def test_indices_already_checked_get_no_second_check_and_shared_indices_one():
     second = opf.op.take(x, i, axis=0)
     third = opf.op.take(x, i, axis=-2)
     body = opf.Tuple([first, second, third])
-    new = LegalizeCheckedIndices(InferType(opf.IRModule.from_expr(opf.Function([x, i], body))))
+    new = LegalizeCheckedIndices()(InferType()(opf.IRModule.from_expr(opf.Function([x, i], body))))
     checks = [attrs["consumer"] for name, attrs in _ops(new) if name == "check_indices"]
     assert checks == ["Gather (node 'g') indices", "take along axis 0 (mode 'checked'; 'clip' "
                                                    "would clamp)"]
@@ -108,7 +108,7 @@ def test_indices_already_checked_get_no_second_check_and_shared_indices_one():
 def test_constant_indices_are_checked_at_compile_time():
     x = opf.var("x", (5, 3))
     ok = opf.op.take(x, opf.const(np.array([4, -5], np.int64)), axis=0)
-    new = LegalizeCheckedIndices(InferType(opf.IRModule.from_expr(opf.Function([x], ok))))
+    new = LegalizeCheckedIndices()(InferType()(opf.IRModule.from_expr(opf.Function([x], ok))))
     assert _ops(new) == [("take", {"axis": 0, "mode": "clip"})]  # no run-time check
     bad = opf.op.take(x, opf.const(np.array([[1, 3]], np.int32)), axis=1, span="picker")
     mod = opf.IRModule.from_expr(opf.Function([x], bad))
@@ -123,5 +123,5 @@ def test_fused_groups_are_left_alone():
     leaves primitive functions (and their constant arguments) untouched."""
     x = opf.var("x", (5, 3))
     body = opf.op.take(x, opf.const(np.array([7], np.int64)), axis=0)
-    fused = FuseOps()(InferType(opf.IRModule.from_expr(opf.Function([x], body))))
-    assert_structural_equal(LegalizeCheckedIndices(fused), fused)
+    fused = FuseOps()(InferType()(opf.IRModule.from_expr(opf.Function([x], body))))
+    assert_structural_equal(LegalizeCheckedIndices()(fused), fused)

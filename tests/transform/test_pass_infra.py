@@ -5,6 +5,7 @@ import pytest
 
 import opfusion as opf
 from opfusion.ir import structural_equal
+from opfusion.testing import assert_close
 from opfusion.testing.examples import seed_example
 from opfusion.transform import (
     DumpIR,
@@ -202,6 +203,19 @@ def test_optimize_takes_the_level_from_the_context_or_the_argument():
         assert opf.transform.optimize(mod).astext().count("add(") == 1
 
 
+def test_one_default_opt_level_for_contexts_passes_and_compile():
+    from opfusion.transform.context import DEFAULT_OPT_LEVEL
+
+    assert DEFAULT_OPT_LEVEL == 3
+    assert PassContext().opt_level == PassContext.current().opt_level == DEFAULT_OPT_LEVEL
+    # Outside any context optimize runs the level-3 passes: CSE merges the two exps.
+    x = opf.var("x", (2,))
+    mod = opf.IRModule.from_expr(opf.Function([x], opf.op.exp(x) + opf.op.exp(x)))
+    assert opf.transform.optimize(mod).astext().count("exp(") == 1
+    with PassContext(opt_level=2):
+        assert opf.transform.optimize(mod).astext().count("exp(") == 2
+
+
 def test_optimize_binds_params():
     x = opf.var("x", (2,))
     w = opf.var("w", (2,))
@@ -211,3 +225,26 @@ def test_optimize_binds_params():
     x_value = np.array([1.5, -2.0], np.float32)
     np.testing.assert_array_equal(opf.ir.evaluate(new, [x_value]), x_value)
     assert new["main"].body is new["main"].params[0]  # x * exp(0) folded to x * 1, then x
+
+
+PUBLIC_PASS_FACTORIES = (
+    "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",
+    "LegalizeCheckedIndices", "SimplifyInference", "SimplifyExpr", "FoldScaleAxis",
+    "BackwardFoldScaleAxis", "ForwardFoldScaleAxis", "FuseOps", "FusionMerge",
+    "FuseMultiplyAdd", "FuseDenseAdd")
+
+
+@pytest.mark.parametrize("name", PUBLIC_PASS_FACTORIES)
+def test_every_public_pass_is_a_factory(name):
+    made = getattr(opf.transform, name)()
+    assert isinstance(made, opf.transform.Pass)
+    assert made.info.name == name
+    mod = exp_module()
+    x = np.linspace(-1.0, 1.0, 4, dtype=np.float32)
+    assert_close(opf.ir.evaluate(made(opf.transform.InferType()(mod)), [x]), np.exp(x))
+
+
+@pytest.mark.parametrize("name", PUBLIC_PASS_FACTORIES + ("BindParams", "PatternRewrite"))
+def test_calling_a_factory_on_a_module_says_how_to_write_it(name):
+    with pytest.raises(opf.OpfusionError, match=rf"write {name}\(\)\(mod\)"):
+        getattr(opf.transform, name)(exp_module())

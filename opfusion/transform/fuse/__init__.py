@@ -4,6 +4,8 @@
 * :mod:`.dominator` — its post-dominator tree;
 * :mod:`.partition` — the three-phase partition into fusion groups (and the FuseOps
   configuration keys);
+* :mod:`.group` — the ``Group`` record FuseOps and FusionMerge share;
+* :mod:`.primitive` — the builder of primitive functions FuseOps and FusionMerge share;
 * :mod:`.check` — checks that a partition can be lowered (no cycle between groups);
 * :mod:`.explain` — why an edge was not fused, in words;
 * :mod:`.dot` — the groups drawn with Graphviz.

@@ -46,6 +46,7 @@ from .graph import (
     IndexedForwardGraph,
     build_forward_graph,
 )
+from .group import Group
 
 #: TVM's default bound on the number of ops in one fused function.
 DEFAULT_MAX_DEPTH = 256
@@ -89,36 +90,6 @@ class FuseOptions:
             raise OpfusionError(f"FuseOps.max_depth and FuseOps.max_function_args must be >= 0,"
                                 f" got {options.max_depth} and {options.max_function_args}")
         return options
-
-
-class Group:
-    """A union-find set of graph nodes: the future body of one fused function.
-
-    Only a set's root holds the current values; a merged child keeps what it had when it was
-    merged (TVM reads some of those stale values, and so does this port)."""
-
-    __slots__ = ("parent", "pattern", "root", "anchor", "num_nodes", "args_num")
-
-    def __init__(self, root: int, pattern: int, args_num: int) -> None:
-        self.parent: Group | None = None
-        #: The least fusable kind in the group (the anchor's kind once one joined).
-        self.pattern = pattern
-        #: Index of the node whose value the group returns.
-        self.root = root
-        #: Index of the kOutEWiseFusable node the group is built around, or -1.
-        self.anchor = root if pattern == OUT_EWISE_FUSABLE else -1
-        self.num_nodes = 1
-        self.args_num = args_num
-
-    def find_root(self) -> Group:
-        """The set's representative, compressing the path to it."""
-        root = self
-        while root.parent is not None:
-            root = root.parent
-        node = self
-        while node.parent is not None and node.parent is not root:
-            node.parent, node = root, node.parent
-        return root
 
 
 @dataclass
@@ -193,7 +164,8 @@ class GraphPartitioner:
 
     def _init_groups(self) -> None:
         for node in self.graph.nodes:
-            self.groups.append(Group(node.index, node.pattern, _initial_args(node.ref)))
+            self.groups.append(Group(node.pattern, root=node.index,
+                                     args_num=_initial_args(node.ref)))
 
     def _run_phase(self, phase: int) -> None:
         assert self.tree is not None

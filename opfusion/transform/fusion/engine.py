@@ -1,4 +1,5 @@
 """The fusion engine: group bookkeeping, cycle checks, merging and the fixed-point loop.
+Groups are the :class:`~opfusion.transform.fuse.group.Group` records FuseOps uses too.
 
 Policies never touch this state; they see read-only views and mark pairs. The engine then
 merges what was marked, checking every merge against the current grouping: no cycle between
@@ -14,45 +15,16 @@ region between the two groups, not of the graph."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...ir.op import OpPatternKind
+from ..fuse.group import Group
 from .graph import FusionGraph
 
 if TYPE_CHECKING:
     from .policy import FuseHelper
 
 K = OpPatternKind
-
-
-@dataclass(eq=False)
-class Group:
-    """The engine's record of one group (policies see it through :class:`OpGroup`)."""
-
-    uid: int
-    nodes: list[int]
-    pos: int = 0
-    producers: dict[Group, None] = field(default_factory=dict)
-    consumers: dict[Group, None] = field(default_factory=dict)
-    kind: OpPatternKind = K.kElemWise
-    alive: bool = True
-    has_copies: bool = False  # holds nodes recomputed from another group
-    ordered: bool = True  # nodes sorted (merges append; sorted_nodes() sorts on demand)
-    # Output tensors, computed on demand; only a change to the group itself changes them.
-    outputs: list[int] | None = None
-    # Producers/consumers sorted by position, cached for one version of the state.
-    sorted_cache: tuple[int, list[Group], list[Group]] | None = None
-
-    def sorted_nodes(self) -> list[int]:
-        """Member nodes in topological (index) order."""
-        if not self.ordered:
-            self.nodes.sort()
-            self.ordered = True
-        return self.nodes
-
-    def __repr__(self) -> str:
-        return f"Group({self.uid}, nodes={self.nodes})"
 
 
 def group_kind(kinds: Iterable[OpPatternKind]) -> OpPatternKind:
@@ -76,8 +48,8 @@ class FusionState:
         # ever needs the copies).
         self.owner: list[Group] = [None] * len(graph.nodes)  # type: ignore[list-item]
         for members in initial_groups:
-            group = Group(len(self.groups), sorted(members))
-            group.kind = group_kind(graph.nodes[n].kind for n in group.nodes)
+            group = Group(K.kElemWise, uid=len(self.groups), nodes=sorted(members))
+            group.pattern = group_kind(graph.nodes[n].kind for n in group.nodes)
             self.groups.append(group)
             for node in group.nodes:
                 self.owner[node] = group
@@ -290,7 +262,7 @@ class FusionState:
         big.ordered = False
         big.outputs = None
         self.version += 1
-        big.kind = max(big.kind, small.kind)
+        big.pattern = max(big.pattern, small.pattern)
         for node in small.nodes:
             if self.owner[node] is small:
                 self.owner[node] = big
@@ -322,7 +294,7 @@ class FusionState:
             consumer.nodes = sorted(set(consumer.nodes) | set(producer.nodes))
             consumer.has_copies = True
             consumer.outputs = None
-            consumer.kind = max(consumer.kind, producer.kind)
+            consumer.pattern = max(consumer.pattern, producer.pattern)
             for upstream in producer.producers:
                 consumer.producers[upstream] = None
                 upstream.consumers[consumer] = None

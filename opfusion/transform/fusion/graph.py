@@ -122,11 +122,6 @@ def _operands(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def tensor_shape(ty: Type) -> tuple[int, ...] | None:
-    """The shape of a tensor type; None for tuples and functions."""
-    return tuple(ty.shape) if isinstance(ty, TensorType) else None
-
-
 def type_numel(ty: Type) -> int:
     """Number of scalars in a value of type ``ty`` (tuples sum their fields)."""
     if isinstance(ty, TupleType):

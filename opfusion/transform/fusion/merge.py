@@ -15,9 +15,9 @@ from ...errors import OpfusionError
 from ...ir.expr import Function, Var
 from ...ir.module import IRModule
 from ...ir.printer import gc_paused
-from ..context import PassContext, register_pass_config
+from ..context import PassContext
 from ..fuse import partition as _fuse_ops_config  # noqa: F401 - declares FuseOps.* keys
-from ..pass_infra import Pass, module_pass
+from ..pass_infra import Pass, module_pass, pass_factory
 from .engine import FusionState, Group
 from .graph import FusionGraph
 from .policy import (
@@ -32,15 +32,10 @@ from .policy import (
 from .rewrite import rewrite_groups
 from .views import OpGroup, TensorNode
 
-register_pass_config(
-    "fusion.strategy", str, "tvm",
-    "Which fusion opf.compile runs: 'tvm' (FuseOps), 'cinn' (FuseOps, then FusionMerge with "
-    "the registered policies) or 'none' (every op its own kernel).",
-    choices=("tvm", "cinn", "none"))
-
 MAX_ROUNDS = 1000
 
 
+@pass_factory
 def FusionMerge(policies: Sequence[FusePolicy] | None = None,  # noqa: N802 - a pass name
                 link_params: bool | None = None) -> Pass:
     """A pass that fuses the groups of every function with ``policies`` (None: the

@@ -4,8 +4,9 @@ Each group becomes ``fn (%p0, %p1, ..., Primitive=1) { ... }`` called with the v
 (parameters numbered in first-use order). A group with several outputs (horizontal or input
 fusion) returns them as a tuple and its users read fields of the call. A kernel writes tensors,
 so a tuple-valued output (the function's result tuple, merged into a group) is rebuilt outside
-the call from the tensors the group computes and the values it passes along. Constants become
-parameters, except scalars and, with ``link_params``, all constants, which stay inside.
+the call from the tensors the group computes and the values it passes along. Parameters and
+constants follow the builder FuseOps uses too (:mod:`opfusion.transform.fuse.primitive`):
+scalars stay inline, other constants are parameters unless ``link_params`` keeps them inside.
 Groups made only of tuples, projections and calls of non-operators are not wrapped."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.op import Op
 from ...ir.types import TensorType, TupleType, Type
-from ...ir.visitor import post_order
+from ..fuse.primitive import PrimitiveFunctionBuilder
 from .graph import FusionGraph
 
 
@@ -46,22 +47,14 @@ def rewrite_groups(graph: FusionGraph, groups: Sequence[Sequence[int]],
 def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
                 holders: dict[int, set[int]], link_params: bool) -> None:
     member = set(nodes)
-    params: list[Var] = []
-    args: list[Expr] = []
+    builder = PrimitiveFunctionBuilder(link_params)
     inner: dict[int, Expr] = {}
     for n in nodes:
         for t in graph.nodes[n].inputs:
             tensor = graph.tensors[t]
             if t in inner or (tensor.producer is not None and tensor.producer in member):
                 continue
-            outer = value[t]
-            if isinstance(outer, Constant) and (link_params or outer.data.ndim == 0):
-                inner[t] = outer
-                continue
-            param = Var(f"p{len(params)}", tensor.type)
-            params.append(param)
-            args.append(outer)
-            inner[t] = param
+            inner[t] = builder.operand(value[t], tensor.type)
     outputs: list[int] = []
     for n in nodes:
         node = graph.nodes[n]
@@ -70,14 +63,14 @@ def _emit_group(graph: FusionGraph, nodes: list[int], value: dict[int, Expr],
             outputs.append(node.output)
     if _returns_tensors(graph, outputs, inner):
         body = inner[outputs[0]] if len(outputs) == 1 else Tuple([inner[t] for t in outputs])
-        call = Call(Function(params, body, attrs={"Primitive": 1}), args)
+        call = builder.call(body)
         if len(outputs) == 1:
             value[outputs[0]] = call
         else:
             for index, t in enumerate(outputs):
                 value[t] = TupleGetItem(call, index)
         return
-    _emit_flattened(graph, outputs, inner, dict(zip(params, args)), value)
+    _emit_flattened(graph, outputs, inner, builder, value)
 
 
 def _needed_outside(graph: FusionGraph, n: int, member: set[int],
@@ -108,11 +101,12 @@ def _returns_tensors(graph: FusionGraph, outputs: list[int], inner: dict[int, Ex
 
 
 def _emit_flattened(graph: FusionGraph, outputs: list[int], inner: dict[int, Expr],
-                    outer_of_param: dict[Var, Expr], value: dict[int, Expr]) -> None:
+                    builder: PrimitiveFunctionBuilder, value: dict[int, Expr]) -> None:
     """Emit a group whose outputs include tuples: the kernel returns the distinct tensors in
     them that it computes, and each tuple is rebuilt outside the call from those results and
     from the values it merely passes along (the group's parameters and constants)."""
     leaves: dict[Expr, int] = {}  # tensor computed in the group -> its result index
+    outer_of_param = dict(zip(builder.params, builder.arguments))
 
     def outer(expr: Expr) -> Expr | None:
         """The value outside the group of a parameter, a constant or a field of either."""
@@ -139,10 +133,7 @@ def _emit_flattened(graph: FusionGraph, outputs: list[int], inner: dict[int, Exp
     results = list(leaves)
     body = results[0] if len(results) == 1 else Tuple(results)
     # A parameter the group only passed along into a tuple is no longer the kernel's.
-    used = {node for node in post_order(body, into_functions=False) if isinstance(node, Var)}
-    params = [param for param in outer_of_param if param in used]
-    call = Call(Function(params, body, attrs={"Primitive": 1}),
-                [outer_of_param[param] for param in params])
+    call = builder.call(body, drop_unused=True)
 
     def build(shape: Any) -> Expr:
         if isinstance(shape, list):

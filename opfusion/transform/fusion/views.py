@@ -141,7 +141,7 @@ class OpGroup:
     @property
     def kind(self) -> OpPatternKind:
         """The most restrictive kind among the group's ops (tuples count as injective)."""
-        return self._group.kind
+        return self._group.pattern
 
     @property
     def producers(self) -> tuple[OpGroup, ...]:

@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import OpfusionError
-from ..ir.types import TensorType, Type
+from ...errors import OpfusionError
+from ...ir.types import TensorType, Type
 
 _fresh = itertools.count()
 

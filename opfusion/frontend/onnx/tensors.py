@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OnnxImportError
+from ...errors import OnnxImportError
 
 #: The most elements one tensor of a model may declare (2**32): far above any real weight,
 #: low enough that a crafted shape cannot ask NumPy for exabytes. A declared tensor must also

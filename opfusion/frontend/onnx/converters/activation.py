@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ... import op
-from ...ir.expr import Constant, Expr
-from ...ir.types import is_float
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....ir.expr import Constant, Expr
+from ....ir.types import is_float
+from ..registry import OnnxNode, converter
 from ._common import checked_axis as _axis
 from ._common import index_range
 from ._common import shape_of as _shape

@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ... import op
-from ...ir.expr import Expr
-from ...ir.types import is_float
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....ir.expr import Expr
+from ....ir.types import is_float
+from ..registry import OnnxNode, converter
 from ._common import filled
 from .tensor import (
     as_ints,

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import op
-from ...compiler.limits import import_constant_fits
-from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType
-from ..onnx_registry import OnnxNode
+from .... import op
+from ....compiler.limits import import_constant_fits
+from ....ir.expr import Constant, Expr
+from ....ir.types import TensorType
+from ..registry import OnnxNode
 
 
 def tensor_type(expr: Expr) -> TensorType:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ... import op
-from ...ir.expr import Expr
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....ir.expr import Expr
+from ..registry import OnnxNode, converter
 from .tensor import as_ints, normalize_axes, present, required_const, reshape_exact, shape_of
 
 _RESIZE_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "bilinear": "linear",

@@ -1,7 +1,7 @@
 """from_onnx: import an ONNX model into the graph IR.
 
 Initializers become constants (or parameters), every node goes through its converter in
-:mod:`opfusion.frontend.onnx_registry`, and any call whose operands are all constants is
+:mod:`opfusion.frontend.onnx.registry`, and any call whose operands are all constants is
 evaluated at once with the operator's reference. That last step is what resolves shape
 arithmetic (Shape -> Gather -> Concat -> Reshape) on static shapes: the imported graph holds
 only the computation that depends on the model's inputs."""
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.limits import check_allocation
-from ..errors import OnnxImportError, OpfusionError
-from ..ir.expr import Constant, Expr, Function, Tuple, Var
-from ..ir.module import IRModule
-from ..ir.types import TensorType
-from ..transform.fold_constant import ConstantFolder
+from ...compiler.limits import check_allocation
+from ...errors import OnnxImportError, OpfusionError
+from ...ir.expr import Constant, Expr, Function, Tuple, Var
+from ...ir.module import IRModule
+from ...ir.types import TensorType
+from ...transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
-from .onnx_functions import expand_function, has_function_body
-from .onnx_registry import OnnxNode, lookup_converter
-from .onnx_tensors import first_external_tensor, inline_external_data, onnx_dtype, read_tensor
+from .functions import expand_function, has_function_body
+from .registry import OnnxNode, lookup_converter
+from .tensors import first_external_tensor, inline_external_data, onnx_dtype, read_tensor
 
 
 class UnsupportedOnnxError(OnnxImportError):
@@ -51,7 +51,7 @@ def from_onnx(
     when ``model`` is a path, else ``base_dir``, which a ``ModelProto`` or bytes with external
     data must give (there is no model directory to trust; opfusion never reads relative to the
     current directory). Every tensor is checked before it is read (see
-    :mod:`opfusion.frontend.onnx_tensors`); a malformed model raises
+    :mod:`opfusion.frontend.onnx.tensors`); a malformed model raises
     :class:`~opfusion.errors.OnnxImportError` naming the tensor or node."""
     proto = _load(model, base_dir)
     return _Importer(proto, dict(shape or {}), dtype, freeze_params).run()

@@ -9,11 +9,11 @@ import functools
 
 import numpy as np
 
-from ... import op
-from ...ir.expr import Constant, Expr
-from ...ir.types import TensorType
-from ..onnx_registry import OnnxNode, converter
-from ..onnx_tensors import onnx_dtype
+from .... import op
+from ....ir.expr import Constant, Expr
+from ....ir.types import TensorType
+from ..registry import OnnxNode, converter
+from ..tensors import onnx_dtype
 
 _UNARY = {
     "Neg": op.negative, "Abs": op.abs, "Exp": op.exp, "Log": op.log, "Sqrt": op.sqrt,
@@ -151,7 +151,7 @@ def mod(node: OnnxNode) -> Expr:
         if a.checked_type.dtype.startswith("float"):  # type: ignore[attr-defined]
             return op.subtract(a, op.multiply(b, op.trunc(quotient)))
         # Integers: a remainder by zero is 0, as op.mod's (ONNX Runtime raises; see
-        # opfusion/ops/broadcast.py for why opfusion defines it instead).
+        # opfusion/opdefs/broadcast.py for why opfusion defines it instead).
         rest = op.subtract(a, op.multiply(b, quotient))
         return op.where(op.equal(b, scalar(0, b)), scalar(0, a), rest)
     return op.mod(a, b)

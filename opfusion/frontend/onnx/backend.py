@@ -1,6 +1,6 @@
 """The ONNX backend API for opfusion, in the convention of ``onnxruntime.backend``.
 
-    from opfusion.frontend import onnx_backend
+    from opfusion.frontend.onnx import backend as onnx_backend
     rep = onnx_backend.prepare(model)              # model: ModelProto, path or bytes
     outputs = rep.run([x])                         # a list (or dict by name) of arrays
     outputs = onnx_backend.run_model(model, [x])   # prepare + run in one call
@@ -49,12 +49,12 @@ import numpy as np
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from ..compiler.compile import compile as compile_model
-from ..errors import OpfusionError
-from ..ir.evaluate import evaluate
-from ..ir.module import IRModule
-from ..ir.types import TensorType
-from .onnx import UnsupportedOnnxError, _load, from_onnx
+from ...compiler.compile import compile as compile_model
+from ...errors import OpfusionError
+from ...ir.evaluate import evaluate
+from ...ir.module import IRModule
+from ...ir.types import TensorType
+from .importer import UnsupportedOnnxError, _load, from_onnx
 
 Runner = Callable[[Sequence[np.ndarray]], Any]
 """Runs a prepared module on its inputs (in graph-input order); returns an array or a tuple."""

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ... import op
-from ...ir.expr import Constant, Expr
-from ...ops._nn_common import window_output_size
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....ir.expr import Constant, Expr
+from ....opdefs._nn_common import window_output_size
+from ..registry import OnnxNode, converter
 from . import activation  # noqa: F401  (registers the activation and softmax converters)
 from ._common import filled
 from ._common import shape_of as _shape

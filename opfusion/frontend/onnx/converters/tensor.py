@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ... import op
-from ...compiler.limits import import_constant_fits
-from ...errors import IndexOutOfRangeError
-from ...ir.expr import Constant, Expr, TupleGetItem
-from ...ops.transform import check_in_range
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....compiler.limits import import_constant_fits
+from ....errors import IndexOutOfRangeError
+from ....ir.expr import Constant, Expr, TupleGetItem
+from ....opdefs.transform import check_in_range
+from ..registry import OnnxNode, converter
 from ._common import filled, index_range, shape_of, tensor_type
 
 # ---------------------------------------------------------------------------------------------

@@ -32,13 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LoweringError, ScheduleError
-from ..te.reduction import Reduce
-from ..te.schedule import Schedule, Split, Stage, split_extents
-from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorLoad
-from . import expr as E
-from . import stmt as S
-from .bound import Interval, eval_interval, union
-from .simplify import (
+from ..tir import expr as E
+from ..tir import stmt as S
+from ..tir.bound import Interval, eval_interval, union
+from ..tir.simplify import (
     Ranges,
     const_bound,
     linear_form,
@@ -47,6 +44,9 @@ from .simplify import (
     simplify_stmt,
     structural_key,
 )
+from .reduction import Reduce
+from .schedule import Schedule, Split, Stage, split_extents
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorLoad
 
 _INT32_MAX = 2**31 - 1
 
@@ -560,7 +560,7 @@ def _guard(conds: list[E.PrimExpr], stmt: S.Stmt) -> S.Stmt:
 def _fresh_loops(stmt: S.Stmt) -> S.Stmt:
     """A copy of ``stmt`` whose loops define new variables (``<name>_init``), so that every
     variable of a PrimFunc is defined by exactly one loop."""
-    from .simplify import substitute_stmt
+    from ..tir.simplify import substitute_stmt
 
     if isinstance(stmt, S.For):
         var = E.Var(f"{stmt.loop_var.name}_init", stmt.loop_var.dtype)

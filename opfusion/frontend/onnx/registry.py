@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OnnxImportError, OpfusionError
-from ..ir.expr import Constant, Expr
+from ...errors import OnnxImportError, OpfusionError
+from ...ir.expr import Constant, Expr
 
 Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
 
@@ -48,11 +48,6 @@ def lookup_converter(op_type: str, opset: int) -> Converter | None:
         if since <= opset:
             chosen = fn
     return chosen
-
-
-def supported_op_types() -> list[str]:
-    """Every ONNX op type with a converter, sorted."""
-    return sorted(_CONVERTERS)
 
 
 class OnnxNode:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ... import op
-from ...ir.expr import Expr
-from ..onnx_registry import OnnxNode, converter
+from .... import op
+from ....ir.expr import Expr
+from ..registry import OnnxNode, converter
 from ._common import cast_like as _cast_like
 from ._common import checked_axis as _axis
 from ._common import filled

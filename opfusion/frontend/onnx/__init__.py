@@ -1,0 +1,7 @@
+"""The ONNX frontend: ``from_onnx`` (the importer), one converter per ONNX op family
+(``converters/``), the converter registry, the checked tensor reader, ONNX functions expanded
+into their bodies, and an ONNX backend (``backend``) for the ONNX backend test suite."""
+
+from .importer import UnsupportedOnnxError, from_onnx
+
+__all__ = ["UnsupportedOnnxError", "from_onnx"]
