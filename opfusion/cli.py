@@ -187,7 +187,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     mod, params = load_onnx(args.model, args.shape, args.verbose)
     start = time.perf_counter()
     exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                verify=args.verify)
+                                verify=args.verify, target=args.target)
     seconds = time.perf_counter() - start
     exe.export(output)
     from .demo import generated_source
@@ -198,6 +198,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _print(f"compiled {args.model} -> {output}")
     _print(f"  inputs     {', '.join(f'{n}: {_type_text(t)}' for n, t in _input_types(exe))}")
     _print(f"  outputs    {', '.join(outputs)}")
+    _print(f"  target     {exe.target.describe()}")
     _print(f"  kernels    {exe.num_kernels} ({operators} operators; fusion {args.fusion}, "
           f"opt level {args.opt_level})")
     _print(f"  memory     {exe.plan.total_bytes / 2**20:.2f} MB planned for intermediates "
@@ -214,7 +215,8 @@ def _executor_for(args: argparse.Namespace) -> Any:
     """Load a compiled .opf, or compile an ONNX model with the command's options."""
     if is_artifact(str(_existing_file(args.model))):
         given = [flag for flag, value in (("--shape", args.shape), ("--fusion", args.fusion),
-                                          ("--opt-level", args.opt_level))
+                                          ("--opt-level", args.opt_level),
+                                          ("--target", args.target))
                  if value not in (None, [])]
         if given:
             raise CommandError(f"{given[0]} applies when compiling an ONNX model; "
@@ -225,7 +227,7 @@ def _executor_for(args: argparse.Namespace) -> Any:
     mod, params = load_onnx(args.model, args.shape or (), args.verbose)
     return compile_with_progress(args.verbose, mod, params,
                                  DEFAULT_OPT_LEVEL if args.opt_level is None else args.opt_level,
-                                 args.fusion or "tvm")
+                                 args.fusion or "tvm", target=args.target)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -357,7 +359,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                            f"{args.model} is a compiled artifact: use opfusion run --profile")
     mod, params = load_onnx(args.model, args.shape, args.verbose)
     main_exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                     label=f"opfusion ({args.fusion})")
+                                     label=f"opfusion ({args.fusion})", target=args.target)
     feeds = dict(zip(main_exe.input_names, random_inputs(main_exe)))
     reference = main_exe.run(feeds)
     runners: dict[str, Callable[[], Any]] = {f"opfusion ({args.fusion})":
@@ -376,7 +378,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             errors["onnxruntime"] = relative_error(runners["onnxruntime"](), reference)
             continue
         exe = compile_with_progress(args.verbose, mod, params, args.opt_level, engine,
-                                    label=f"opfusion ({engine})")
+                                    label=f"opfusion ({engine})", target=args.target)
         label = f"opfusion ({engine})"
         runners[label] = lambda e=exe: e.run(feeds)
         kernels[label] = str(exe.num_kernels)
@@ -452,6 +454,19 @@ def _compile_options(parser: argparse.ArgumentParser, optional: bool = False) ->
     parser.add_argument("--fusion", choices=list(strategies),
                         default=None if optional else "tvm",
                         help=f"fusion strategy (default tvm). {described}")
+    parser.add_argument("--target", type=_target, default=None, metavar="TARGET",
+                        help="the machine to compile for, e.g. 'c' (this CPU, the default), "
+                             "'c -mattr=+avx2,+fma' (any AVX2 CPU), 'llvm -mcpu=znver4'")
+
+
+def _target(text: str) -> Any:
+    """``--target``'s value as an opf.Target (a bad one is argparse's usage error)."""
+    from .target import Target, TargetError
+
+    try:
+        return Target(text)
+    except TargetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _compare_engines() -> tuple[str, ...]:

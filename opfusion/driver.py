@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .backend import get_backend
-from .backend.cpu.module import Module, load_kernel
-from .backend.cpu.toolchain import target_flags
-from .codegen import CodegenOptions, codegen_c
+from .backend.cpu.module import Module
+from .codegen import CodegenOptions
 from .errors import BuildError
 from .target import Target
 from .tir.stmt import PrimFunc
@@ -57,7 +56,4 @@ def build(inputs: Any, args: Sequence[Any] | None = None, target: str | Target |
         func = lower(inputs, list(args), name=kernel_name)
     if not isinstance(kernel_name, str) or not kernel_name:
         raise BuildError(f"a kernel name is a non-empty string, not {kernel_name!r}")
-    with backend.target:
-        source = codegen_c(func, kernel_name, options)
-        return load_kernel(kernel_name, source.entry_name, source.params, source.code,
-                           target_flags(backend.target))
+    return backend.build_kernel(func, kernel_name, options)

@@ -122,8 +122,9 @@ def make_progress(verbose: int) -> Progress:
 
 def compile_with_progress(verbose: int, mod: Any, params: Any = None,
                           opt_level: int = DEFAULT_OPT_LEVEL, fusion: str = "tvm",
-                          verify: bool = False, label: str = "") -> Any:
-    """``opf.compile`` showing each pass and stage (see :func:`make_progress`)."""
+                          verify: bool = False, label: str = "", target: Any = None) -> Any:
+    """``opf.compile`` (for ``target``; None: the host) showing each pass and stage (see
+    :func:`make_progress`)."""
     prefix = f"{label}: " if label else ""
 
     class _Report(PassInstrument):
@@ -142,8 +143,8 @@ def compile_with_progress(verbose: int, mod: Any, params: Any = None,
     with showing_progress(verbose) as progress, \
             PassContext(opt_level=opt_level, instruments=[_Report()]):
         progress.stage(f"{prefix}optimizing (opt level {opt_level}, fusion {fusion})")
-        exe = opf_compile(mod, params=params, opt_level=opt_level, fusion=fusion,
-                          verify=verify)
+        exe = opf_compile(mod, target=target, params=params, opt_level=opt_level,
+                          fusion=fusion, verify=verify)
     log.info("%scompiled %d kernels in %.2f s", prefix, exe.num_kernels,
              time.perf_counter() - start)
     return exe

@@ -137,6 +137,23 @@ def test_compile_takes_the_fusion_strategy_and_opt_level(files, cache, tmp_path,
     assert f"kernels    {kernels} (10 operators; fusion {fusion}, opt level 2)" in out
 
 
+def test_compile_takes_a_target(files, cache, tmp_path):
+    from opfusion.testing.targets import OTHER_TARGETS
+
+    target = OTHER_TARGETS[0] if OTHER_TARGETS else "c"
+    out = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "m.opf", "--target", target,
+                   "--verify", cwd=tmp_path, cache=cache).stdout
+    assert f"target     {target} (" in out
+    run = opfusion("run", tmp_path / "m.opf", cwd=tmp_path, cache=cache).stdout
+    assert "0  float32[1, 4]" in run
+
+
+def test_a_bad_target_is_one_line(files, tmp_path):
+    result = opfusion("compile", files / "tiny.onnx", "--target", "c -mcpu=pentium9",
+                      cwd=tmp_path, check=False)
+    assert_one_line_error(result, "unknown CPU -mcpu='pentium9'", status=2)
+
+
 def test_shape_sets_a_symbolic_dimension(files, cache, tmp_path):
     out = opfusion("compile", files / "dynamic.onnx", "--shape", "x=2,3,16,16", "-o",
                    tmp_path / "d.opf", cwd=tmp_path, cache=cache).stdout

@@ -7,9 +7,10 @@ and cache) and its module loader. The rest of opfusion reaches them only through
 
     backend = get_backend(target)               # opf.Target or a string such as "c"
     backend.schedule(s, anchor, output, ...)   # an anchor's schedule rule, or the default
-    source = backend.generate(funcs)            # source text of a module of kernels
+    source, parts = backend.generate(funcs)     # source text of a module of kernels
     library = backend.build(source)             # a loadable library, cached by content
-    kernels = backend.load(library, expected)   # the library's kernels, checked
+    kernels = backend.load(source, expected)    # built (or cached) and loaded, checked
+    kernel = backend.build_kernel(func, name)   # one kernel (opf.build)
 
 Adding a backend is: a subclass of :class:`Backend` in a folder of its own, a
 :func:`register_backend` for its device family, and a target kind (see
@@ -53,8 +54,14 @@ class Backend:
         """A library built from ``source`` (from the backend's cache when it is there)."""
         raise NotImplementedError
 
-    def load(self, library: Any, expected: Any) -> Any:
-        """The kernels of a built ``library``, checked against ``expected``."""
+    def load(self, source: Any, kernels: Any) -> Any:
+        """Build ``source`` (or find it in the cache) and return its kernels ``(name,
+        entry_name, params)``, each checked against what the library says it holds."""
+        raise NotImplementedError
+
+    def build_kernel(self, func: Any, name: str, options: Any = None) -> Any:
+        """One PrimFunc as a callable kernel named ``name`` (``opf.build``); ``options`` are
+        the emitter's."""
         raise NotImplementedError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...target import Target
 from .. import Backend
 from ..schedule_rule import as_config
-from .module import KernelParam, Module, load_kernels
+from .module import KernelParam, Module, load_kernel, load_kernels
 from .toolchain import CompiledLibrary, compile_source, target_flags
 
 
@@ -67,6 +67,14 @@ class CPUBackend(Backend):
         """Build ``source`` for the target (or find it cached) and load each ``(name,
         entry_name, params)`` kernel of it."""
         return load_kernels(source, kernels, flags=target_flags(self.target))
+
+    def build_kernel(self, func: Any, name: str, options: Any = None) -> Module:
+        from .emitter import codegen_c
+
+        source = codegen_c(func, name, options, target=self.target)
+        with self.target:  # lowering inside codegen reads the current target
+            return load_kernel(name, source.entry_name, source.params, source.code,
+                               target_flags(self.target))
 
 
 BACKEND = CPUBackend
