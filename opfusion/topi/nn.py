@@ -44,13 +44,17 @@ def _zero(dtype: str) -> te.PrimExpr:
 def width_blocks(out_width: int, dtype: str) -> tuple[int, int]:
     """How a convolution lays out its output columns while accumulating in ``dtype``:
     ``(blocks, lanes)`` with ``blocks * lanes >= out_width``. Columns go in blocks of one
-    vector of the current target (the last block padded with columns that read zero padding
-    and are cropped), unless the row is so narrow that padding it would waste more than
-    vectors gain."""
+    vector (the last block padded with columns that read zero padding and are cropped): of
+    the target's full width, or of half of it (from 16 lanes down) when that needs no more
+    blocks — a 7-wide row is one 8-lane vector on AVX-512, not a 16-lane one mostly padding.
+    A row so narrow that padding it would waste more than vectors gain is one block of its
+    own width."""
     lanes = vector_lanes(dtype)
-    if out_width < lanes // 2:
+    choices = [lanes, lanes // 2] if lanes >= 16 else [lanes]
+    if out_width < choices[-1] // 2:
         return 1, out_width
-    return -(-out_width // lanes), lanes
+    best = min(choices, key=lambda width: (-(-out_width // width), width))
+    return -(-out_width // best), best
 
 
 def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int,
