@@ -59,14 +59,16 @@ class CodegenOptions:
     ``stack_bytes``: a local allocation up to this size lives on the stack, larger ones on the
     heap. ``streaming_store_bytes``: vectorized stores to an output parameter at least this
     large, which the kernel never reads back, use non-temporal (streaming) stores that bypass
-    the cache; 0 disables them. ``omp_schedule``: the OpenMP schedule of parallel loops
-    ("static" gives each thread the same iterations on every call, which keeps its caches
-    warm; "dynamic" or "guided" balance better on a machine busy with other work).
+    the cache; 0 disables them, None (the default) takes a quarter of the target's L3
+    (:func:`~.loop_planning.streaming_threshold`). ``omp_schedule``: the OpenMP schedule of
+    parallel loops ("static" gives each thread the same iterations on every call, which
+    keeps its caches warm; "dynamic" or "guided" balance better on a machine busy with other
+    work).
     ``register_tiles``: emit accumulation nests with named vector accumulators (see
     :mod:`opfusion.backend.cpu.regtile`); False leaves them to the C compiler."""
 
     stack_bytes: int = 64 * 1024
-    streaming_store_bytes: int = 8 * 1024 * 1024
+    streaming_store_bytes: int | None = None
     omp_schedule: str = "static"
     register_tiles: bool = True
 
