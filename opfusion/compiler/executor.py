@@ -21,6 +21,7 @@ reading it."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -92,6 +93,29 @@ class Workspace:
     blocks: list[np.ndarray]
     arrays: dict[int, np.ndarray]
     pointers: list[list[int | None]]
+    native: NativeArguments | None = None
+
+
+class NativeArguments:
+    """One workspace's arguments of the native step runner: per step, a C array of its
+    argument pointers (``step_args[i]``, fixed for constants and intermediates), a C array of
+    those arrays' addresses (``table``), and the slots each run fills in (inputs and results:
+    ``(step, position, value)``)."""
+
+    def __init__(self, pointers: list[list[int | None]], arguments: list[list[int]]) -> None:
+        self.step_args = [(ctypes.c_void_p * max(1, len(p)))(*[a or None for a in p])
+                          for p in pointers]
+        self.table = (ctypes.c_void_p * max(1, len(pointers)))(
+            *[ctypes.addressof(a) for a in self.step_args])
+        self.bound = [(step, position, value)
+                      for step, (p, values) in enumerate(zip(pointers, arguments))
+                      for position, (address, value) in enumerate(zip(p, values))
+                      if address is None]
+
+    def bind(self, arrays: Mapping[int, np.ndarray]) -> None:
+        """Point the run-bound slots at this run's inputs and results."""
+        for step, position, value in self.bound:
+            self.step_args[step][position] = arrays[value].ctypes.data
 
 
 class WorkspacePool:
@@ -160,6 +184,7 @@ class Executor:
         self._profiles = threading.local()
         self._connected_modules: set[int] = set()  # ids of modules wired to Ctrl-C
         self._run_hooks: tuple[Callable[[], Any], Callable[[], None]] = (_nothing, _nothing)
+        self._native: NativePlan | None = None  # decided on the first run
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
         #: The target the kernels were generated for (set by opf.compile and opf.load).
@@ -218,8 +243,14 @@ class Executor:
 
     def _execute(self, feeds: Mapping[str, Any] | Sequence[Any] | None,
                  timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
-        """One run in a workspace of its own; appends (kernel, seconds) to ``timings``."""
+        """One run in a workspace of its own; appends (kernel, seconds) to ``timings``.
+        Without timings, each stretch of compiled steps is one call of the library's step
+        runner; with them (a profile), every kernel is called and timed on its own."""
+        native = self._native_plan() if timings is None else None
         with self._running(feeds) as (workspace, arrays):
+            if native is not None:
+                self._run_native(native, workspace, arrays)
+                return [_fresh(arrays[index], index, self) for index in self.outputs]
             for step, pointers, arguments in zip(self.steps, workspace.pointers,
                                                  self._arguments):
                 start = time.perf_counter() if timings is not None else 0.0
@@ -233,6 +264,33 @@ class Executor:
         # Results are the run's own arrays (or copies of inputs and constants), never views of
         # the workspace, which the next run may already be using.
         return [_fresh(arrays[index], index, self) for index in self.outputs]
+
+    def _native_plan(self) -> NativePlan | None:
+        """The step runner, the thunk of every step and the stretches of compiled steps
+        between reference steps; None when a compiled step has no thunk (a kernel built
+        before thunks existed). Decided on the first run: modules are set after __init__."""
+        plan = self._native
+        if plan is None:
+            plan = self._native = NativePlan.of(self.steps, self.modules)
+        return plan if plan.runner is not None else None
+
+    def _run_native(self, plan: NativePlan, workspace: Workspace,
+                    arrays: Mapping[int, np.ndarray]) -> None:
+        if workspace.native is None:
+            workspace.native = NativeArguments(workspace.pointers, self._arguments)
+        native = workspace.native
+        native.bind(arrays)
+        failed = ctypes.c_int64(-1)
+        for start, stop in plan.stretches:
+            if stop - start == 1 and self.steps[start].function is None:
+                _run_reference(self.steps[start], arrays)
+                continue
+            status = plan.runner(stop - start,
+                                 ctypes.addressof(plan.thunks) + start * _POINTER_BYTES,
+                                 ctypes.addressof(native.table) + start * _POINTER_BYTES,
+                                 ctypes.byref(failed))
+            if status != 0:
+                _raise_status(self.steps[start + failed.value], status)
 
     def _connect_interrupts(self) -> None:
         """Point the cancellation flag of each kernel library at the one Ctrl-C sets (once per
@@ -392,9 +450,53 @@ def _nothing() -> None:
     return None
 
 
+_POINTER_BYTES = ctypes.sizeof(ctypes.c_void_p)
+
+
+@dataclass
+class NativePlan:
+    """How a run goes native: the library's step runner (None when some compiled step has
+    no thunk), every step's thunk address (0 for a reference step) and the stretches
+    ``(start, stop)`` of the steps in order: each a run of compiled steps, or one reference
+    step."""
+
+    runner: Any
+    thunks: Any
+    stretches: list[tuple[int, int]]
+
+    @staticmethod
+    def of(steps: Sequence[ExecStep], modules: Mapping[str, Any]) -> NativePlan:
+        thunks: list[int] = []
+        runner = None
+        for step in steps:
+            module = modules.get(step.group.name) if step.function is not None else None
+            thunk = getattr(module, "thunk", 0) if module is not None else 0
+            if step.function is not None and not thunk:
+                return NativePlan(None, None, [])
+            if module is not None and runner is None:
+                runner = module.kernels.run_steps
+            thunks.append(thunk)
+        stretches: list[tuple[int, int]] = []
+        for index, step in enumerate(steps):
+            native = step.function is not None
+            if native and stretches and stretches[-1][1] == index and \
+                    steps[stretches[-1][0]].function is not None:
+                stretches[-1] = (stretches[-1][0], index + 1)
+            else:
+                stretches.append((index, index + 1))
+        table = (ctypes.c_void_p * max(1, len(thunks)))(*[t or None for t in thunks])
+        return NativePlan(runner, table, stretches)
+
+
 def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
     """Call a step's compiled kernel on argument addresses; raise on a failure status."""
     status = step.function(*pointers)
+    if status != 0:
+        _raise_status(step, status)
+
+
+def _raise_status(step: ExecStep, status: int) -> None:
+    """The exception for a kernel's failure status: interrupted, or out of scratch memory."""
     if status == KERNEL_CANCELLED:
         raise RunInterrupted(f"the run was interrupted (Ctrl-C) in kernel {step.group.name}; "
                              f"the executor can run again")

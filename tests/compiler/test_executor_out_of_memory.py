@@ -3,6 +3,8 @@ inputs, a kernel's scratch) and of the reference interpreter reports a failure a
 opfusion error naming the value or kernel and the bytes asked for, never a bare MemoryError
 or NumPy's ValueError for a size past its range."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -74,11 +76,21 @@ def test_a_block_the_machine_does_not_give_names_its_values(monkeypatch):
 
 @needs_cc
 def test_a_kernel_whose_scratch_malloc_fails_is_an_opfusion_error():
+    message = r"kernel fused_exp_exp_0 \(exp\) could not allocate its scratch memory"
     exe = opf.compile(_exp_exp((3,)))
     exe.steps[0].function = lambda *pointers: 1  # the status of a failed malloc
-    with pytest.raises(OutOfMemoryError, match=r"kernel fused_exp_exp_0 \(exp\) could not "
-                                               r"allocate its scratch memory"):
-        exe(np.zeros(3, np.float32))
+    with pytest.raises(OutOfMemoryError, match=message):
+        exe.profile([np.zeros(3, np.float32)])  # kernel by kernel
+    exe = opf.compile(_exp_exp((3,)))
+    plan = exe._native_plan()
+
+    def runner(count, thunks, args, failed):  # the step runner, as the C one reports it
+        failed._obj.value = 0
+        return 1
+
+    exe._native = dataclasses.replace(plan, runner=runner)
+    with pytest.raises(OutOfMemoryError, match=message):
+        exe(np.zeros(3, np.float32))  # one native call for the whole run
 
 
 def test_the_reference_interpreter_names_the_operator_out_of_memory(monkeypatch):

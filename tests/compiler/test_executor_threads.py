@@ -1,6 +1,7 @@
 """One executor, many threads: every concurrent run gets the numbers a lone run gives for the
 same input, and the executor keeps no more workspaces than runs were in progress at once."""
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -87,23 +88,22 @@ def test_the_pool_holds_no_more_workspaces_than_concurrent_runs():
         exe(x)
     built_alone = exe.workspaces.built
     assert built_alone == 1
-    # Four runs held inside their first kernel at once need four workspaces, no more; a
+    # Four runs held inside their native call at once need four workspaces, no more; a
     # second round of four finds them all free again.
-    step = exe.steps[0]
-    kernel = step.function
+    plan = exe._native_plan()
     barrier = threading.Barrier(4, timeout=30)
 
-    def waiting_kernel(*pointers):
+    def waiting_runner(*args):
         barrier.wait()
-        return kernel(*pointers)
+        return plan.runner(*args)
 
-    step.function = waiting_kernel
+    exe._native = dataclasses.replace(plan, runner=waiting_runner)
     try:
         for _ in range(2):
             run_in_threads(4, lambda index: exe(x))
             assert exe.workspaces.built == 4
     finally:
-        step.function = kernel
+        exe._native = plan
 
 
 def test_profiles_of_concurrent_runs_stay_with_their_thread(squeezenet):

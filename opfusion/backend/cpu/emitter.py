@@ -224,6 +224,8 @@ def assemble_c(parts: list[CParts], header: str) -> str:
     out = [header]
     out += [f"#include <{name}>" for name in includes]
     out.append("")
+    out += run_steps_c()  # before the kernels: it calls them only through their thunks
+    out.append("")
     # Types first, then functions; within each, the order of first use (which puts a helper
     # after the helpers it calls, and is deterministic).
     for key in sorted(helpers, key=lambda k: k.split("_", 1)[0]):
@@ -242,20 +244,24 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
 
     The table lists every kernel of the file with its exported name, a pointer to the
     function and, per parameter, the dtype code, rank, dimensions and whether the kernel
-    writes it (layout: :mod:`opfusion.backend.cpu.module`). The loader takes function pointers
-    from this table and never looks a symbol up by a name it was given, so a library can only
-    be asked to run its own kernels, with the shapes they were compiled for. Names are written
-    with the preprocessor's ``#`` (they are plain identifiers), so the file has no string
-    literal."""
+    writes it, and its thunk (:func:`thunk_c`); the table also points at the step runner
+    (:func:`run_steps_c`) (layout: :mod:`opfusion.backend.cpu.module`). The loader takes
+    function pointers from this table and never looks a symbol up by a name it was given, so a
+    library can only be asked to run its own kernels, with the shapes they were compiled for.
+    Names are written with the preprocessor's ``#`` (they are plain identifiers), so the file
+    has no string literal."""
     lines = [
         "#define OPF_NAME(x) #x",
         "typedef int32_t (*opf_entry_t)(void);",
         "typedef struct { int32_t dtype; int32_t rank; int32_t written; int32_t reserved; "
         "const int64_t* dims; } opf_param_info_t;",
         "typedef struct { const char* name; opf_entry_t function; int32_t num_params; "
-        "int32_t reserved; const opf_param_info_t* params; } opf_kernel_info_t;",
+        "int32_t reserved; const opf_param_info_t* params; opf_thunk_t thunk; } "
+        "opf_kernel_info_t;",
+        "typedef int32_t (*opf_run_steps_t)(int64_t, const opf_thunk_t*, void* const* const*, "
+        "int64_t*);",
         "typedef struct { uint32_t magic; uint32_t version; int64_t num_kernels; "
-        "const opf_kernel_info_t* kernels; } opf_kernel_table_t;",
+        "const opf_kernel_info_t* kernels; opf_run_steps_t run_steps; } opf_kernel_table_t;",
     ]
     kernels = []
     for k, part in enumerate(parts):
@@ -272,8 +278,9 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
         if infos:
             params = f"opf_params_{k}"
             lines.append(f"static const opf_param_info_t {params}[] = {{{', '.join(infos)}}};")
+        lines.append(thunk_c(f"opf_thunk_{k}", part))
         kernels.append(f"{{OPF_NAME({part.entry_name}), (opf_entry_t){part.entry_name}, "
-                       f"{len(part.params)}, 0, {params}}}")
+                       f"{len(part.params)}, 0, {params}, opf_thunk_{k}}}")
     table = "0"
     if kernels:
         table = "opf_kernels"
@@ -281,9 +288,38 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
         lines += [f"  {entry}," for entry in kernels]
         lines.append("};")
     lines.append(f"static const opf_kernel_table_t opf_table = {{{KERNEL_TABLE_MAGIC}u, "
-                 f"{KERNEL_TABLE_VERSION}u, {len(kernels)}, {table}}};")
+                 f"{KERNEL_TABLE_VERSION}u, {len(kernels)}, {table}, opf_run_steps}};")
     lines.append(f"const opf_kernel_table_t* {KERNEL_TABLE_SYMBOL}(void) {{ return &opf_table; }}")
     return lines
+
+
+def thunk_c(name: str, part: CParts) -> str:
+    """A kernel's uniform entry: ``int32_t name(void* const* args)`` calls the kernel with
+    ``args[i]`` as its i-th pointer, converted to the parameter's type. Every thunk has the
+    same C type, so :func:`run_steps_c` calls any kernel through one function-pointer type,
+    as C allows (casting the kernels themselves to one type would not be)."""
+    args = ", ".join(f"({'' if p.written else 'const '}{c_type(p.dtype)}*)a[{i}]"
+                     for i, p in enumerate(part.params))
+    unused = "" if part.params else " (void)a;"
+    return f"static int32_t {name}(void* const* a) {{{unused} return {part.entry_name}({args}); }}"
+
+
+def run_steps_c() -> list[str]:
+    """``opf_run_steps(count, thunks, args, failed)``: the model's steps in one native call.
+    Calls ``thunks[i](args[i])`` in order and stops at the first that returns a non-zero
+    status (out of memory, cancelled), storing its index in ``*failed``; the executor makes
+    one foreign call per run instead of one per kernel."""
+    return [
+        "typedef int32_t (*opf_thunk_t)(void* const*);",
+        "static int32_t opf_run_steps(int64_t count, const opf_thunk_t* thunks, "
+        "void* const* const* args, int64_t* failed) {",
+        "  for (int64_t i = 0; i < count; ++i) {",
+        "    const int32_t status = thunks[i](args[i]);",
+        "    if (status != 0) { *failed = i; return status; }",
+        "  }",
+        "  return 0;",
+        "}",
+    ]
 
 
 def codegen_c_module(funcs: list[S.PrimFunc], options: CodegenOptions | None = None,

@@ -35,7 +35,9 @@ from .toolchain import CompiledLibrary, compile_source, evict
 KERNEL_TABLE_SYMBOL = "opf_kernel_table"
 #: First field of a kernel table ("OPFT"), then its layout version.
 KERNEL_TABLE_MAGIC = 0x4F504654
-KERNEL_TABLE_VERSION = 1
+#: Version 2: each kernel has a thunk (a uniform ``int32_t(void* const*)`` entry) and the
+#: table points at the step runner, so that a model runs in one foreign call.
+KERNEL_TABLE_VERSION = 2
 #: Dtype codes of kernel-table parameters.
 DTYPE_CODES = {dtype: code for code, dtype in enumerate(
     ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -84,6 +86,14 @@ class Module:
         self._source = source
         self._kernels = kernels if kernels is not None else LibraryKernels(library)
         self._function = self._kernels.function(entry_name, self.params)
+        #: Address of the kernel's thunk, for the library's step runner
+        #: (``self.kernels.run_steps``); both checked to lie inside the library.
+        self.thunk = self._kernels.entry(entry_name).thunk
+
+    @property
+    def kernels(self) -> LibraryKernels:
+        """The library's kernel table (shared by every module of the library)."""
+        return self._kernels
 
     def get_source(self, fmt: str = "c") -> str:
         """Return the generated C source of this kernel."""
@@ -225,12 +235,19 @@ class _ParamInfo(ctypes.Structure):
 class _KernelInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("function", ctypes.c_void_p),
                 ("num_params", ctypes.c_int32), ("reserved", ctypes.c_int32),
-                ("params", ctypes.POINTER(_ParamInfo))]
+                ("params", ctypes.POINTER(_ParamInfo)), ("thunk", ctypes.c_void_p)]
 
 
 class _TableInfo(ctypes.Structure):
     _fields_ = [("magic", ctypes.c_uint32), ("version", ctypes.c_uint32),
-                ("num_kernels", ctypes.c_int64), ("kernels", ctypes.POINTER(_KernelInfo))]
+                ("num_kernels", ctypes.c_int64), ("kernels", ctypes.POINTER(_KernelInfo)),
+                ("run_steps", ctypes.c_void_p)]
+
+
+#: ``opf_run_steps(count, thunks, args, failed) -> status`` (see
+#: :func:`opfusion.backend.cpu.emitter.run_steps_c`).
+RUN_STEPS_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p,
+                                       ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
 
 
 @dataclass(frozen=True)
@@ -241,6 +258,7 @@ class TableEntry:
     name: str
     params: tuple[KernelParam, ...]
     address: int
+    thunk: int
 
 
 class LibraryKernels:
@@ -283,6 +301,13 @@ class LibraryKernels:
                                    f"opfusion reads version {KERNEL_TABLE_VERSION}")
         if not 0 <= info.num_kernels <= _MAX_KERNELS or (info.num_kernels and not info.kernels):
             raise LibraryLoadError(f"{path}: the kernel table is damaged")
+        if not info.run_steps or (base is not None
+                                  and _object_base(info.run_steps, path) != base):
+            raise LibraryLoadError(f"{path}: the kernel table's step runner is missing or "
+                                   f"points outside the library")
+        runner = RUN_STEPS_PROTOTYPE(info.run_steps)
+        runner._opf_library = self  # the library stays loaded while the runner lives
+        self.run_steps = runner
         entries: dict[str, TableEntry] = {}
         for k in range(info.num_kernels):
             entry = _read_entry(info.kernels[k], path, base)
@@ -323,9 +348,10 @@ class LibraryKernels:
 
 def _read_entry(info: _KernelInfo, path: Any, base: int | None) -> TableEntry:
     name = (info.name or b"").decode("ascii", "replace")
-    if not _IDENTIFIER.fullmatch(name) or not info.function:
+    if not _IDENTIFIER.fullmatch(name) or not info.function or not info.thunk:
         raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
-    if base is not None and _object_base(info.function, path) != base:
+    if base is not None and (_object_base(info.function, path) != base
+                             or _object_base(info.thunk, path) != base):
         raise LibraryLoadError(f"{path}: the kernel table points outside the library "
                                f"(entry {name!r})")
     if not 0 <= info.num_params <= _MAX_PARAMS or (info.num_params and not info.params):
@@ -341,7 +367,7 @@ def _read_entry(info: _KernelInfo, path: Any, base: int | None) -> TableEntry:
         if any(d < 0 for d in shape):
             raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
         params.append(KernelParam(f"p{p}", shape, dtype, bool(param.written)))
-    return TableEntry(name, tuple(params), int(info.function))
+    return TableEntry(name, tuple(params), int(info.function), int(info.thunk))
 
 
 def _param_mismatch(have: Sequence[KernelParam], want: Sequence[KernelParam]) -> str:
