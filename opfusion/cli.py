@@ -251,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               + (f"  from {sources[name]}" if name in sources else ""))
     _print(f"outputs ({seconds * 1e3:.2f} ms, first run):")
     for index, (name, array) in enumerate(zip(exe.output_names, outputs)):
-        _print(f"  {index}  {name}  {describe(array)}")  # _print makes the name printable
+        _print(f"  {index}  {printable(name, keep_newlines=False)}  {describe(array)}")
     if args.save:
         keys = npz_keys(exe.output_names)
         np.savez(args.save, **dict(zip(keys, outputs)))
