@@ -26,6 +26,8 @@ print(opf.transform.explain_fusion(optimized))        # why the remaining edges 
 exe = opf.compile(mod, params=params)             # optimize, fuse, lower, generate C, compile
 x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
 (y,) = exe.run({"data_0": x})                     # numpy in, numpy out
+(y,) = exe.run(None, {"data_0": x})               # or as ONNX Runtime: output names, feeds
+print(exe.get_inputs()[0].name, exe.get_outputs()[0].type)   # data_0 tensor(float)
 print(y.shape, exe.num_kernels, "kernels")
 print(exe.profile({"data_0": x}, repeat=3))       # per-kernel median times and fused operators
 

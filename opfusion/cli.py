@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import statistics
 import subprocess
@@ -249,11 +250,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print(f"  {name}  {array.dtype}{list(array.shape)}"
               + (f"  from {sources[name]}" if name in sources else ""))
     _print(f"outputs ({seconds * 1e3:.2f} ms, first run):")
-    for index, array in enumerate(outputs):
-        _print(f"  {index}  {describe(array)}")
+    for index, (name, array) in enumerate(zip(exe.output_names, outputs)):
+        _print(f"  {index}  {printable(name, keep_newlines=False)}  {describe(array)}")
     if args.save:
-        np.savez(args.save, **{f"output_{i}": a for i, a in enumerate(outputs)})
-        _print(f"saved the outputs to {args.save}")
+        keys = npz_keys(exe.output_names)
+        np.savez(args.save, **dict(zip(keys, outputs)))
+        _print(f"saved the outputs to {args.save} as {', '.join(keys)}")
     if args.profile:
         _print(f"\nprofile (median of {args.repeat} runs per kernel):")
         _print(exe.profile(feeds, repeat=args.repeat))
@@ -474,11 +476,35 @@ def _compare_engines() -> tuple[str, ...]:
     return (*fusion_strategies(), "ort")
 
 
+# np.savez's own keyword arguments, which an array may not be saved under.
+_SAVEZ_KEYWORDS = frozenset({"file", "args", "kwds", "allow_pickle"})
+
+
+def npz_keys(names: Sequence[str]) -> list[str]:
+    """One key per output for ``--save``: its name with anything but letters, digits, ``_``,
+    ``-`` and ``.`` replaced by ``_`` (a key is a file name inside the .npz), and
+    ``output_<i>`` where that leaves no usable key (empty, a leading dot, too long, a
+    keyword of np.savez, or taken by an earlier output)."""
+    keys: list[str] = []
+    for index, name in enumerate(names):
+        key = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        if (not key or key.startswith(".") or len(key) > 100 or key in _SAVEZ_KEYWORDS
+                or key in keys):
+            key = f"output_{index}"
+            while key in keys:
+                key += "_"
+        keys.append(key)
+    return keys
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = _Parser(prog="opfusion", parents=[common],
                      description="opfusion: a deep-learning compiler built around operator "
                                  "fusion.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"opfusion {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
 

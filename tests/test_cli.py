@@ -106,19 +106,33 @@ def test_compile_writes_an_artifact_that_run_executes(files, cache, tmp_path):
     assert "x: float32[1, 3, 16, 16]" in out and "C source" in out
     run = opfusion("run", tmp_path / "tiny.opf", cwd=tmp_path, cache=cache).stdout
     assert "inputs (random, standard normal, seed 0):" in run
-    assert "0  float32[1, 4]" in run
+    assert "0  y  float32[1, 4]" in run  # the output by its name in the model, kept in the file
 
 
 def test_run_feeds_npy_inputs_and_saves_the_outputs(files, cache, tmp_path):
     opfusion("run", files / "tiny.onnx", "--input", f"x={files / 'x.npy'}", "--save",
              tmp_path / "out.npz", cwd=tmp_path, cache=cache)
-    got = np.load(tmp_path / "out.npz")["output_0"]
+    got = np.load(tmp_path / "out.npz")["y"]  # saved under the model's output name
     from opfusion.frontend import from_onnx
     from opfusion.ir import evaluate
     from opfusion.testing import assert_close
 
     mod, params = from_onnx(str(files / "tiny.onnx"))
     assert_close(got, evaluate(mod, {"x": np.load(files / "x.npy"), **params}), rtol=1e-5)
+
+
+def test_npz_keys_are_safe_file_names_and_distinct():
+    from opfusion.cli import npz_keys
+
+    assert npz_keys(["logits", "a/b:c", "../x", "", "file", "logits", "output_5"]) == [
+        "logits", "a_b_c", "output_2", "output_3", "output_4", "output_5", "output_6"]
+    assert npz_keys(["output_1", ""]) == ["output_1", "output_1_"]
+
+
+def test_version_prints_the_package_version(tmp_path):
+    from opfusion import __version__
+
+    assert opfusion("--version", cwd=tmp_path).stdout == f"opfusion {__version__}\n"
 
 
 def test_run_profile_prints_the_kernel_table(files, cache, tmp_path):
@@ -145,7 +159,7 @@ def test_compile_takes_a_target(files, cache, tmp_path):
                    "--verify", cwd=tmp_path, cache=cache).stdout
     assert f"target     {target} (" in out
     run = opfusion("run", tmp_path / "m.opf", cwd=tmp_path, cache=cache).stdout
-    assert "0  float32[1, 4]" in run
+    assert "0  y  float32[1, 4]" in run  # the output by its name in the model, kept in the file
 
 
 def test_a_bad_target_is_one_line(files, tmp_path):

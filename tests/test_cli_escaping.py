@@ -66,6 +66,18 @@ def test_run_escapes_input_names(tmp_path, capsys, monkeypatch):
     assert f"x{printable(EVIL)}" in out
 
 
+@pytest.mark.skipif(not have_c_compiler(), reason="needs a C compiler")
+def test_run_escapes_output_names_and_saves_them_under_safe_keys(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path / "cache"))
+    status, out, err = run_cli(capsys, "run", evil_model(tmp_path), "--fusion", "none",
+                               "--save", tmp_path / "out.npz")
+    assert status == 0
+    assert f"  0  y{printable(EVIL)}  float32[2, 3]" in out
+    with np.load(tmp_path / "out.npz") as saved:
+        assert saved.files == ["y__31m__2J__"]
+        assert (saved["y__31m__2J__"] >= 0).all()  # the relu's output
+
+
 def test_errors_escape_names(tmp_path, capsys):
     # A node input naming nothing: the error message holds the node's and the input's names.
     status, out, err = run_cli(capsys, "show", evil_model(tmp_path, missing_input=True))

@@ -54,6 +54,7 @@ from ..target.host import host_arch, host_features
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
 from .memory_plan import ALIGNMENT, MemoryPlan
+from .signature import check_output_names
 
 #: Version 2: the library exports a kernel table (files of version 1 lack it). Version 3: the
 #: manifest records the target and the ISA features its code uses, instead of every flag of
@@ -120,6 +121,7 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         "library_sha256": hashlib.sha256(library_bytes).hexdigest(),
         "input_names": exe.input_names, "values": values, "steps": steps,
         "outputs": exe.outputs, "tuple_output": exe.tuple_output,
+        "output_names": exe.output_names,
         "plan": {"block_of": {str(k): v for k, v in exe.plan.block_of.items()},
                  "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes},
     }
@@ -410,7 +412,8 @@ def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source
     steps, modules = _steps(entries, values, library, source, path)
     outputs, tuple_output = _outputs(manifest, values, steps)
     plan = _plan(manifest, values, steps, outputs)
-    exe = Executor(input_names, values, steps, outputs, plan, tuple_output)
+    exe = Executor(input_names, values, steps, outputs, plan, tuple_output,
+                   _output_names(manifest, len(outputs)))
     exe.modules = modules
     exe.source_code = source
     return exe
@@ -574,6 +577,18 @@ def _outputs(manifest: dict[str, Any], values: list[ValueInfo], steps: list[Exec
     if not tuple_output and len(outputs) != 1:
         raise ArtifactError(f"the manifest has {len(outputs)} outputs but no tuple output")
     return outputs, tuple_output
+
+
+def _output_names(manifest: dict[str, Any], count: int) -> list[str] | None:
+    """The manifest's output names; None (output_0, ...) for a file written before they were
+    recorded."""
+    if "output_names" not in manifest:
+        return None
+    names = check_output_names(manifest["output_names"], count)
+    if names is None:
+        raise ArtifactError(f"the manifest's output_names are not {count} strings (one per "
+                            f"output)")
+    return names
 
 
 def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep],

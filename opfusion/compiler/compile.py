@@ -38,6 +38,7 @@ from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import plan_memory
+from .signature import check_output_names
 
 
 def compile(mod: IRModule | Function, target: str | Target | None = None,  # noqa: A001
@@ -131,6 +132,9 @@ class _ExecutorBuilder:
         result = self.value_of[main.body]
         self.tuple_output = isinstance(main.body.checked_type, TupleType)
         self.outputs = _flatten(result)
+        # The model's output names (an ONNX graph's), when @main records as many as it has.
+        self.output_names = check_output_names(main.attrs.get("output_names"),
+                                               len(self.outputs))
 
     def _new_value(self, ty: TensorType, **kwargs: Any) -> int:
         self.values.append(ValueInfo(ty, **kwargs))
@@ -201,7 +205,7 @@ class _ExecutorBuilder:
         plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
         check_values([], plan.total_bytes)
         executor = Executor(self.input_names, self.values, self.steps, self.outputs, plan,
-                            self.tuple_output)
+                            self.tuple_output, self.output_names)
         executor.modules = functions
         executor.source_code = source
         executor.target = self.backend.target

@@ -39,6 +39,13 @@ from ..runtime.interrupt import KERNEL_CANCELLED
 from ..target import Target, host_target
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep, allocate
+from .signature import (
+    NodeArg,
+    check_output_names,
+    default_output_names,
+    output_positions,
+    parse_run_arguments,
+)
 
 
 @dataclass
@@ -159,11 +166,19 @@ class Executor:
 
     def __init__(self, input_names: Sequence[str], values: Sequence[ValueInfo],
                  steps: Sequence[ExecStep], outputs: Sequence[int], plan: MemoryPlan,
-                 tuple_output: bool) -> None:
+                 tuple_output: bool, output_names: Sequence[str] | None = None) -> None:
         self.input_names = list(input_names)
         self.values = list(values)
         self.steps = list(steps)
         self.outputs = list(outputs)
+        #: The outputs' names: the model's (an ONNX graph's outputs), else output_0, ...
+        names = default_output_names(len(self.outputs))
+        if output_names is not None:
+            names = check_output_names(output_names, len(self.outputs))
+            if names is None:
+                raise OpfusionError(f"output_names must be {len(self.outputs)} strings, got "
+                                    f"{output_names!r}")
+        self.output_names = names
         self.plan = plan
         self.tuple_output = tuple_output
         self._constants = {index: np.require(info.constant, requirements="C")
@@ -212,17 +227,36 @@ class Executor:
         return getattr(self._profiles, "timings", None)
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, Any] | Sequence[Any] | None = None,
-            profile: bool = False) -> list[np.ndarray]:
-        """Run on ``feeds`` (input name -> array, or arrays in input order); returns the
-        outputs as a list of arrays, as ONNX Runtime does. Safe to call from several threads
-        at once; the returned arrays belong to the caller (never memory of the executor).
-        ``profile=True`` also records each kernel's time in :attr:`last_profile`."""
+    def run(self, output_names: Any = None, input_feed: Any = None, run_options: Any = None,
+            *, profile: bool = False) -> list[np.ndarray]:
+        """Run and return the outputs as a list of arrays. Two forms:
+
+        * ``run(feeds)``: ``feeds`` is input name -> array, or the arrays in input order;
+          every output comes back.
+        * ``run(output_names, feeds)``, as ONNX Runtime's ``InferenceSession.run``:
+          ``output_names`` is None (every output) or a list of :attr:`output_names`, whose
+          outputs come back in that order.
+
+        Safe to call from several threads at once; the returned arrays belong to the caller
+        (never memory of the executor). ``profile=True`` also records each kernel's time in
+        :attr:`last_profile`."""
+        wanted, feeds = parse_run_arguments(output_names, input_feed, run_options)
+        positions = output_positions(self.output_names, wanted)  # before the run
         timings: list[tuple[str, float]] | None = [] if profile else None
         outputs = self._execute(feeds, timings)
         if timings is not None:
             self._profiles.timings = timings
-        return outputs
+        return outputs if positions is None else [outputs[i] for i in positions]
+
+    def get_inputs(self) -> list[NodeArg]:
+        """The model's inputs in order (name, shape, type, dtype), as ONNX Runtime's."""
+        return [NodeArg.of(name, self.values[index].type)
+                for name, index in zip(self.input_names, self._input_values)]
+
+    def get_outputs(self) -> list[NodeArg]:
+        """The model's outputs in order (name, shape, type, dtype), as ONNX Runtime's."""
+        return [NodeArg.of(name, self.values[index].type)
+                for name, index in zip(self.output_names, self.outputs)]
 
     @contextlib.contextmanager
     def _running(self, feeds: Mapping[str, Any] | Sequence[Any] | None
@@ -413,7 +447,7 @@ class Executor:
             feeds.update(named)
         else:
             feeds = named if named else list(arrays)
-        outs = self.run(feeds)
+        outs = self.run(None, feeds)
         return tuple(outs) if self.tuple_output else outs[0]
 
 

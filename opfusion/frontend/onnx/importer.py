@@ -177,7 +177,10 @@ class _Importer:
                 self.convert(node, opset)
         outputs = [self.lookup(value.name, "graph output") for value in self.graph.output]
         body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
-        func = Function(inputs + param_vars, body)
+        # The graph's output names travel with @main, so the executor can report outputs by
+        # the names ONNX Runtime uses.
+        names = tuple(value.name for value in self.graph.output)
+        func = Function(inputs + param_vars, body, attrs={"output_names": names})
         try:
             _ = func.checked_type
         except OpfusionError:
