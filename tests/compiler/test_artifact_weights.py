@@ -206,3 +206,10 @@ def test_loading_needs_no_compiler_and_no_writable_cache(artifact, tmp_path):
     subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(path), str(tmp_path / "x.npy"),
                     str(tmp_path / "y.npy")], env=env, check=True, timeout=120)
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
+
+def test_a_loaded_model_exports_again(artifact, tmp_path):
+    path, _, want = artifact
+    again = tmp_path / "again.opf"
+    opf.load(path).export(again)
+    np.testing.assert_array_equal(opf.load(again)(X), want)
