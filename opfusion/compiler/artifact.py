@@ -181,6 +181,8 @@ def _weights_layout(constants: dict[str, np.ndarray]
     chunks: list[memoryview] = []
     offset = 0
     for key, array in constants.items():
+        # Native byte order: the index names the dtype, and load views the bytes as native.
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
         padding = -offset % WEIGHTS_ALIGNMENT
         if padding:
             chunks.append(memoryview(bytes(padding)))
