@@ -2,12 +2,17 @@
 
 The file is a zip archive: ``manifest.json`` (format, the target the kernels were built for
 and the ISA features that target let the compiler use, inputs, values, steps, memory plan),
-``kernels.so`` (the shared library), ``kernels.c`` (its source, for reading) and
-``constants.npz`` (the weights). Loading checks the format and that this CPU has every ISA
-feature the library's code may use *before* the library is loaded: code for a feature the
-CPU lacks would die with an illegal instruction. Only those features count (the compiler was
-given exactly them, never ``-march=native``): a file built on an AVX-512 machine for
-``c -mattr=+avx2,+fma`` loads on any AVX2 machine.
+``kernels.so`` (the shared library), ``kernels.c`` (its source, for reading), and the weights:
+``weights.bin``, every constant's raw bytes, stored uncompressed with each array at a
+multiple of :data:`WEIGHTS_ALIGNMENT` bytes from the start of the *file*, and
+``weights.json``, its index (each array's dtype, shape, offset and byte count). Loading maps
+``weights.bin`` into memory (``mmap``) and the constants are read-only views of that map:
+nothing is decompressed or copied, and pages are read when a run first touches them. Loading
+checks the format and that this CPU has every ISA feature the library's code may use
+*before* the library is loaded: code for a feature the CPU lacks would die with an illegal
+instruction. Only those features count (the compiler was given exactly them, never
+``-march=native``): a file built on an AVX-512 machine for ``c -mattr=+avx2,+fma`` loads on
+any AVX2 machine.
 
 **Loading an artifact runs its native code**: the library's initializers run when it is
 loaded, so only load artifacts from a source you trust, as with pickle or
@@ -19,15 +24,30 @@ against each other before anything runs, so a damaged or edited manifest is an
 :class:`ArtifactError`, not a call into libc or an out-of-bounds access. Sizes are checked
 before reading: a member larger than its limit (:data:`MAX_MANIFEST_BYTES`,
 :data:`MAX_LIBRARY_BYTES`, :data:`MAX_SOURCE_BYTES`, and ``max_bytes`` in all) or compressed
-beyond what deflate can do (a zip bomb) is refused without being expanded."""
+beyond what deflate can do (a zip bomb) is refused without being expanded; every weight's
+offset and length is checked against the file's size before it is mapped, and its bytes
+against the CRC-32 the archive records (unless ``verify_weights=False``).
+
+Loading needs no C compiler. It writes one file: the library, which ``dlopen`` can only load
+from a file, is extracted to ``<kernel cache>/artifacts/<checksum>.so`` (the kernel cache is
+``$OPFUSION_CACHE_DIR/kernels`` or ``~/.cache/opfusion/kernels``) and reused by later loads;
+when that directory cannot be written, to a private temporary directory removed at exit.
+
+The weights stay mapped while the loaded model lives. :meth:`Executor.export` replaces a file
+atomically (a new file renamed over the old), so exporting over a loaded model's file is
+safe; truncating or rewriting that file *in place* while the model runs is not (the process
+would fault on the vanished pages, as with any memory-mapped file)."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
-import io
 import json
+import mmap
 import os
 import re
+import shutil
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -58,8 +78,11 @@ from .signature import check_output_names
 
 #: Version 2: the library exports a kernel table (files of version 1 lack it). Version 3: the
 #: manifest records the target and the ISA features its code uses, instead of every flag of
-#: the building machine's CPU.
-FORMAT = "opfusion-artifact-3"
+#: the building machine's CPU. Version 4: the weights are ``weights.bin`` (stored, aligned,
+#: mapped at load) with its index ``weights.json``, instead of ``constants.npz``.
+FORMAT = "opfusion-artifact-4"
+#: Formats this opfusion recognizes as older versions of its own (told to export again).
+_OLD_FORMATS = ("opfusion-artifact-1", "opfusion-artifact-2", "opfusion-artifact-3")
 
 #: Largest ``manifest.json`` accepted (uncompressed).
 MAX_MANIFEST_BYTES = 64 << 20
@@ -67,13 +90,24 @@ MAX_MANIFEST_BYTES = 64 << 20
 MAX_LIBRARY_BYTES = 1 << 30
 #: Largest ``kernels.c`` accepted.
 MAX_SOURCE_BYTES = 256 << 20
+#: Largest ``weights.json`` accepted.
+MAX_WEIGHTS_INDEX_BYTES = 64 << 20
+#: Every weight starts at a multiple of this many bytes from the start of the file, so that
+#: its mapped view is as aligned as the arrays the compiler allocates (a cache line, and the
+#: widest vector).
+WEIGHTS_ALIGNMENT = 64
 #: Default limit on everything an artifact expands to (``opf.load(path, max_bytes=...)``).
 DEFAULT_MAX_BYTES = 16 << 30
 #: Deflate expands at most about 1032:1; a member that claims more is damaged or a zip bomb.
 _MAX_DEFLATE_RATIO = 1100
 #: Highest rank of a tensor in an artifact.
 _MAX_RANK = 64
-_MEMBERS = ("manifest.json", "kernels.so", "kernels.c", "constants.npz")
+_MEMBERS = ("manifest.json", "kernels.so", "kernels.c", "weights.json", "weights.bin")
+#: The id of the zip "extra field" that pads the local header of ``weights.bin`` to align
+#: its data (the id Android's zipalign uses for the same purpose).
+_PADDING_EXTRA_ID = 0xD935
+#: Bytes of a local file header before its name (PKWARE APPNOTE 4.3.7).
+_LOCAL_HEADER = struct.Struct("<4s5H3I2H")
 
 
 class ArtifactError(OpfusionError):
@@ -125,22 +159,68 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         "plan": {"block_of": {str(k): v for k, v in exe.plan.block_of.items()},
                  "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes},
     }
-    buffer = io.BytesIO()
-    np.savez(buffer, **constants)
+    index, weights = _weights_layout(constants)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("manifest.json", json.dumps(manifest, indent=1))
-            archive.writestr("kernels.so", library_bytes)
-            archive.writestr("kernels.c", exe.source_code)
-            archive.writestr("constants.npz", buffer.getvalue())
+        write_archive(tmp, {"manifest.json": json.dumps(manifest, indent=1).encode(),
+                            "kernels.so": library_bytes,
+                            "kernels.c": exe.source_code.encode(),
+                            "weights.json": json.dumps(index).encode()}, weights)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _weights_layout(constants: dict[str, np.ndarray]
+                    ) -> tuple[dict[str, Any], list[memoryview]]:
+    """The index of ``weights.bin`` and its contents as chunks: each array at the next
+    multiple of :data:`WEIGHTS_ALIGNMENT` (zero bytes between)."""
+    arrays: dict[str, Any] = {}
+    chunks: list[memoryview] = []
+    offset = 0
+    for key, array in constants.items():
+        # Native byte order: the index names the dtype, and load views the bytes as native.
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+        padding = -offset % WEIGHTS_ALIGNMENT
+        if padding:
+            chunks.append(memoryview(bytes(padding)))
+            offset += padding
+        arrays[key] = {"dtype": array.dtype.name, "shape": list(array.shape),
+                       "offset": offset, "nbytes": array.nbytes}
+        chunks.append(memoryview(array.reshape(-1).view(np.uint8)))
+        offset += array.nbytes
+    return {"alignment": WEIGHTS_ALIGNMENT, "arrays": arrays}, chunks
+
+
+def write_archive(path: str | os.PathLike[str], members: dict[str, bytes],
+                  weights: list[memoryview] | list[bytes]) -> None:
+    """Write an artifact's zip: ``members`` compressed, then ``weights.bin`` (the
+    concatenation of ``weights``) stored uncompressed, its data starting at a multiple of
+    :data:`WEIGHTS_ALIGNMENT` in the file (the local header is padded with an extra field,
+    as zipalign does), so that offsets aligned within it are aligned in the file."""
+    size = sum(len(chunk) for chunk in weights)
+    with open(path, "wb") as handle:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+            info = zipfile.ZipInfo("weights.bin")
+            info.compress_type = zipfile.ZIP_STORED
+            info.file_size = size
+            # The local header: fixed part, name, our padding field, and (forced, so that its
+            # length is known here) the 20-byte zip64 field.
+            header = _LOCAL_HEADER.size + len(info.filename.encode()) + 4 + 20
+            padding = -(handle.tell() + header) % WEIGHTS_ALIGNMENT
+            info.extra = struct.pack("<HH", _PADDING_EXTRA_ID, padding) + bytes(padding)
+            with archive.open(info, "w", force_zip64=True) as out:
+                if handle.tell() % WEIGHTS_ALIGNMENT:
+                    raise ArtifactError("internal error: weights.bin is not aligned in the "
+                                        "archive (zipfile wrote another local header)")
+                for chunk in weights:
+                    out.write(chunk)
 
 
 def _version() -> str:
@@ -149,7 +229,8 @@ def _version() -> str:
     return __version__
 
 
-def load(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> Executor:
+def load(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES,
+         verify_weights: bool = True) -> Executor:
     """Load a model written by ``exe.export(path)``; nothing is recompiled.
 
     **Only load artifacts you trust.** An artifact holds a native shared library, and loading
@@ -160,11 +241,17 @@ def load(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) ->
     table and each other before anything runs.
 
     ``max_bytes`` bounds what the file may expand to (default 16 GiB); larger or
-    over-compressed members are refused before they are read. Raises :class:`ArtifactError`
-    for a missing, damaged, truncated, foreign or inconsistent file and for one built for a
-    CPU with features this one lacks."""
+    over-compressed members are refused before they are read. The weights are not read but
+    mapped: the model's constants are read-only views of the file (see the module's
+    docstring). ``verify_weights`` (default) checks their bytes against the archive's CRC-32,
+    which reads them once (about 0.5 ms per MB); without it a damaged weight is found by
+    no one. Loading needs no C compiler; it extracts the library into the kernel cache
+    (``<cache>/artifacts``), or a temporary directory when that cannot be written.
+
+    Raises :class:`ArtifactError` for a missing, damaged, truncated, foreign, older-format or
+    inconsistent file and for one built for a CPU with features this one lacks."""
     try:
-        return _load(path, max_bytes)
+        return _load(path, max_bytes, verify_weights)
     except ArtifactError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, EOFError, OSError,
@@ -173,13 +260,14 @@ def load(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) ->
                             f"({type(err).__name__}: {err}); export the model again") from None
 
 
-def _load(path: str | os.PathLike[str], max_bytes: int) -> Executor:
-    archive = _open(path)
-    with archive:
+def _load(path: str | os.PathLike[str], max_bytes: int, verify_weights: bool) -> Executor:
+    handle, archive = _open(path)
+    with handle, archive:
         budget = _Budget(path, max_bytes)
         members = _members(archive, path, budget)
         manifest = _manifest(_read(archive, members["manifest.json"], MAX_MANIFEST_BYTES, path),
                              path)
+        _require_members(members, path)
         target = _check_cpu(manifest, path)
         library_bytes = _read(archive, members["kernels.so"], MAX_LIBRARY_BYTES, path)
         digest = _field(manifest, "library_sha256", str, "manifest")
@@ -190,9 +278,8 @@ def _load(path: str | os.PathLike[str], max_bytes: int) -> Executor:
             source = _read(archive, members["kernels.c"], MAX_SOURCE_BYTES, path).decode()
         except UnicodeDecodeError:
             raise ArtifactError(f"{path}: kernels.c is not text; the file is corrupt") from None
-        npz_info = members["constants.npz"]  # its size was checked with the rest
-        npz = _read(archive, npz_info, npz_info.file_size, path)
-    constants = _read_constants(npz, path, budget)
+        index = _read(archive, members["weights.json"], MAX_WEIGHTS_INDEX_BYTES, path)
+        constants = _map_weights(handle, members["weights.bin"], index, path, verify_weights)
     executor = _rebuild(manifest, library_bytes, digest, source, constants, path)
     executor.target = target
     return executor
@@ -213,28 +300,40 @@ class _Budget:
         self.left -= nbytes
 
 
-def _open(path: str | os.PathLike[str]) -> zipfile.ZipFile:
+def _open(path: str | os.PathLike[str]) -> tuple[Any, zipfile.ZipFile]:
+    """The open file and the archive read from it (one file, so that the weights mapped
+    later are those of the archive checked now, even if ``path`` is replaced meanwhile)."""
     try:
-        return zipfile.ZipFile(path)
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no such file") from None
+    try:
+        return handle, zipfile.ZipFile(handle)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+        handle.close()
         raise ArtifactError(f"{path} is not an opfusion artifact ({err}); write one with "
                             f"exe.export(path)") from None
 
 
 def _members(archive: zipfile.ZipFile, path: Any, budget: _Budget
              ) -> dict[str, zipfile.ZipInfo]:
-    """The four members, after checking every member's sizes (see :func:`_check_sizes`)."""
+    """The members by name, after checking every member's sizes (see :func:`_check_sizes`)
+    and that there is a manifest (the rest are required once its format is known)."""
     infos = archive.infolist()
     found = {info.filename: info for info in infos}
-    missing = [name for name in _MEMBERS if name not in found]
-    if missing or len(found) != len(infos):
-        raise ArtifactError(f"{path} is not an opfusion artifact (it lacks "
-                            f"{', '.join(missing) or 'unique member names'})")
+    if "manifest.json" not in found or len(found) != len(infos):
+        lacking = "manifest.json" if len(found) == len(infos) else "unique member names"
+        raise ArtifactError(f"{path} is not an opfusion artifact (it lacks {lacking})")
     for info in infos:
         _check_sizes(info, path, budget)
     return found
+
+
+def _require_members(members: dict[str, zipfile.ZipInfo], path: Any) -> None:
+    missing = [name for name in _MEMBERS if name not in members]
+    if missing:
+        raise ArtifactError(f"{path} is not an opfusion artifact (it lacks "
+                            f"{', '.join(missing)})")
 
 
 def _check_sizes(info: zipfile.ZipInfo, path: Any, budget: _Budget) -> None:
@@ -282,6 +381,9 @@ def _manifest(data: bytes, path: Any) -> dict[str, Any]:
         raise ArtifactError(f"{path}: the manifest cannot be read ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
+        if found in _OLD_FORMATS:
+            raise ArtifactError(f"{path} was written by an older opfusion (format {found!r}; "
+                                f"this one reads {FORMAT!r}); export the model again")
         raise ArtifactError(f"{path} has format {found!r}; this opfusion reads {FORMAT!r}")
     return manifest
 
@@ -309,48 +411,97 @@ def _check_cpu(manifest: dict[str, Any], path: Any) -> Target:
                             f"knows ({err})") from None
 
 
-_NPY_NAME = re.compile(r"[A-Za-z0-9_]{1,64}\.npy")
+_WEIGHT_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 
-def _read_constants(data: bytes, path: Any, budget: _Budget) -> dict[str, np.ndarray]:
-    """The arrays of ``constants.npz``, each header checked before its data is touched: a
-    plain dtype, C order, and exactly as many bytes as its shape needs."""
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError, EOFError) as err:
-        raise ArtifactError(f"{path}: constants.npz is damaged ({err})") from None
+def _map_weights(handle: Any, info: zipfile.ZipInfo, index: bytes, path: Any,
+                 verify: bool) -> dict[str, np.ndarray]:
+    """The constants as read-only views of ``weights.bin`` mapped from the file: its data
+    found through its local header and checked to lie within the file, each array of the
+    index checked to lie within it, aligned, and exactly as large as its shape needs."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise ArtifactError(f"{path}: weights.bin is compressed, and artifacts store it as it "
+                            f"is to map it (was the file rewritten by another zip tool?); "
+                            f"export the model again")
+    arrays = _weights_index(index, info.file_size, path)
+    size = os.fstat(handle.fileno()).st_size
+    start = _data_start(handle, info, size, path)
+    mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if info.file_size else b""
+    if verify:
+        with memoryview(mapped) as view:
+            crc = zlib.crc32(view[start:start + info.file_size])
+        if crc != info.CRC:
+            raise ArtifactError(f"{path}: the weights do not match their CRC-32; the file is "
+                                f"corrupt, export the model again")
     constants: dict[str, np.ndarray] = {}
-    with archive:
-        for info in archive.infolist():
-            if not _NPY_NAME.fullmatch(info.filename) or info.filename[:-4] in constants:
-                raise ArtifactError(f"{path}: constants.npz holds an unexpected member "
-                                    f"{info.filename!r}")
-            _check_sizes(info, path, budget)
-            raw = _read(archive, info, info.file_size, path)
-            constants[info.filename[:-4]] = _parse_npy(raw, f"{path}: constant "
-                                                             f"{info.filename[:-4]!r}")
+    for key, (dtype, shape, offset, count) in arrays.items():
+        if (start + offset) % WEIGHTS_ALIGNMENT:
+            raise ArtifactError(f"{path}: weight {key!r} is not aligned to "
+                                f"{WEIGHTS_ALIGNMENT} bytes in the file (was it rewritten by "
+                                f"another zip tool?); export the model again")
+        if count:
+            array = np.frombuffer(mapped, dtype, count, start + offset).reshape(shape)
+        else:
+            array = np.empty(shape, dtype)
+            array.flags.writeable = False
+        constants[key] = array
     return constants
 
 
-def _parse_npy(raw: bytes, where: str) -> np.ndarray:
-    handle = io.BytesIO(raw)
-    version = np.lib.format.read_magic(handle)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
-    else:
-        raise ArtifactError(f"{where} has .npy version {version}, not one this opfusion reads")
-    if fortran or dtype.name not in DTYPE_CODES or not dtype.isnative:
-        raise ArtifactError(f"{where} is a {dtype} array in "
-                            f"{'Fortran' if fortran else 'C'} order; artifacts hold plain "
-                            f"native C-order arrays")
-    count = _element_count(list(shape), where)
-    offset = handle.tell()
-    if len(raw) - offset != count * dtype.itemsize:
-        raise ArtifactError(f"{where} has {len(raw) - offset} bytes of data, not the "
-                            f"{count * dtype.itemsize} its shape {tuple(shape)} needs")
-    return np.frombuffer(memoryview(raw)[offset:], dtype=dtype, count=count).reshape(shape)
+def _data_start(handle: Any, info: zipfile.ZipInfo, size: int, path: Any) -> int:
+    """Where the member's data starts in the file (after its local header, whose name and
+    extra field may differ in length from the central directory's), checked to end within
+    the file's ``size``."""
+    if info.header_offset + _LOCAL_HEADER.size > size:
+        raise ArtifactError(f"{path}: weights.bin lies beyond the end of the file; it is "
+                            f"truncated")
+    handle.seek(info.header_offset)
+    fields = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
+    signature, method, name_length, extra_length = fields[0], fields[3], fields[9], fields[10]
+    name = handle.read(name_length)
+    if signature != b"PK\x03\x04" or method != zipfile.ZIP_STORED or name != b"weights.bin":
+        raise ArtifactError(f"{path}: the local header of weights.bin is damaged")
+    start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    if start + info.file_size > size:
+        raise ArtifactError(f"{path}: weights.bin ends {start + info.file_size - size} bytes "
+                            f"beyond the end of the file; it is truncated")
+    return start
+
+
+def _weights_index(data: bytes, region: int, path: Any
+                   ) -> dict[str, tuple[np.dtype, tuple[int, ...], int, int]]:
+    """``weights.json`` checked: for each array a name, a plain dtype, a shape, an offset and
+    exactly the byte count the shape needs, lying within ``weights.bin`` (``region`` bytes).
+    Returns name -> (dtype, shape, offset, element count)."""
+    try:
+        index = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise ArtifactError(f"{path}: weights.json cannot be read ({err})") from None
+    entries = index.get("arrays") if isinstance(index, dict) else None
+    if not isinstance(entries, dict):
+        raise ArtifactError(f"{path}: weights.json has no table of arrays")
+    arrays = {}
+    for key, entry in entries.items():
+        where = f"{path}: weight {key!r}"
+        if not _WEIGHT_NAME.fullmatch(key) or not isinstance(entry, dict):
+            raise ArtifactError(f"{where} is not a name with an entry")
+        dtype, shape = entry.get("dtype"), entry.get("shape")
+        offset, nbytes = entry.get("offset"), entry.get("nbytes")
+        if dtype not in DTYPE_CODES:
+            raise ArtifactError(f"{where} has dtype {dtype!r}, not one opfusion compiles")
+        count = _element_count(shape, where)
+        for name, number in (("offset", offset), ("nbytes", nbytes)):
+            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+                raise ArtifactError(f"{where} has {name} {number!r}, not a byte count")
+        itemsize = np.dtype(dtype).itemsize
+        if nbytes != count * itemsize:
+            raise ArtifactError(f"{where} has {nbytes} bytes of data, not the "
+                                f"{count * itemsize} its shape {tuple(shape)} needs")
+        if offset + nbytes > region:
+            raise ArtifactError(f"{where} ({nbytes} bytes at {offset}) lies beyond the "
+                                f"{region} bytes of weights.bin; the file is damaged")
+        arrays[key] = (np.dtype(dtype), tuple(shape), offset, count)
+    return arrays
 
 
 # -- checking the manifest ------------------------------------------------------------------
@@ -440,7 +591,7 @@ def _values(manifest: dict[str, Any], input_names: list[str],
             constant = constants.get(key)
             if constant is None:
                 raise ArtifactError(f"the manifest's {where} names constant {key!r}, which "
-                                    f"constants.npz lacks")
+                                    f"weights.json lacks")
             if constant.shape != ty.shape or constant.dtype != np.dtype(ty.dtype):
                 raise ArtifactError(f"constant {key!r} is {constant.dtype}{constant.shape} but "
                                     f"the manifest's {where} is {ty.dtype}{ty.shape}")
@@ -638,19 +789,38 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
 
 
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:
-    """Put the library in the cache directory under its checksum and say where.
+    """Put the library in the kernel cache (``<cache_dir()>/artifacts``, where ``dlopen`` can
+    load it) under its checksum and say where; when that directory cannot be written, in a
+    temporary directory of this process instead.
 
     A copy already there is used only if it and the digest recorded beside it match
     ``digest``; anything else (a truncated, damaged or replaced copy) is written again, with
     its digest, atomically (see :func:`opfusion.backend.cpu.toolchain.store_library`)."""
     directory = cache_dir() / "artifacts"
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{digest[:40]}.so"
     if has_recorded_digest(path, digest):
         touch(path)
     else:
-        store_library(path, data)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            store_library(path, data)
+        except OSError:  # a read-only or unwritable cache
+            path = _private_directory() / f"{digest[:40]}.so"
+            if not path.exists():  # only this process writes there
+                path.write_bytes(data)
     return CompiledLibrary(path, path.with_suffix(".c"), digest[:40], True, 0.0)
+
+
+_private: list[Path] = []
+
+
+def _private_directory() -> Path:
+    """A temporary directory for the libraries of this process, removed at exit (a library
+    stays loaded after its file is gone)."""
+    if not _private:
+        _private.append(Path(tempfile.mkdtemp(prefix="opfusion-artifacts-")))
+        atexit.register(shutil.rmtree, _private[0], ignore_errors=True)
+    return _private[0]
 
 
 def _parse_function(text: str) -> Function:

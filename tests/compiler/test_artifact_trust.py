@@ -3,7 +3,6 @@ library's kernel table, every manifest field is checked against that table and a
 rest of the manifest, and damaged, truncated, foreign or over-expanding files are
 ArtifactErrors (never a call into libc, an out-of-bounds access or a KeyError)."""
 
-import io
 import json
 import os
 import struct
@@ -14,7 +13,7 @@ import pytest
 
 import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
-from opfusion.compiler.artifact import ArtifactError
+from opfusion.compiler.artifact import ArtifactError, write_archive
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
@@ -45,8 +44,10 @@ def _private_cache(artifact, monkeypatch):
 
 def _rewrite(src, dst, manifest=None, members=None):
     """Copy artifact ``src`` to ``dst`` with the manifest edited by ``manifest(dict)`` and
-    members replaced by ``members`` (name -> bytes)."""
-    with zipfile.ZipFile(src) as source, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as out:
+    members replaced by ``members`` (name -> bytes), written as export writes them (the
+    weights stored and aligned)."""
+    contents = {}
+    with zipfile.ZipFile(src) as source:
         for name in source.namelist():
             data = source.read(name)
             if name == "manifest.json" and manifest is not None:
@@ -55,7 +56,9 @@ def _rewrite(src, dst, manifest=None, members=None):
                 data = json.dumps(edited).encode()
             if members and name in members:
                 data = members[name]
-            out.writestr(name, data)
+            contents[name] = data
+    weights = contents.pop("weights.bin")
+    write_archive(dst, contents, [weights])
     return dst
 
 
@@ -148,25 +151,25 @@ def test_an_inconsistent_manifest_is_an_artifact_error(artifact, tmp_path, edit)
         opf.load(forged)
 
 
-def _npz(**arrays):
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def _npy_claiming(shape):
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
-    return header.getvalue() + b"\0" * 32
+def _index(**entry):
+    """A weights.json whose only array v2 is ``entry`` over the real one (float32[8] at 0)."""
+    return json.dumps({"arrays": {"v2": {"dtype": "float32", "shape": [8], "offset": 0,
+                                         "nbytes": 32, **entry}}}).encode()
 
 
 @pytest.mark.parametrize("members", [
-    {"constants.npz": _npz(v2=np.arange(16, dtype="float32"))},
-    {"constants.npz": _npz(v2=np.arange(8, dtype="float64"))},
-    {"constants.npz": _npz(v2=np.array([None] * 8, dtype=object))},
-    {"constants.npz": b"PK\x05\x06" + b"\0" * 18},
-    {"constants.npz": b"not a zip"},
+    {"weights.json": _index(shape=[16], nbytes=64)},        # shape vs the manifest
+    {"weights.json": _index(dtype="float64", nbytes=64)},   # dtype vs the manifest
+    {"weights.json": _index(dtype="object")},
+    {"weights.json": _index(nbytes=16)},                     # bytes vs its shape
+    {"weights.json": _index(offset=64)},                     # beyond weights.bin
+    {"weights.json": _index(offset=4)},                      # not aligned
+    {"weights.json": _index(offset=-64)},
+    {"weights.json": _index(shape=[8.0])},
+    {"weights.json": b'{"arrays": {"../v2": {}}}'},
+    {"weights.json": b"[]"},
+    {"weights.json": b"not json"},
+    {"weights.bin": b"\0" * 16},                             # shorter than its index says
     {"manifest.json": b"{not json"},
     {"manifest.json": b"[]"},
     {"kernels.c": b"\xff\xfe\xfa"},
@@ -177,13 +180,10 @@ def test_damaged_members_are_artifact_errors(artifact, tmp_path, members):
         opf.load(forged)
 
 
-def test_an_npy_header_claiming_a_huge_array_is_refused_without_allocating(artifact, tmp_path):
-    inner = io.BytesIO()
-    with zipfile.ZipFile(inner, "w") as npz:
-        npz.writestr("v2.npy", _npy_claiming((1 << 40,)))
+def test_an_index_claiming_a_huge_array_is_refused_without_allocating(artifact, tmp_path):
     forged = _rewrite(artifact[0], tmp_path / "forged.opf",
-                      members={"constants.npz": inner.getvalue()})
-    with pytest.raises(ArtifactError, match="bytes of data"):
+                      members={"weights.json": _index(shape=[1 << 40], nbytes=4 << 40)})
+    with pytest.raises(ArtifactError, match="lies beyond"):
         opf.load(forged)
 
 
@@ -244,7 +244,7 @@ def _claim_size(path, member, size):
 
 def test_a_member_claiming_a_huge_expansion_is_refused_unread(artifact, tmp_path):
     forged = _rewrite(artifact[0], tmp_path / "bomb.opf")
-    _claim_size(forged, "constants.npz", 0xFFFFFFF0)
+    _claim_size(forged, "kernels.c", 0xFFFFFFF0)
     with pytest.raises(ArtifactError, match="zip bomb"):
         opf.load(forged)
 

@@ -1,0 +1,128 @@
+"""Per-run overhead: what a run costs beyond its kernels' arithmetic, against ONNX Runtime.
+
+    python benchmarks/overhead.py [--repeat 2000]
+
+Three ONNX models, each run by opfusion and by ONNX Runtime (two threads) interleaved in one
+process, batch 1:
+
+- ``tiny``: one Add of two 16-element vectors: the run is all overhead;
+- ``mlp``: three Gemm+Relu layers (784 -> 256 -> 256 -> 10), random weights;
+- ``chain``: 32 Relu nodes on 16 elements, compiled with ``fusion="none"``: 32 kernels, so
+  ``(chain - tiny) / 31`` is opfusion's dispatch cost per extra kernel.
+
+Prints the median microseconds per run of each engine, their ratio, and the dispatch cost in
+nanoseconds. Quote figures only from a quiet machine (the load is printed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import opfusion as opf
+from opfusion.target import Target, host_cpu_name
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any],
+           initializers: list[Any]) -> Any:
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def tiny_model() -> Any:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])
+    out = helper.make_tensor_value_info("z", TensorProto.FLOAT, [16])
+    return _model([helper.make_node("Add", ["x", "y"], ["z"])], [x, y], [out], [])
+
+
+def chain_model(length: int) -> Any:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])
+    out = helper.make_tensor_value_info(f"r{length}", TensorProto.FLOAT, [16])
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"r{i}"], [f"r{i + 1}"])
+             for i in range(length)]
+    return _model(nodes, [x], [out], [])
+
+
+def mlp_model(sizes: tuple[int, ...] = (784, 256, 256, 10)) -> Any:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, sizes[0]])
+    nodes, weights, name = [], [], "x"
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        b = (0.1 * rng.standard_normal(fan_out)).astype(np.float32)
+        weights += [numpy_helper.from_array(w, f"w{layer}"),
+                    numpy_helper.from_array(b, f"b{layer}")]
+        nodes.append(helper.make_node("Gemm", [name, f"w{layer}", f"b{layer}"], [f"g{layer}"]))
+        nodes.append(helper.make_node("Relu", [f"g{layer}"], [f"h{layer}"]))
+        name = f"h{layer}"
+    out = helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, sizes[-1]])
+    return _model(nodes, [x], [out], weights)
+
+
+def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50) -> list[float]:
+    """Median seconds per call of each of ``fns``, timed in alternating batches."""
+    for fn in fns:
+        for _ in range(batch):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(max(1, repeat // batch)):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            out.append((time.perf_counter() - start) / batch)
+    return [statistics.median(t) for t in times]
+
+
+def ort_session(model: Any) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = Target.current().num_cores
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2000)
+    args = parser.parse_args()
+    chain_length = 32
+    print(f"# cpu: {host_cpu_name()} ({Target('c').isa}), load {os.getloadavg()[0]:.2f}")
+    print(f"{'model':<8} {'kernels':>7} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}")
+    rng = np.random.default_rng(0)
+    results = {}
+    for name, model, fusion in (("tiny", tiny_model(), "tvm"),
+                                ("mlp", mlp_model(), "tvm"),
+                                ("chain", chain_model(chain_length), "none")):
+        mod, params = opf.frontend.from_onnx(model)
+        exe = opf.compile(mod, params=params, fusion=fusion)
+        feeds = {arg.name: rng.standard_normal(arg.shape).astype(np.float32)
+                 for arg in exe.get_inputs()}
+        session = ort_session(model)
+        t_opf, t_ort = interleaved([partial(exe.run, None, feeds),
+                                    partial(session.run, None, feeds)], args.repeat)
+        results[name] = (exe.num_kernels, t_opf)
+        print(f"{name:<8} {exe.num_kernels:>7} {t_opf * 1e6:>8.1f}us {t_ort * 1e6:>8.1f}us "
+              f"{t_opf / t_ort:>7.2f}x")
+    (k1, t1), (kn, tn) = results["tiny"], results["chain"]
+    print(f"dispatch per extra kernel: {(tn - t1) / max(1, kn - k1) * 1e9:.0f} ns")
+
+
+if __name__ == "__main__":
+    main()
