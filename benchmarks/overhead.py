@@ -7,8 +7,9 @@ process, batch 1:
 
 - ``tiny``: one Add of two 16-element vectors: the run is all overhead;
 - ``mlp``: three Gemm+Relu layers (784 -> 256 -> 256 -> 10), random weights;
-- ``chain``: 32 Relu nodes on 16 elements, compiled with ``fusion="none"``: 32 kernels, so
-  ``(chain - tiny) / 31`` is opfusion's dispatch cost per extra kernel.
+- ``chain1`` and ``chain32``: 1 and 32 Relu nodes on 16 elements, compiled with
+  ``fusion="none"`` (one kernel per node), so ``(chain32 - chain1) / 31`` is opfusion's
+  dispatch cost per extra kernel (ONNX Runtime's per extra node likewise).
 
 Prints the median microseconds per run of each engine, their ratio, and the dispatch cost in
 nanoseconds. Quote figures only from a quiet machine (the load is printed)."""
@@ -102,14 +103,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000)
     args = parser.parse_args()
-    chain_length = 32
     print(f"# cpu: {host_cpu_name()} ({Target('c').isa}), load {os.getloadavg()[0]:.2f}")
     print(f"{'model':<8} {'kernels':>7} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}")
     rng = np.random.default_rng(0)
     results = {}
     for name, model, fusion in (("tiny", tiny_model(), "tvm"),
                                 ("mlp", mlp_model(), "tvm"),
-                                ("chain", chain_model(chain_length), "none")):
+                                ("chain1", chain_model(1), "none"),
+                                ("chain32", chain_model(32), "none")):
         mod, params = opf.frontend.from_onnx(model)
         exe = opf.compile(mod, params=params, fusion=fusion)
         feeds = {arg.name: rng.standard_normal(arg.shape).astype(np.float32)
@@ -117,11 +118,13 @@ def main() -> None:
         session = ort_session(model)
         t_opf, t_ort = interleaved([partial(exe.run, None, feeds),
                                     partial(session.run, None, feeds)], args.repeat)
-        results[name] = (exe.num_kernels, t_opf)
+        results[name] = (exe.num_kernels, t_opf, t_ort)
         print(f"{name:<8} {exe.num_kernels:>7} {t_opf * 1e6:>8.1f}us {t_ort * 1e6:>8.1f}us "
               f"{t_opf / t_ort:>7.2f}x")
-    (k1, t1), (kn, tn) = results["tiny"], results["chain"]
-    print(f"dispatch per extra kernel: {(tn - t1) / max(1, kn - k1) * 1e9:.0f} ns")
+    (k1, t1, o1), (kn, tn, on) = results["chain1"], results["chain32"]
+    extra = max(1, kn - k1)
+    print(f"dispatch per extra kernel: opfusion {(tn - t1) / extra * 1e9:.0f} ns, "
+          f"onnxruntime {(on - o1) / extra * 1e9:.0f} ns per extra node")
 
 
 if __name__ == "__main__":
