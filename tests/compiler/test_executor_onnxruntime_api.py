@@ -13,7 +13,7 @@ import pytest
 
 import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
-from opfusion.compiler.artifact import ArtifactError
+from opfusion.compiler.artifact import ArtifactError, write_archive
 from opfusion.compiler.signature import NodeArg, RunArgumentError
 from opfusion.testing import assert_close, light_model
 
@@ -176,14 +176,14 @@ def test_four_threads_running_run_none_get_identical_results(model):
 
 def _edit_manifest(src, dst, edit):
     """Copy artifact ``src`` to ``dst`` with its manifest edited by ``edit(dict)``."""
-    with zipfile.ZipFile(src) as source, zipfile.ZipFile(dst, "w") as out:
-        for name in source.namelist():
-            data = source.read(name)
-            if name == "manifest.json":
-                manifest = json.load(io.BytesIO(data))
-                edit(manifest)
-                data = json.dumps(manifest).encode()
-            out.writestr(name, data)
+    with zipfile.ZipFile(src) as source:
+        members = {name: source.read(name) for name in source.namelist()
+                   if name != "weights.bin"}
+        weights = source.read("weights.bin")
+    manifest = json.load(io.BytesIO(members["manifest.json"]))
+    edit(manifest)
+    members["manifest.json"] = json.dumps(manifest).encode()
+    write_archive(dst, members, [weights])  # the weights stored and aligned, as export does
     return dst
 
 
