@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -996,8 +996,11 @@ _CMP_CLASSES: dict[str, type[CmpOp]] = {
 # generic traversal
 
 
-def post_order(expr: PrimExpr) -> list[PrimExpr]:
-    """Every distinct node of ``expr`` (by identity), children before parents; iterative."""
+def post_order(expr: PrimExpr,
+               enter: Callable[[PrimExpr], bool] | None = None) -> list[PrimExpr]:
+    """Every distinct node of ``expr`` (by identity), children before parents; iterative.
+    With ``enter``, the children of a node for which it is False are left out (e.g. the
+    indices of loads, to see only the value computation)."""
     order: list[PrimExpr] = []
     seen: set[int] = set()
     stack: list[tuple[PrimExpr, bool]] = [(expr, False)]
@@ -1010,6 +1013,8 @@ def post_order(expr: PrimExpr) -> list[PrimExpr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
+        if enter is not None and not enter(node):
+            continue
         for child in reversed(node.children()):
             if id(child) not in seen:
                 stack.append((child, False))

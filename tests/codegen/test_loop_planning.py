@@ -2,9 +2,9 @@
 wide), which nests become register tiles, and where streaming stores need fences, per target."""
 
 import pytest
+from kernel_schedules import tiled_matmul as tiled_matmul_schedule
 
 import opfusion as opf
-from opfusion import te
 from opfusion.backend.cpu.loop_planning import max_tile_vectors, plan_loops
 from opfusion.target import Target
 from opfusion.tir import expr as E
@@ -26,22 +26,8 @@ def elementwise(n: int, dtype: str = "float32") -> S.PrimFunc:
 
 
 def tiled_matmul(rows: int, cols: int, m: int = 48, n: int = 64, k: int = 16) -> S.PrimFunc:
-    """C = A @ B, C's (rows x cols) tiles accumulated in a local buffer: the reduction loop
-    ``r`` outside, the rows unrolled, the columns vectorized."""
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], rows, cols)
-    s[C].vectorize(ji)
-    s[CC].compute_at(s[C], jo)
-    ic, jc = s[CC].op.axis
-    s[CC].reorder(s[CC].op.reduce_axis[0], ic, jc)
-    s[CC].unroll(ic)
-    s[CC].vectorize(jc)
-    return opf.lower(s, [A, B, C], name="matmul")
+    """C = A @ B, C's (rows x cols) tiles accumulated in a local buffer, lowered."""
+    return opf.lower(*tiled_matmul_schedule(m, n, k, rows, cols), name="matmul")
 
 
 def streaming(parallel: bool) -> S.PrimFunc:

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from kernel_schedules import tiled_matmul
 
 import opfusion as opf
 from opfusion import te
@@ -16,31 +17,6 @@ from opfusion.target import Target
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
 
 rng = np.random.default_rng(11)
-
-
-def tiled_matmul(m: int, n: int, k: int, rows: int, cols: int, depth_unroll: int = 1):
-    """C = A @ B with C's (rows x cols) tiles accumulated in a local buffer: the depth loop
-    outside, ``rows`` unrolled, ``cols`` vectorized."""
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], rows, cols)
-    s[C].vectorize(ji)
-    s[CC].compute_at(s[C], jo)
-    ic, jc = s[CC].op.axis
-    (rc,) = s[CC].op.reduce_axis
-    if depth_unroll > 1:
-        ro, ri = s[CC].split(rc, factor=depth_unroll)
-        s[CC].reorder(ro, ri, ic, jc)
-        s[CC].unroll(ri)
-    else:
-        s[CC].reorder(rc, ic, jc)
-    s[CC].unroll(ic)
-    s[CC].vectorize(jc)
-    return s, [A, B, C]
 
 
 PLAIN = CodegenOptions(register_tiles=False)

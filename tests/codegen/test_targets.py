@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from kernel_schedules import tiled_matmul
 
 import opfusion as opf
 from opfusion import te
@@ -104,20 +105,7 @@ def test_selects_casts_and_comparisons(cpu_target):
 
 def test_register_tiled_matmul(cpu_target):
     m, n, k, rows, cols = 24, 64, 29, 4, 32
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], rows, cols)
-    s[C].vectorize(ji)
-    s[C].parallel(io)
-    s[CC].compute_at(s[C], jo)
-    ic, jc = s[CC].op.axis
-    s[CC].reorder(s[CC].op.reduce_axis[0], ic, jc)
-    s[CC].unroll(ic)
-    s[CC].vectorize(jc)
+    s, (A, B, C) = tiled_matmul(m, n, k, rows, cols, parallel=True)
     kernel = opf.build(s, [A, B, C], target=cpu_target, name="matmul")
     a = rng.standard_normal((m, k)).astype("float32")
     b = rng.standard_normal((k, n)).astype("float32")

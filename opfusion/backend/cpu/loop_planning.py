@@ -260,21 +260,7 @@ def coefficient(expr: E.PrimExpr, coefficients: dict[int, int],
 
 def value_nodes(root: E.PrimExpr) -> list[E.PrimExpr]:
     """The nodes of a value expression, children first, without entering load indices."""
-    order: list[E.PrimExpr] = []
-    seen: set[int] = set()
-    stack: list[tuple[E.PrimExpr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if not isinstance(node, E.BufferLoad):
-            stack.extend((child, False) for child in reversed(node.children()))
-    return order
+    return E.post_order(root, enter=lambda node: not isinstance(node, E.BufferLoad))
 
 
 def _has_unsafe_branch(expr: E.PrimExpr) -> bool:
