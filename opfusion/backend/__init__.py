@@ -19,6 +19,7 @@ Adding a backend is: a subclass of :class:`Backend` in a folder of its own, a
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..errors import BuildError
 from ..target import Target, as_target
 
 
-class Backend:
+class Backend(ABC):
     """The code-generation interface of one device family for one :class:`Target`.
 
     Subclasses implement each method; every method takes what it needs explicitly, so a
@@ -38,31 +39,31 @@ class Backend:
     def __init__(self, target: Target) -> None:
         self.target = target
 
+    @abstractmethod
     def schedule(self, s: Any, anchor: Any, output: Any, op_name: str | None,
                  config: Any = None) -> Any:
         """Arrange the loops of one fused group's TE schedule ``s``: the schedule rule of
         ``op_name`` (the group's anchor operator; its result ``anchor``, the group's result
         ``output``) with ``config`` (None: the rule's default for the target), or the default
         schedule when no rule applies. Returns the config used (None for the default)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def generate(self, funcs: list[Any], header: str | None = None) -> Any:
         """Source code of one module holding every PrimFunc of ``funcs``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build(self, source: Any) -> Any:
         """A library built from ``source`` (from the backend's cache when it is there)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load(self, source: Any, kernels: Any) -> Any:
         """Build ``source`` (or find it in the cache) and return its kernels ``(name,
         entry_name, params)``, each checked against what the library says it holds."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build_kernel(self, func: Any, name: str, options: Any = None) -> Any:
         """One PrimFunc as a callable kernel named ``name`` (``opf.build``); ``options`` are
         the emitter's."""
-        raise NotImplementedError
 
 
 _BACKENDS: dict[str, str | Callable[[Target], Backend]] = {

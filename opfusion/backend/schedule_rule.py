@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -222,7 +223,7 @@ class ConfigSpace:
         return f"ConfigSpace({self.rule}: {knobs})"
 
 
-class ScheduleRule:
+class ScheduleRule(ABC):
     """Arranges the loops of a fused group anchored at one of ``ops``; see the module
     docstring. ``anchor`` is the anchor operator's result tensor, ``output`` the group's
     result (the anchor itself or an epilogue of it); ``target`` an :class:`opfusion.Target`.
@@ -234,17 +235,17 @@ class ScheduleRule:
     name: str = ""
     ops: tuple[str, ...] = ()
 
+    @abstractmethod
     def space(self, anchor: Any, output: Any, target: Any) -> ConfigSpace | None:
         """The knobs for this group, or None when the rule does not schedule it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def default_config(self, anchor: Any, output: Any, target: Any) -> Config:
         """The config the heuristic picks for this group on ``target``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def apply(self, s: Any, anchor: Any, output: Any, target: Any, config: Config) -> None:
         """Arrange schedule ``s`` as ``config`` (a point of :meth:`space`) says."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<schedule rule {self.name} for {', '.join(self.ops) or 'any group'}>"

@@ -36,21 +36,15 @@ class CPUBackend(Backend):
 
         found = RULES.find(op_name, anchor, output, self.target)
         if found is None:
-            rule = RULES.fallback
-            assert rule is not None
-            space = rule.space(anchor, output, self.target)
-            used = rule.default_config(anchor, output, self.target)
-            if config is not None:
-                used = space.check(as_config(config, rule.name))
-            rule.apply(s, anchor, output, self.target, used)
-            return used if config is not None else None
+            assert RULES.fallback is not None
+            found = RULES.fallback, RULES.fallback.space(anchor, output, self.target)
         rule, space = found
         if config is None:
             used = rule.default_config(anchor, output, self.target)
         else:
             used = space.check(as_config(config, rule.name))
         rule.apply(s, anchor, output, self.target, used)
-        return used
+        return None if rule is RULES.fallback and config is None else used
 
     def generate(self, funcs: list[Any], header: str | None = None) -> Any:
         from .emitter import codegen_c_module

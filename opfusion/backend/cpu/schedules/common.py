@@ -50,6 +50,11 @@ def vector_widths(extent: int, lanes: int) -> tuple[int, ...]:
     return (1, *(w for w in (lanes // 2, lanes, 2 * lanes) if w > 1 and extent % w == 0))
 
 
+def default_vector_width(extent: int, lanes: int) -> int:
+    """One vector of ``lanes`` when it divides the row of ``extent``, else 1 (scalar)."""
+    return lanes if extent % lanes == 0 else 1
+
+
 def vector_width_knob(extent: int, lanes: int, what: str) -> Knob:
     return Knob("vector_width", vector_widths(extent, lanes),
                 f"elements of {what} per vectorized inner loop (1: not vectorized)")

@@ -16,6 +16,7 @@ from ....topi.nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
 from ...schedule_rule import Config, ConfigSpace, ScheduleRule
 from .common import (
     arrange_rest,
+    default_vector_width,
     is_reduction,
     owner_of,
     parallel_outer,
@@ -42,8 +43,8 @@ class PoolRule(ScheduleRule):
     def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
         space = self.space(anchor, output, target)
         assert space is not None
-        lanes = target.vector_lanes(anchor.dtype)
-        return space.config(vector_width=lanes if int(anchor.shape[3]) % lanes == 0 else 1)
+        return space.config(vector_width=default_vector_width(
+            int(anchor.shape[3]), target.vector_lanes(anchor.dtype)))
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:

@@ -14,6 +14,7 @@ from ....topi.nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
 from ...schedule_rule import Config, ConfigSpace, ScheduleRule
 from .common import (
     arrange_rest,
+    default_vector_width,
     owner_of,
     parallel_outer,
     producer,
@@ -46,9 +47,8 @@ class RowsRule(ScheduleRule):
     def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
         space = self.space(anchor, output, target)
         assert space is not None
-        lanes = target.vector_lanes(anchor.dtype)
-        extent = int(anchor.shape[anchor.op.attrs["axis"]])
-        return space.config(vector_width=lanes if extent % lanes == 0 else 1)
+        return space.config(vector_width=default_vector_width(
+            int(anchor.shape[anchor.op.attrs["axis"]]), target.vector_lanes(anchor.dtype)))
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:
