@@ -17,6 +17,7 @@ the target; nothing else assumes it."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -290,14 +291,10 @@ def _stack() -> list[Target]:
     return stack
 
 
-_HOST: list[Target] = []
-
-
+@functools.lru_cache(maxsize=1)
 def host_target() -> Target:
     """``Target("c")``: the host CPU (made once per process)."""
-    if not _HOST:
-        _HOST.append(Target("c"))
-    return _HOST[0]
+    return Target("c")
 
 
 def as_target(target: str | Target | None) -> Target:
