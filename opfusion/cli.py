@@ -235,6 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .compiler.compile import random_inputs
 
     exe = _executor_for(args)
+    exe.set_num_threads(args.threads)
     if args.input:
         loaded = load_inputs(args.input, exe.input_names)
         feeds = {name: array for name, (array, _) in loaded.items()}
@@ -362,6 +363,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     mod, params = load_onnx(args.model, args.shape, args.verbose)
     main_exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
                                      label=f"opfusion ({args.fusion})", target=args.target)
+    main_exe.set_num_threads(args.threads)
     feeds = dict(zip(main_exe.input_names, random_inputs(main_exe)))
     reference = main_exe.run(feeds)
     runners: dict[str, Callable[[], Any]] = {f"opfusion ({args.fusion})":
@@ -372,7 +374,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if engine == args.fusion:
             continue
         if engine == "ort":
-            session = _ort_session(args.model)
+            session = _ort_session(args.model, args.threads)
             names = [i.name for i in session.get_inputs()]
             ort_feeds = {name: feeds[name] for name in names}
             runners["onnxruntime"] = lambda s=session, f=ort_feeds: s.run(None, f)
@@ -381,6 +383,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             continue
         exe = compile_with_progress(args.verbose, mod, params, args.opt_level, engine,
                                     label=f"opfusion ({engine})", target=args.target)
+        exe.set_num_threads(args.threads)
         label = f"opfusion ({engine})"
         runners[label] = lambda e=exe: e.run(feeds)
         kernels[label] = str(exe.num_kernels)
@@ -406,13 +409,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ort_session(path: str) -> Any:
+def _ort_session(path: str, threads: int = 0) -> Any:
     try:
         import onnxruntime as ort
     except ImportError:
         raise CommandError("--compare ort needs onnxruntime: pip install onnxruntime") from None
     options = ort.SessionOptions()
-    options.intra_op_num_threads = host_num_cores()
+    options.intra_op_num_threads = threads or host_num_cores()
     options.log_severity_level = 3
     # Interleaved timing: ONNX Runtime's threads otherwise keep spinning after a run and slow
     # down whichever engine runs next.
@@ -459,6 +462,22 @@ def _compile_options(parser: argparse.ArgumentParser, optional: bool = False) ->
     parser.add_argument("--target", type=_target, default=None, metavar="TARGET",
                         help="the machine to compile for, e.g. 'c' (this CPU, the default), "
                              "'c -mattr=+avx2,+fma' (any AVX2 CPU), 'llvm -mcpu=znver4'")
+
+
+def _threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=_thread_count, default=0, metavar="N",
+                        help="threads the kernels run on (default: every core)")
+
+
+def _thread_count(text: str) -> int:
+    """``--threads``'s value: an int from 0 (every core) to 4096."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (0 to 4096)")
+    return value
 
 
 def _target(text: str) -> Any:
@@ -538,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true", help="print the per-kernel profile")
     run.add_argument("--repeat", type=int, default=10, help="runs per kernel for --profile")
     run.add_argument("--save", metavar="OUT.npz", help="save the outputs")
+    _threads_option(run)
     _compile_options(run, optional=True)
     run.set_defaults(handler=cmd_run)
 
@@ -561,6 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"comma-separated: {', '.join(fusion_strategies())} (opfusion's "
                             f"fusion strategies), ort (onnxruntime); default none,ort")
     bench.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
+    _threads_option(bench)
     _compile_options(bench)
     bench.set_defaults(handler=cmd_bench)
 

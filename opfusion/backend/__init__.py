@@ -48,8 +48,10 @@ class Backend(ABC):
         schedule when no rule applies. Returns the config used (None for the default)."""
 
     @abstractmethod
-    def generate(self, funcs: list[Any], header: str | None = None) -> Any:
-        """Source code of one module holding every PrimFunc of ``funcs``."""
+    def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
+        """Source code of one module holding every PrimFunc of ``funcs`` and, with ``model``
+        (a :class:`~opfusion.runtime.model_layout.ModelLayout` whose kernel indices are
+        positions in ``funcs``), the model's native entry."""
 
     @abstractmethod
     def build(self, source: Any) -> Any:

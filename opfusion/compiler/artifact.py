@@ -79,10 +79,13 @@ from .signature import check_output_names
 #: Version 2: the library exports a kernel table (files of version 1 lack it). Version 3: the
 #: manifest records the target and the ISA features its code uses, instead of every flag of
 #: the building machine's CPU. Version 4: the weights are ``weights.bin`` (stored, aligned,
-#: mapped at load) with its index ``weights.json``, instead of ``constants.npz``.
-FORMAT = "opfusion-artifact-4"
+#: mapped at load) with its index ``weights.json``, instead of ``constants.npz``. Version 5:
+#: the library holds the model's native entry (kernel table version 3), checked at load
+#: against the manifest's steps, values and memory plan.
+FORMAT = "opfusion-artifact-5"
 #: Formats this opfusion recognizes as older versions of its own (told to export again).
-_OLD_FORMATS = ("opfusion-artifact-1", "opfusion-artifact-2", "opfusion-artifact-3")
+_OLD_FORMATS = ("opfusion-artifact-1", "opfusion-artifact-2", "opfusion-artifact-3",
+                "opfusion-artifact-4")
 
 #: Largest ``manifest.json`` accepted (uncompressed).
 MAX_MANIFEST_BYTES = 64 << 20
@@ -159,7 +162,7 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         "plan": {"block_of": {str(k): v for k, v in exe.plan.block_of.items()},
                  "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes},
     }
-    index, weights = _weights_layout(constants)
+    index, weights = weights_layout(constants)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -175,7 +178,7 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         raise
 
 
-def _weights_layout(constants: dict[str, np.ndarray]
+def weights_layout(constants: dict[str, np.ndarray]
                     ) -> tuple[dict[str, Any], list[memoryview]]:
     """The index of ``weights.bin`` and its contents as chunks: each array at the next
     multiple of :data:`WEIGHTS_ALIGNMENT` (zero bytes between)."""
@@ -567,6 +570,9 @@ def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source
                    _output_names(manifest, len(outputs)))
     exe.modules = modules
     exe.source_code = source
+    mismatch = exe.native_mismatch()
+    if mismatch:  # the entry would read or write by the library's tables, not the manifest's
+        raise ArtifactError(f"{path}: the manifest does not match the library: {mismatch}")
     return exe
 
 

@@ -28,22 +28,24 @@ from ..ir.op import Op
 from ..ir.structural import structural_equal, structural_hash
 from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
+from ..runtime.model_layout import NO_KERNEL, model_layout
 from ..target import Target, as_target
 from ..transform.context import PassContext
 from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
-from .executor import ExecStep, Executor, ValueInfo, steps_for_plan
+from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
-from .memory_plan import plan_memory
+from .memory_plan import MemoryPlan, plan_memory
 from .signature import check_output_names
 
 
 def compile(mod: IRModule | Function, target: str | Target | None = None,  # noqa: A001
             params: Mapping[str, Any] | None = None, opt_level: int | None = None,
-            fusion: str | None = None, verify: bool = False) -> Executor:
+            fusion: str | None = None, verify: bool = False,
+            num_threads: int = 0) -> Executor:
     """Compile ``mod``'s ``@main`` into an :class:`Executor`.
 
     ``params`` binds weights by parameter name. ``opt_level`` and ``fusion`` default to the
@@ -52,9 +54,11 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
     standard-normal inputs against the reference interpreter and raises naming the first
     kernel that differs. ``target`` (an :class:`~opfusion.target.Target` or a string such as
     ``"c"`` or ``"c -mattr=+avx2,+fma"``) defaults to the current target (``with target:``),
-    else the host CPU."""
+    else the host CPU. ``num_threads`` is how many threads the kernels run on (0, the
+    default: OpenMP's, every core; change it later with ``exe.set_num_threads``)."""
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
+    check_num_threads(num_threads)
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     if not isinstance(mod, IRModule) or "main" not in mod:
@@ -70,6 +74,7 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
         mod = fuse(mod, strategy, level)
     with resolved:
         executor = build_executor(mod, backend)
+    executor.set_num_threads(num_threads)
     if verify:
         executor.verify(random_inputs(executor))
     return executor
@@ -184,32 +189,41 @@ class _ExecutorBuilder:
 
     def finish(self) -> Executor:
         check_values(model_values(self.values, self.steps, self.input_names))  # before any C
+        plan = self._plan_memory()
         groups = [group for _, group in self.kernels if group.prim_func is not None]
         functions: dict[str, Any] = {}
         source = ""
         if groups:
-            source, parts = self.backend.generate([g.prim_func for g in groups])
+            position = {g.name: k for k, g in enumerate(groups)}
+            layout = model_layout(self.values, self.steps, self.outputs, plan,
+                                  [position.get(s.group.name, NO_KERNEL) for s in self.steps])
+            source, parts = self.backend.generate([g.prim_func for g in groups],
+                                                  model=layout if layout.fits_int64 else None)
             modules = self.backend.load(source, [(g.name, part.entry_name, part.params)
                                                  for g, part in zip(groups, parts)])
             functions = {g.name: module for g, module in zip(groups, modules)}
         for step in self.steps:
             module = functions.get(step.group.name)
             step.function = None if module is None else module._function
-        keep = set(self.outputs)
-        nbytes = {}
-        for step in self.steps:
-            for value in step.writes:
-                if value not in keep:
-                    ty = self.values[value].type
-                    nbytes[value] = ty.nbytes
-        plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
-        check_values([], plan.total_bytes)
         executor = Executor(self.input_names, self.values, self.steps, self.outputs, plan,
                             self.tuple_output, self.output_names)
         executor.modules = functions
         executor.source_code = source
         executor.target = self.backend.target
         return executor
+
+    def _plan_memory(self) -> MemoryPlan:
+        """The static memory plan of the intermediates (every value a step writes that is not
+        an output), checked against the size limits."""
+        keep = set(self.outputs)
+        nbytes = {}
+        for step in self.steps:
+            for value in step.writes:
+                if value not in keep:
+                    nbytes[value] = self.values[value].type.nbytes
+        plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
+        check_values([], plan.total_bytes)
+        return plan
 
 
 def _wrap_op_call(call: Call) -> Function:

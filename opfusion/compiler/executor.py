@@ -36,6 +36,7 @@ from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
 from ..runtime import interrupt
 from ..runtime.interrupt import KERNEL_CANCELLED
+from ..runtime.model_layout import MODEL_BAD_RANGE, NO_KERNEL, model_layout
 from ..target import Target, host_target
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep, allocate
@@ -92,37 +93,23 @@ class InputError(OpfusionError):
 
 @dataclass
 class Workspace:
-    """The memory of one run in progress: ``blocks`` (the memory plan's), ``arrays`` (every
-    constant, shared read-only by all workspaces, and every planned intermediate as a view of
-    this workspace's blocks, by value index) and ``pointers`` (per step, the address of each
-    argument in ``reads + writes`` order, None where the run binds it: inputs and results)."""
+    """The memory of one run in progress: ``buffer`` (one aligned byte array holding the
+    memory plan's ``blocks`` one after another, as views), ``arrays`` (every constant, shared
+    read-only by all workspaces, and every planned intermediate as a view of ``buffer``, by
+    value index) and ``pointers`` (per step, the address of each argument in ``reads +
+    writes`` order, None where the run binds it: inputs and results). ``inputs`` and
+    ``outputs`` are the pointer arrays that a native run fills and passes, ``failed`` where
+    the native entry says which step failed; ``addresses`` those of the input and output
+    arrays, the buffer and ``failed``, in the native entry's argument order."""
 
+    buffer: np.ndarray
     blocks: list[np.ndarray]
     arrays: dict[int, np.ndarray]
     pointers: list[list[int | None]]
-    native: NativeArguments | None = None
-
-
-class NativeArguments:
-    """One workspace's arguments of the native step runner: per step, a C array of its
-    argument pointers (``step_args[i]``, fixed for constants and intermediates), a C array of
-    those arrays' addresses (``table``), and the slots each run fills in (inputs and results:
-    ``(step, position, value)``)."""
-
-    def __init__(self, pointers: list[list[int | None]], arguments: list[list[int]]) -> None:
-        self.step_args = [(ctypes.c_void_p * max(1, len(p)))(*[a or None for a in p])
-                          for p in pointers]
-        self.table = (ctypes.c_void_p * max(1, len(pointers)))(
-            *[ctypes.addressof(a) for a in self.step_args])
-        self.bound = [(step, position, value)
-                      for step, (p, values) in enumerate(zip(pointers, arguments))
-                      for position, (address, value) in enumerate(zip(p, values))
-                      if address is None]
-
-    def bind(self, arrays: Mapping[int, np.ndarray]) -> None:
-        """Point the run-bound slots at this run's inputs and results."""
-        for step, position, value in self.bound:
-            self.step_args[step][position] = arrays[value].ctypes.data
+    inputs: Any = None
+    outputs: Any = None
+    failed: Any = None
+    addresses: tuple[int, ...] = ()
 
 
 class WorkspacePool:
@@ -199,20 +186,35 @@ class Executor:
         self._profiles = threading.local()
         self._connected_modules: set[int] = set()  # ids of modules wired to Ctrl-C
         self._run_hooks: tuple[Callable[[], Any], Callable[[], None]] = (_nothing, _nothing)
-        self._native: NativePlan | None = None  # decided on the first run
+        self._native: Any = None  # a NativePlan (or _NO_NATIVE_PLAN), decided on the first run
+        self._num_threads = 0
+        self._output_types = [self.values[index].type for index in self.outputs]
+        self._first_output: dict[int, int] = {}
+        for position, index in enumerate(self.outputs):
+            self._first_output.setdefault(index, position)
+        self._written = {value for step in self.steps for value in step.writes}
+        self._input_specs = [(tuple(self.values[index].type.shape),
+                              np.dtype(self.values[index].type.dtype))
+                             for index in self._input_values]
+        self._output_specs = [(tuple(ty.shape), np.dtype(ty.dtype)) for ty in self._output_types]
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
         #: The target the kernels were generated for (set by opf.compile and opf.load).
         self.target: Target = host_target()
 
     def _new_workspace(self) -> Workspace:
-        blocks = self.plan.allocate_blocks(self._block_text)
+        buffer, blocks = self.plan.allocate_workspace(self._block_text)
         arrays = dict(self._constants)
         for value, block in self.plan.block_of.items():
             arrays[value] = _view(blocks[block], self.values[value].type)
         pointers = [[arrays[v].ctypes.data if v in arrays else None for v in arguments]
                     for arguments in self._arguments]
-        return Workspace(blocks, arrays, pointers)
+        inputs = (ctypes.c_void_p * max(1, len(self.input_names)))()
+        outputs = (ctypes.c_void_p * max(1, len(self.outputs)))()
+        failed = ctypes.c_int64(-1)
+        addresses = (ctypes.addressof(inputs), ctypes.addressof(outputs), buffer.ctypes.data,
+                     ctypes.addressof(failed))
+        return Workspace(buffer, blocks, arrays, pointers, inputs, outputs, failed, addresses)
 
     def _block_text(self, block: int) -> str:
         """The values that block ``block`` of the memory plan holds, for an error message."""
@@ -263,14 +265,20 @@ class Executor:
                  ) -> Iterator[tuple[Workspace, dict[int, np.ndarray]]]:
         """One run's state: a workspace of its own and every value's array (inputs bound,
         results allocated, intermediates in the workspace), between the Ctrl-C hooks."""
-        bound = self._bind_inputs(feeds)
+        bound = dict(zip(self._input_values, self._bind_inputs(feeds)))
         results = self._new_results()
+        with self._in_workspace() as workspace:
+            yield workspace, {**workspace.arrays, **bound, **results}
+
+    @contextlib.contextmanager
+    def _in_workspace(self) -> Iterator[Workspace]:
+        """A workspace of the caller's own, between the Ctrl-C hooks."""
         self._connect_interrupts()
         begin, end = self._run_hooks
         workspace = self.workspaces.take()
         try:
             begin()
-            yield workspace, {**workspace.arrays, **bound, **results}
+            yield workspace
         finally:
             end()  # first: a KeyboardInterrupt may come at any Python call from here on
             self.workspaces.give(workspace)
@@ -278,13 +286,12 @@ class Executor:
     def _execute(self, feeds: Mapping[str, Any] | Sequence[Any] | None,
                  timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
         """One run in a workspace of its own; appends (kernel, seconds) to ``timings``.
-        Without timings, each stretch of compiled steps is one call of the library's step
-        runner; with them (a profile), every kernel is called and timed on its own."""
-        native = self._native_plan() if timings is None else None
+        Through the library's native entry when it has one (one foreign call for a model
+        whose every step is compiled; with timings, one per kernel), else kernel by kernel."""
+        native = self._native_plan()
+        if native is not None:
+            return self._execute_native(native, feeds, timings)
         with self._running(feeds) as (workspace, arrays):
-            if native is not None:
-                self._run_native(native, workspace, arrays)
-                return [_fresh(arrays[index], index, self) for index in self.outputs]
             for step, pointers, arguments in zip(self.steps, workspace.pointers,
                                                  self._arguments):
                 start = time.perf_counter() if timings is not None else 0.0
@@ -299,32 +306,124 @@ class Executor:
         # the workspace, which the next run may already be using.
         return [_fresh(arrays[index], index, self) for index in self.outputs]
 
-    def _native_plan(self) -> NativePlan | None:
-        """The step runner, the thunk of every step and the stretches of compiled steps
-        between reference steps; None when a compiled step has no thunk (a kernel built
-        before thunks existed). Decided on the first run: modules are set after __init__."""
-        plan = self._native
-        if plan is None:
-            plan = self._native = NativePlan.of(self.steps, self.modules)
-        return plan if plan.runner is not None else None
+    def _execute_native(self, plan: NativePlan, feeds: Mapping[str, Any] | Sequence[Any] | None,
+                        timings: list[tuple[str, float]] | None) -> list[np.ndarray]:
+        """A run through the model's native entry: every output is an array of its own,
+        which the entry fills (kernels write the first position of a value, the entry copies
+        the rest). Written for a small model's sake: its run is a few microseconds of Python
+        around one foreign call."""
+        inputs = self._bind_inputs(feeds)
+        try:
+            outputs = [np.empty(shape, dtype) for shape, dtype in self._output_specs]
+        except (MemoryError, ValueError):
+            outputs = [allocate(lambda ty=ty: np.empty(ty.shape, ty.dtype), ty.nbytes,
+                                f"output {name!r}, {self._value_names[index]}")
+                       for name, ty, index in zip(self.output_names, self._output_types,
+                                                  self.outputs)]
+        self._connect_interrupts()
+        begin, end = self._run_hooks
+        workspace = self.workspaces.take()
+        try:
+            begin()
+            pointers = workspace.inputs
+            for position, array in enumerate(inputs):
+                pointers[position] = _address(array)
+            pointers = workspace.outputs
+            for position, array in enumerate(outputs):
+                pointers[position] = _address(array)
+            arguments = (self._num_threads, plan.constants_address, *workspace.addresses)
+            if plan.whole and timings is None:
+                self._call_native(plan, 0, plan.num_steps, arguments)
+            else:
+                self._run_stretches(plan, workspace, inputs, outputs, arguments, timings)
+        finally:
+            end()  # first: a KeyboardInterrupt may come at any Python call from here on
+            self.workspaces.give(workspace)
+        return outputs
 
-    def _run_native(self, plan: NativePlan, workspace: Workspace,
-                    arrays: Mapping[int, np.ndarray]) -> None:
-        if workspace.native is None:
-            workspace.native = NativeArguments(workspace.pointers, self._arguments)
-        native = workspace.native
-        native.bind(arrays)
-        failed = ctypes.c_int64(-1)
-        for start, stop in plan.stretches:
-            if stop - start == 1 and self.steps[start].function is None:
-                _run_reference(self.steps[start], arrays)
-                continue
-            status = plan.runner(stop - start,
-                                 ctypes.addressof(plan.thunks) + start * _POINTER_BYTES,
-                                 ctypes.addressof(native.table) + start * _POINTER_BYTES,
-                                 ctypes.byref(failed))
-            if status != 0:
-                _raise_status(self.steps[start + failed.value], status)
+    def _run_stretches(self, plan: NativePlan, workspace: Workspace, inputs: list[Any],
+                       outputs: list[np.ndarray], arguments: tuple[Any, ...],
+                       timings: list[tuple[str, float]] | None) -> None:
+        """The steps stretch by stretch: compiled ones through the native entry (one call per
+        stretch, or per kernel when timed), reference ones in Python on arrays over the same
+        memory; then the entry's output copies."""
+        arrays = {**workspace.arrays, **dict(zip(self._input_values, inputs)),
+                  **{value: outputs[position] for value, position in
+                     self._first_output.items() if value in self._written}}
+        for first, stop in plan.stretches:
+            if self.steps[first].function is None:
+                started = time.perf_counter()
+                _run_reference(self.steps[first], arrays)
+                if timings is not None:
+                    timings.append((self.steps[first].group.name,
+                                    time.perf_counter() - started))
+            elif timings is None:
+                self._call_native(plan, first, stop, arguments)
+            else:
+                for step in range(first, stop):
+                    started = time.perf_counter()
+                    self._call_native(plan, step, step + 1, arguments)
+                    timings.append((self.steps[step].group.name,
+                                    time.perf_counter() - started))
+        self._call_native(plan, plan.num_steps, plan.num_steps, arguments)  # the copies
+
+    def _call_native(self, plan: NativePlan, first: int, stop: int,
+                     arguments: tuple[Any, ...]) -> None:
+        """Run steps ``first`` to ``stop - 1`` through the native entry; raise naming the
+        kernel that failed."""
+        status = plan.run(first, stop, *arguments)
+        if status != 0:
+            failed = ctypes.c_int64.from_address(arguments[-1]).value
+            if status == MODEL_BAD_RANGE or not first <= failed < stop:
+                raise OpfusionError(f"internal error: the native entry refused steps {first} "
+                                    f"to {stop} (status {status})")
+            _raise_status(self.steps[failed], status)
+
+    def _native_plan(self) -> NativePlan | None:
+        """How runs go native (None: kernel by kernel, when the kernels' library has no
+        model entry, the steps use several libraries, or a step's function was replaced).
+        Decided on the first run: modules are set after __init__."""
+        if self._native is None:
+            self._native = NativePlan.of(self) or _NO_NATIVE_PLAN
+        return None if self._native is _NO_NATIVE_PLAN else self._native
+
+    def native_mismatch(self) -> str:
+        """Why the library's model entry cannot run this executor's steps ("" when it can, or
+        when there is no library): its tables differ from the layout of the steps, values and
+        memory plan (the loader refuses such an artifact)."""
+        library = _library_model(self)
+        if library is None:
+            return ""
+        want = self.model_layout()
+        if want != library.layout:
+            return _layout_difference(want, library.layout)
+        return ""
+
+    def model_layout(self) -> Any:
+        """The layout of this executor's steps for a native entry (kernel indices from the
+        modules' positions in their library's table)."""
+        kernels = []
+        for step in self.steps:
+            module = self.modules.get(step.group.name) if step.function is not None else None
+            kernels.append(NO_KERNEL if module is None else module.table_index)
+        return model_layout(self.values, self.steps, self.outputs, self.plan, kernels)
+
+    @property
+    def reference_steps(self) -> list[str]:
+        """The kernels that run in Python (the NumPy reference interpreter) because they have
+        no native code: a run leaves the native entry for each."""
+        return [step.group.name for step in self.steps if step.function is None]
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Run the kernels on ``num_threads`` threads (0: OpenMP's default, every core the
+        target has). Applies to the runs that start afterwards, from any thread."""
+        check_num_threads(num_threads)
+        self._num_threads = num_threads
+
+    @property
+    def num_threads(self) -> int:
+        """The threads the kernels run on (0: OpenMP's default)."""
+        return self._num_threads
 
     def _connect_interrupts(self) -> None:
         """Point the cancellation flag of each kernel library at the one Ctrl-C sets (once per
@@ -346,40 +445,43 @@ class Executor:
                                       ty.nbytes, self._value_names[index])
         return results
 
-    def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> dict[int, Any]:
+    def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> list[Any]:
+        """The run's input arrays in input order, each checked (shape, dtype) and made
+        C-contiguous and aligned (a copy where it is not)."""
         if feeds is None:
             feeds = {}
         if isinstance(feeds, Mapping):
-            unknown = [name for name in feeds if name not in self.input_names]
-            if unknown:
-                raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are "
-                                 f"{', '.join(map(repr, self.input_names))}")
-            missing = [name for name in self.input_names if name not in feeds]
-            if missing:
-                raise InputError(f"input {missing[0]!r} is missing; the model's inputs are "
-                                 f"{', '.join(map(repr, self.input_names))}")
-            ordered = [feeds[name] for name in self.input_names]
+            try:
+                ordered = [feeds[name] for name in self.input_names]
+            except KeyError:
+                ordered = []
+            if len(ordered) != len(feeds) or len(ordered) != len(self.input_names):
+                self._check_feed_names(feeds)
         else:
             ordered = list(feeds)
             if len(ordered) != len(self.input_names):
                 raise InputError(f"the model takes {len(self.input_names)} input(s) "
                                  f"({', '.join(self.input_names)}), got {len(ordered)}")
-        bound = {}
-        for index, name, value in zip(self._input_values, self.input_names, ordered):
-            want = self.values[index].type
-            array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-            if array.shape != tuple(want.shape):
-                raise InputError(f"input {name!r} must have shape {tuple(want.shape)}, got "
-                                 f"{array.shape}")
-            if array.dtype != np.dtype(want.dtype):
-                raise InputError(f"input {name!r} must be {want.dtype}, got {array.dtype}; "
-                                 f"convert it with .astype('{want.dtype}')")
-            if not (array.flags.c_contiguous and array.flags.aligned):
-                # A non-contiguous input is copied: that copy may fail too.
-                array = allocate(lambda array=array: np.require(array, requirements="CA"),
-                                 array.nbytes, f"a contiguous copy of input {name!r}")
-            bound[index] = array
-        return bound
+        arrays = []
+        for (shape, dtype), name, value in zip(self._input_specs, self.input_names, ordered):
+            # The common case first, checked in a few attribute reads (a run of a small
+            # model costs microseconds, and these checks are a part of them).
+            if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype \
+                    and value.flags.c_contiguous and value.flags.aligned:
+                arrays.append(value)
+            else:
+                arrays.append(_checked_input(name, value, shape, dtype))
+        return arrays
+
+    def _check_feed_names(self, feeds: Mapping[str, Any]) -> None:
+        unknown = [name for name in feeds if name not in self.input_names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are "
+                             f"{', '.join(map(repr, self.input_names))}")
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise InputError(f"input {missing[0]!r} is missing; the model's inputs are "
+                             f"{', '.join(map(repr, self.input_names))}")
 
     # -- inspection ----------------------------------------------------------------------------
     def source(self) -> str:
@@ -439,6 +541,14 @@ class Executor:
 
         export_executor(self, path)
 
+    def export_library(self, directory: Any, name: str = "model") -> Any:
+        """Write this model as a shared library that runs without Python, with a C header
+        and an example program (see :mod:`opfusion.compiler.export_library`); returns an
+        ``ExportedLibrary`` naming the files and the example's build command."""
+        from .export_library import export_library
+
+        return export_library(self, directory, name)
+
     def __call__(self, *arrays: Any, **named: Any) -> Any:
         """Run with positional and/or named inputs; one output comes back as an array,
         several as a tuple."""
@@ -476,6 +586,14 @@ class KernelProfile:
         return self.render()
 
 
+def check_num_threads(num_threads: Any) -> None:
+    """OpfusionError unless ``num_threads`` is an int from 0 (OpenMP's default) to 4096."""
+    if not isinstance(num_threads, int) or isinstance(num_threads, bool) \
+            or not 0 <= num_threads <= 4096:
+        raise OpfusionError(f"num_threads must be an int from 0 (every core) to 4096, got "
+                            f"{num_threads!r}")
+
+
 def steps_for_plan(steps: Sequence[ExecStep]) -> list[PlannedStep]:
     return [PlannedStep(tuple(s.reads), tuple(s.writes)) for s in steps]
 
@@ -484,32 +602,27 @@ def _nothing() -> None:
     return None
 
 
-_POINTER_BYTES = ctypes.sizeof(ctypes.c_void_p)
-
-
 @dataclass
 class NativePlan:
-    """How a run goes native: the library's step runner (None when some compiled step has
-    no thunk), every step's thunk address (0 for a reference step) and the stretches
-    ``(start, stop)`` of the steps in order: each a run of compiled steps, or one reference
-    step."""
+    """How a run goes native: the library's model entry (``run``), the constants' pointer
+    table (``constants``, with the arrays it points into kept alive), whether every step is
+    compiled (``whole``: a run is one call), and the stretches ``(first, stop)`` of the steps
+    in order, each a run of compiled steps or one reference step."""
 
-    runner: Any
-    thunks: Any
+    run: Any
+    num_steps: int
+    constants: Any
+    constants_address: int
+    whole: bool
     stretches: list[tuple[int, int]]
 
     @staticmethod
-    def of(steps: Sequence[ExecStep], modules: Mapping[str, Any]) -> NativePlan:
-        thunks: list[int] = []
-        runner = None
-        for step in steps:
-            module = modules.get(step.group.name) if step.function is not None else None
-            thunk = getattr(module, "thunk", 0) if module is not None else 0
-            if step.function is not None and not thunk:
-                return NativePlan(None, None, [])
-            if module is not None and runner is None:
-                runner = module.kernels.run_steps
-            thunks.append(thunk)
+    def of(executor: Executor) -> NativePlan | None:
+        """The plan of ``executor``, or None when its kernels have no usable model entry."""
+        library = _library_model(executor)
+        if library is None or executor.native_mismatch():
+            return None
+        steps = executor.steps
         stretches: list[tuple[int, int]] = []
         for index, step in enumerate(steps):
             native = step.function is not None
@@ -518,8 +631,50 @@ class NativePlan:
                 stretches[-1] = (stretches[-1][0], index + 1)
             else:
                 stretches.append((index, index + 1))
-        table = (ctypes.c_void_p * max(1, len(thunks)))(*[t or None for t in thunks])
-        return NativePlan(runner, table, stretches)
+        arrays = list(executor._constants.values())  # value order: the constants' slots
+        table = (ctypes.c_void_p * max(1, len(arrays)))(*[_address(a) for a in arrays])
+        table._opf_arrays = arrays  # alive as long as the table
+        return NativePlan(library.run, len(steps), table, ctypes.addressof(table),
+                          all(step.function is not None for step in steps), stretches)
+
+
+_NO_NATIVE_PLAN: Any = object()
+
+
+def _library_model(executor: Executor) -> Any:
+    """The model entry of the one library holding every compiled step's kernel, if any and
+    if no step's function was replaced (tests inject Python functions)."""
+    model, library = None, None
+    for step in executor.steps:
+        if step.function is None:
+            continue
+        module = executor.modules.get(step.group.name)
+        if module is None or step.function is not module._function:
+            return None
+        if library is None:
+            library = module.kernels
+        elif module.kernels is not library:
+            return None
+        model = library.model
+    return model
+
+
+def _layout_difference(want: Any, have: Any) -> str:
+    """The first field in which two model layouts differ, for a message."""
+    for field in ("step_kernels", "step_args", "copies", "constant_bytes", "input_bytes",
+                  "output_bytes", "workspace_bytes"):
+        if getattr(want, field) != getattr(have, field):
+            return (f"the library's model tables differ from the model's steps in "
+                    f"{field}")
+    return ""
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of an array's first byte (a writable array's through ctypes' buffer
+    protocol, several times faster than ``array.ctypes.data``)."""
+    if array.flags.writeable and array.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    return array.ctypes.data
 
 
 def _call_kernel(step: ExecStep, pointers: list[int]) -> None:
@@ -540,6 +695,23 @@ def _raise_status(step: ExecStep, status: int) -> None:
                                f"could not allocate its scratch memory (malloc failed); free "
                                f"memory, or lower compile.max_allocation_bytes so that "
                                f"opf.compile refuses such a kernel")
+
+
+def _checked_input(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
+                   ) -> np.ndarray:
+    """``value`` as a C-contiguous, aligned array of ``shape`` and ``dtype`` (a copy when it
+    is not contiguous); InputError naming the input when it cannot be."""
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    if array.shape != shape:
+        raise InputError(f"input {name!r} must have shape {shape}, got {array.shape}")
+    if array.dtype != dtype:
+        raise InputError(f"input {name!r} must be {dtype}, got {array.dtype}; convert it "
+                         f"with .astype('{dtype}')")
+    if not (array.flags.c_contiguous and array.flags.aligned):
+        # A non-contiguous input is copied: that copy may fail too.
+        array = allocate(lambda: np.require(array, requirements="CA"), array.nbytes,
+                         f"a contiguous copy of input {name!r}")
+    return array
 
 
 def _run_reference(step: ExecStep, arrays: dict[int, np.ndarray]) -> None:

@@ -40,14 +40,40 @@ class MemoryPlan:
     def total_bytes(self) -> int:
         return sum(self.block_sizes)
 
-    def allocate_blocks(self, describe: Callable[[int], str] | None = None
-                        ) -> list[np.ndarray]:
-        """Fresh, uninitialized memory for the plan: one ``ALIGNMENT``-aligned byte array per
-        block. Each concurrent run needs its own set (see ``executor.WorkspacePool``).
-        OutOfMemoryError if the machine does not give a block, naming it with
-        ``describe(block)`` (e.g. the values it holds)."""
+    @property
+    def block_offsets(self) -> list[int]:
+        """Where each block starts in a run's workspace: the blocks lie one after another
+        (each size is a multiple of ``ALIGNMENT``, so every block is aligned)."""
+        offsets, offset = [], 0
+        for size in self.block_sizes:
+            offsets.append(offset)
+            offset += size
+        return offsets
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The size of one run's workspace: every block, one after another."""
+        return self.total_bytes
+
+    def allocate_workspace(self, describe: Callable[[int], str] | None = None
+                           ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Fresh, uninitialized memory for the plan: one ``ALIGNMENT``-aligned byte array (the
+        workspace the native entry takes) and each block as a view of it, at
+        :attr:`block_offsets`. Each concurrent run needs its own (see
+        ``executor.WorkspacePool``). OutOfMemoryError if the machine does not give it, naming
+        the largest block with ``describe(block)`` (e.g. the values it holds)."""
         name = describe or (lambda block: f"block {block} of the memory plan")
-        return [aligned_empty(size, name(block)) for block, size in enumerate(self.block_sizes)]
+        largest = max(range(len(self.block_sizes)), key=self.block_sizes.__getitem__,
+                      default=None)
+        if largest is None or len(self.block_sizes) == 1:
+            what = "the workspace" if largest is None else name(largest)
+        else:
+            what = (f"the workspace of {len(self.block_sizes)} blocks (the largest: "
+                    f"{name(largest)})")
+        workspace = aligned_empty(self.workspace_bytes, what)
+        blocks = [workspace[offset:offset + size]
+                  for offset, size in zip(self.block_offsets, self.block_sizes)]
+        return workspace, blocks
 
 
 def aligned_empty(nbytes: int, what: str = "a buffer") -> np.ndarray:

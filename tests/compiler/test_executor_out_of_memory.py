@@ -3,6 +3,7 @@ inputs, a kernel's scratch) and of the reference interpreter reports a failure a
 opfusion error naming the value or kernel and the bytes asked for, never a bare MemoryError
 or NumPy's ValueError for a size past its range."""
 
+import ctypes
 import dataclasses
 
 import numpy as np
@@ -62,7 +63,7 @@ def test_a_result_the_machine_does_not_give_names_it(monkeypatch):
         exe(np.zeros((3, 5), np.float32))
     assert isinstance(info.value, OpfusionError) and isinstance(info.value, MemoryError)
     message = str(info.value)
-    assert "60 bytes for result 0 of kernel fused_exp_exp_0 (exp)" in message
+    assert "60 bytes for output 'output_0', result 0 of kernel fused_exp_exp_0 (exp)" in message
     assert "Tensor[(3, 5), float32]" in message
 
 
@@ -84,11 +85,11 @@ def test_a_kernel_whose_scratch_malloc_fails_is_an_opfusion_error():
     exe = opf.compile(_exp_exp((3,)))
     plan = exe._native_plan()
 
-    def runner(count, thunks, args, failed):  # the step runner, as the C one reports it
-        failed._obj.value = 0
+    def run(first, stop, threads, constants, inputs, outputs, workspace, failed):
+        ctypes.c_int64.from_address(failed).value = 0  # as the native entry reports it
         return 1
 
-    exe._native = dataclasses.replace(plan, runner=runner)
+    exe._native = dataclasses.replace(plan, run=run)
     with pytest.raises(OutOfMemoryError, match=message):
         exe(np.zeros(3, np.float32))  # one native call for the whole run
 

@@ -93,11 +93,11 @@ def test_the_pool_holds_no_more_workspaces_than_concurrent_runs():
     plan = exe._native_plan()
     barrier = threading.Barrier(4, timeout=30)
 
-    def waiting_runner(*args):
+    def waiting_run(*args):
         barrier.wait()
-        return plan.runner(*args)
+        return plan.run(*args)
 
-    exe._native = dataclasses.replace(plan, runner=waiting_runner)
+    exe._native = dataclasses.replace(plan, run=waiting_run)
     try:
         for _ in range(2):
             run_in_threads(4, lambda index: exe(x))

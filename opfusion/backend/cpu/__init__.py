@@ -46,12 +46,12 @@ class CPUBackend(Backend):
         rule.apply(s, anchor, output, self.target, used)
         return None if rule is RULES.fallback and config is None else used
 
-    def generate(self, funcs: list[Any], header: str | None = None) -> Any:
+    def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
         from .emitter import codegen_c_module
 
         if header is None:
-            return codegen_c_module(funcs, target=self.target)
-        return codegen_c_module(funcs, header=header, target=self.target)
+            return codegen_c_module(funcs, target=self.target, model=model)
+        return codegen_c_module(funcs, header=header, target=self.target, model=model)
 
     def build(self, source: str) -> CompiledLibrary:
         return compile_source(source, flags=target_flags(self.target))

@@ -35,12 +35,14 @@ import numpy as np
 
 from ...errors import BuildError
 from ...runtime.interrupt import CANCEL_FLAG_SYMBOL, KERNEL_CANCELLED
+from ...runtime.model_layout import ModelLayout
 from ...target import Target, as_target
 from ...tir import expr as E
 from ...tir import stmt as S
 from ..c_family import CFamilyEmitter, WorkItem, has_inner_loop
 from ..c_names import NameTable, c_type, sanitize_identifier
 from .loop_planning import LoopPlans, plan_loops
+from .model_entry import MODEL_TYPES_C, model_entry_c
 from .module import (
     DTYPE_CODES,
     KERNEL_TABLE_MAGIC,
@@ -214,17 +216,19 @@ class CPUEmitter(CFamilyEmitter):
         self.line(indent, "opf_stream_fence();")
 
 
-def assemble_c(parts: list[CParts], header: str) -> str:
-    """One C translation unit holding every kernel of ``parts``: includes and helpers once."""
-    includes = sorted({name for part in parts for name in part.includes})
+def assemble_c(parts: list[CParts], header: str, model: ModelLayout | None = None) -> str:
+    """One C translation unit holding every kernel of ``parts``: includes and helpers once,
+    then the kernel table, and the model's native entry when ``model`` (its layout) is given
+    (see :mod:`.model_entry`)."""
+    includes = {name for part in parts for name in part.includes}
+    if model is not None:
+        includes |= {"omp.h", "string.h"}
     helpers: dict[str, str] = {}
     for part in parts:
         for key, text in part.helpers.items():
             helpers.setdefault(key, text)
     out = [header]
-    out += [f"#include <{name}>" for name in includes]
-    out.append("")
-    out += run_steps_c()  # before the kernels: it calls them only through their thunks
+    out += [f"#include <{name}>" for name in sorted(includes)]
     out.append("")
     # Types first, then functions; within each, the order of first use (which puts a helper
     # after the helpers it calls, and is deterministic).
@@ -235,17 +239,18 @@ def assemble_c(parts: list[CParts], header: str) -> str:
     for part in parts:
         out.append(part.function)
         out.append("")
-    out += kernel_table_c(parts)
+    out += kernel_table_c(parts, model)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def kernel_table_c(parts: list[CParts]) -> list[str]:
+def kernel_table_c(parts: list[CParts], model: ModelLayout | None = None) -> list[str]:
     """Lines of C defining ``opf_kernel_table()``: what the library holds, for the loader.
 
     The table lists every kernel of the file with its exported name, a pointer to the
     function and, per parameter, the dtype code, rank, dimensions and whether the kernel
-    writes it, and its thunk (:func:`thunk_c`); the table also points at the step runner
-    (:func:`run_steps_c`) (layout: :mod:`opfusion.backend.cpu.module`). The loader takes
+    writes it, and its thunk (:func:`thunk_c`); the table also points at the model's native
+    entry and its tables when ``model`` is given (:mod:`.model_entry`), else holds a null
+    pointer there (layout: :mod:`opfusion.backend.cpu.module`). The loader takes
     function pointers from this table and never looks a symbol up by a name it was given, so a
     library can only be asked to run its own kernels, with the shapes they were compiled for.
     Names are written with the preprocessor's ``#`` (they are plain identifiers), so the file
@@ -253,15 +258,16 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
     lines = [
         "#define OPF_NAME(x) #x",
         "typedef int32_t (*opf_entry_t)(void);",
+        "typedef int32_t (*opf_thunk_t)(void* const*);",
         "typedef struct { int32_t dtype; int32_t rank; int32_t written; int32_t reserved; "
         "const int64_t* dims; } opf_param_info_t;",
         "typedef struct { const char* name; opf_entry_t function; int32_t num_params; "
         "int32_t reserved; const opf_param_info_t* params; opf_thunk_t thunk; } "
         "opf_kernel_info_t;",
-        "typedef int32_t (*opf_run_steps_t)(int64_t, const opf_thunk_t*, void* const* const*, "
-        "int64_t*);",
+        *MODEL_TYPES_C,
         "typedef struct { uint32_t magic; uint32_t version; int64_t num_kernels; "
-        "const opf_kernel_info_t* kernels; opf_run_steps_t run_steps; } opf_kernel_table_t;",
+        "const opf_kernel_info_t* kernels; const opf_model_info_t* model; } "
+        "opf_kernel_table_t;",
     ]
     kernels = []
     for k, part in enumerate(parts):
@@ -287,8 +293,12 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
         lines.append("static const opf_kernel_info_t opf_kernels[] = {")
         lines += [f"  {entry}," for entry in kernels]
         lines.append("};")
+    entry = "0"
+    if model is not None and kernels:
+        lines += model_entry_c(model)
+        entry = "&opf_model_info"
     lines.append(f"static const opf_kernel_table_t opf_table = {{{KERNEL_TABLE_MAGIC}u, "
-                 f"{KERNEL_TABLE_VERSION}u, {len(kernels)}, {table}, opf_run_steps}};")
+                 f"{KERNEL_TABLE_VERSION}u, {len(kernels)}, {table}, {entry}}};")
     lines.append(f"const opf_kernel_table_t* {KERNEL_TABLE_SYMBOL}(void) {{ return &opf_table; }}")
     return lines
 
@@ -296,37 +306,22 @@ def kernel_table_c(parts: list[CParts]) -> list[str]:
 def thunk_c(name: str, part: CParts) -> str:
     """A kernel's uniform entry: ``int32_t name(void* const* args)`` calls the kernel with
     ``args[i]`` as its i-th pointer, converted to the parameter's type. Every thunk has the
-    same C type, so :func:`run_steps_c` calls any kernel through one function-pointer type,
-    as C allows (casting the kernels themselves to one type would not be)."""
+    same C type, so the model's entry (:mod:`.model_entry`) calls any kernel through one
+    function-pointer type, as C allows (casting the kernels themselves to one type would
+    not be)."""
     args = ", ".join(f"({'' if p.written else 'const '}{c_type(p.dtype)}*)a[{i}]"
                      for i, p in enumerate(part.params))
     unused = "" if part.params else " (void)a;"
     return f"static int32_t {name}(void* const* a) {{{unused} return {part.entry_name}({args}); }}"
 
 
-def run_steps_c() -> list[str]:
-    """``opf_run_steps(count, thunks, args, failed)``: the model's steps in one native call.
-    Calls ``thunks[i](args[i])`` in order and stops at the first that returns a non-zero
-    status (out of memory, cancelled), storing its index in ``*failed``; the executor makes
-    one foreign call per run instead of one per kernel."""
-    return [
-        "typedef int32_t (*opf_thunk_t)(void* const*);",
-        "static int32_t opf_run_steps(int64_t count, const opf_thunk_t* thunks, "
-        "void* const* const* args, int64_t* failed) {",
-        "  for (int64_t i = 0; i < count; ++i) {",
-        "    const int32_t status = thunks[i](args[i]);",
-        "    if (status != 0) { *failed = i; return status; }",
-        "  }",
-        "  return 0;",
-        "}",
-    ]
-
-
 def codegen_c_module(funcs: list[S.PrimFunc], options: CodegenOptions | None = None,
                      header: str = "// Generated by opfusion. Do not edit; rebuild instead.",
-                     target: str | Target | None = None) -> tuple[str, list[CParts]]:
+                     target: str | Target | None = None, model: ModelLayout | None = None
+                     ) -> tuple[str, list[CParts]]:
     """One C file for several kernels, for ``target`` (None: the current target);
-    ``parts[i].entry_name`` is the C name of ``funcs[i]``.
+    ``parts[i].entry_name`` is the C name of ``funcs[i]``. With ``model`` (a layout whose
+    kernel indices are positions in ``funcs``) the file also holds the model's native entry.
 
     Exported names are handed out by one name table for the whole file, so they differ even
     when kernel names are equal or differ only beyond :data:`MAX_NAME_LENGTH` characters."""
@@ -343,7 +338,7 @@ def codegen_c_module(funcs: list[S.PrimFunc], options: CodegenOptions | None = N
                              f"the C name {part.entry_name!r}")
         seen[part.entry_name] = func.name
         parts.append(part)
-    return assemble_c(parts, header), parts
+    return assemble_c(parts, header, model), parts
 
 
 def codegen_c(func: S.PrimFunc, name: str | None = None,

@@ -28,6 +28,7 @@ import numpy as np
 
 from ...errors import KernelArgumentError, OpfusionError, OutOfMemoryError, RunInterrupted
 from ...runtime.interrupt import KERNEL_CANCELLED
+from ...runtime.model_layout import NO_KERNEL, ModelArg, ModelCopy, ModelLayout
 from ...runtime.ndarray import NDArray
 from .toolchain import CompiledLibrary, compile_source, evict
 
@@ -36,8 +37,10 @@ KERNEL_TABLE_SYMBOL = "opf_kernel_table"
 #: First field of a kernel table ("OPFT"), then its layout version.
 KERNEL_TABLE_MAGIC = 0x4F504654
 #: Version 2: each kernel has a thunk (a uniform ``int32_t(void* const*)`` entry) and the
-#: table points at the step runner, so that a model runs in one foreign call.
-KERNEL_TABLE_VERSION = 2
+#: table points at the step runner, so that a model runs in one foreign call. Version 3: the
+#: step runner is replaced by the model's native entry and its tables (``opf_model_info_t``,
+#: see :mod:`opfusion.backend.cpu.model_entry`), null in a library of loose kernels.
+KERNEL_TABLE_VERSION = 3
 #: Dtype codes of kernel-table parameters.
 DTYPE_CODES = {dtype: code for code, dtype in enumerate(
     ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -86,9 +89,10 @@ class Module:
         self._source = source
         self._kernels = kernels if kernels is not None else LibraryKernels(library)
         self._function = self._kernels.function(entry_name, self.params)
-        #: Address of the kernel's thunk, for the library's step runner
-        #: (``self.kernels.run_steps``); both checked to lie inside the library.
+        #: Address of the kernel's thunk (checked to lie inside the library).
         self.thunk = self._kernels.entry(entry_name).thunk
+        #: Position of the kernel in the library's table (what the model's tables name).
+        self.table_index = self._kernels.entry(entry_name).index
 
     @property
     def kernels(self) -> LibraryKernels:
@@ -238,16 +242,56 @@ class _KernelInfo(ctypes.Structure):
                 ("params", ctypes.POINTER(_ParamInfo)), ("thunk", ctypes.c_void_p)]
 
 
+class _ModelArg(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("index", ctypes.c_int32),
+                ("offset", ctypes.c_int64)]
+
+
+class _ModelCopy(ctypes.Structure):
+    _fields_ = [("output", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("source", _ModelArg), ("nbytes", ctypes.c_int64)]
+
+
+class _ModelInfo(ctypes.Structure):
+    _fields_ = [("num_steps", ctypes.c_int64),
+                ("step_kernels", ctypes.POINTER(ctypes.c_int32)),
+                ("step_args", ctypes.POINTER(ctypes.c_int64)),
+                ("args", ctypes.POINTER(_ModelArg)),
+                ("num_copies", ctypes.c_int64), ("copies", ctypes.POINTER(_ModelCopy)),
+                ("num_constants", ctypes.c_int64),
+                ("constant_bytes", ctypes.POINTER(ctypes.c_int64)),
+                ("num_inputs", ctypes.c_int64), ("input_bytes", ctypes.POINTER(ctypes.c_int64)),
+                ("num_outputs", ctypes.c_int64),
+                ("output_bytes", ctypes.POINTER(ctypes.c_int64)),
+                ("workspace_bytes", ctypes.c_int64), ("max_args", ctypes.c_int64),
+                ("run", ctypes.c_void_p)]
+
+
 class _TableInfo(ctypes.Structure):
     _fields_ = [("magic", ctypes.c_uint32), ("version", ctypes.c_uint32),
                 ("num_kernels", ctypes.c_int64), ("kernels", ctypes.POINTER(_KernelInfo)),
-                ("run_steps", ctypes.c_void_p)]
+                ("model", ctypes.POINTER(_ModelInfo))]
 
 
-#: ``opf_run_steps(count, thunks, args, failed) -> status`` (see
-#: :func:`opfusion.backend.cpu.emitter.run_steps_c`).
-RUN_STEPS_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p,
-                                       ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+#: ``opf_model_run(first, stop, num_threads, constants, inputs, outputs, workspace, failed)
+#: -> status`` (see :mod:`opfusion.backend.cpu.model_entry`). Pointers are passed as
+#: addresses (ints), which ctypes converts fastest.
+MODEL_RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
+                                       ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+# Bounds on a model's tables (a generated one is far below them).
+_MAX_STEPS = 1 << 24
+_MAX_ARGS = 1 << 28
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    """A library's model entry: its layout as the library's tables hold it, and the entry
+    (``run``, a ctypes function of :data:`MODEL_RUN_PROTOTYPE`)."""
+
+    layout: ModelLayout
+    run: Any
 
 
 @dataclass(frozen=True)
@@ -259,6 +303,7 @@ class TableEntry:
     params: tuple[KernelParam, ...]
     address: int
     thunk: int
+    index: int
 
 
 class LibraryKernels:
@@ -301,16 +346,12 @@ class LibraryKernels:
                                    f"opfusion reads version {KERNEL_TABLE_VERSION}")
         if not 0 <= info.num_kernels <= _MAX_KERNELS or (info.num_kernels and not info.kernels):
             raise LibraryLoadError(f"{path}: the kernel table is damaged")
-        if not info.run_steps or (base is not None
-                                  and _object_base(info.run_steps, path) != base):
-            raise LibraryLoadError(f"{path}: the kernel table's step runner is missing or "
-                                   f"points outside the library")
-        runner = RUN_STEPS_PROTOTYPE(info.run_steps)
-        runner._opf_library = self  # the library stays loaded while the runner lives
-        self.run_steps = runner
+        #: The model's native entry, or None for a library of loose kernels.
+        self.model = _read_model(info.model.contents, info.num_kernels, path, base,
+                                 self) if info.model else None
         entries: dict[str, TableEntry] = {}
         for k in range(info.num_kernels):
-            entry = _read_entry(info.kernels[k], path, base)
+            entry = _read_entry(info.kernels[k], k, path, base)
             if entry.name in entries:
                 raise LibraryLoadError(f"{path}: the kernel table lists {entry.name!r} twice")
             entries[entry.name] = entry
@@ -346,7 +387,58 @@ class LibraryKernels:
             _ctypes.dlclose(handle._handle)
 
 
-def _read_entry(info: _KernelInfo, path: Any, base: int | None) -> TableEntry:
+def _read_model(info: _ModelInfo, num_kernels: int, path: Any, base: int | None,
+                owner: LibraryKernels) -> LibraryModel:
+    """The model's tables read back into a :class:`ModelLayout`, after checking every count
+    and pointer (a damaged table must not make the loader read without end), and its entry.
+    The caller still compares the layout with the one it derives itself."""
+    def damaged(what: str) -> LibraryLoadError:
+        return LibraryLoadError(f"{path}: the model table is damaged ({what})")
+
+    steps = info.num_steps
+    if not 0 <= steps <= _MAX_STEPS or not info.step_kernels or not info.step_args:
+        raise damaged("steps")
+    counts = [info.num_copies, info.num_constants, info.num_inputs, info.num_outputs]
+    if not all(0 <= n <= _MAX_ARGS for n in counts) or info.workspace_bytes < 0:
+        raise damaged("counts")
+    starts = [int(info.step_args[s]) for s in range(steps + 1)]
+    if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) \
+            or starts[-1] > _MAX_ARGS or (starts[-1] and not info.args):
+        raise damaged("argument ranges")
+    kernels = tuple(int(info.step_kernels[s]) for s in range(steps))
+    if any(not NO_KERNEL <= k < num_kernels for k in kernels):
+        raise damaged("kernel index")
+
+    def arg(a: _ModelArg) -> ModelArg:
+        return ModelArg(int(a.kind), int(a.index), int(a.offset))
+
+    args = tuple(tuple(arg(info.args[i]) for i in range(starts[s], starts[s + 1]))
+                 for s in range(steps))
+    if info.num_copies and not info.copies:
+        raise damaged("copies")
+    copies = tuple(ModelCopy(int(c.output), arg(c.source), int(c.nbytes))
+                   for c in (info.copies[i] for i in range(info.num_copies)))
+
+    def sizes(pointer: Any, count: int) -> tuple[int, ...]:
+        if count and not pointer:
+            raise damaged("sizes")
+        return tuple(int(pointer[i]) for i in range(count))
+
+    layout = ModelLayout(kernels, args, copies,
+                         sizes(info.constant_bytes, info.num_constants),
+                         sizes(info.input_bytes, info.num_inputs),
+                         sizes(info.output_bytes, info.num_outputs), int(info.workspace_bytes))
+    if info.max_args != layout.max_args:
+        raise damaged("argument count")
+    if not info.run or (base is not None and _object_base(info.run, path) != base):
+        raise LibraryLoadError(f"{path}: the model's entry is missing or points outside the "
+                               f"library")
+    run = MODEL_RUN_PROTOTYPE(info.run)
+    run._opf_library = owner  # the library stays loaded while the entry lives
+    return LibraryModel(layout, run)
+
+
+def _read_entry(info: _KernelInfo, index: int, path: Any, base: int | None) -> TableEntry:
     name = (info.name or b"").decode("ascii", "replace")
     if not _IDENTIFIER.fullmatch(name) or not info.function or not info.thunk:
         raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
@@ -367,7 +459,7 @@ def _read_entry(info: _KernelInfo, path: Any, base: int | None) -> TableEntry:
         if any(d < 0 for d in shape):
             raise LibraryLoadError(f"{path}: the kernel table is damaged (entry {name!r})")
         params.append(KernelParam(f"p{p}", shape, dtype, bool(param.written)))
-    return TableEntry(name, tuple(params), int(info.function), int(info.thunk))
+    return TableEntry(name, tuple(params), int(info.function), int(info.thunk), index)
 
 
 def _param_mismatch(have: Sequence[KernelParam], want: Sequence[KernelParam]) -> str:

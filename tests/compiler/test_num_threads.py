@@ -1,0 +1,56 @@
+"""``opf.compile(..., num_threads=N)`` and ``exe.set_num_threads(N)``: the kernels run on N
+OpenMP threads, with the same numbers, and the calling thread's OpenMP setting is left as it
+was (another executor or library sharing the thread is unaffected)."""
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.backend.cpu.toolchain import have_c_compiler
+from opfusion.errors import OpfusionError
+from opfusion.testing import SMALL_WORKLOAD_ARGS, WORKLOADS, workload_input
+
+pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
+
+
+@pytest.fixture(scope="module")
+def model():
+    mod, params = WORKLOADS["resnet18"](**SMALL_WORKLOAD_ARGS["resnet18"])
+    return mod, params, workload_input(mod, params)
+
+
+def test_every_thread_count_gives_the_same_numbers(model):
+    mod, params, feeds = model
+    exe = opf.compile(mod, params=params, num_threads=1)
+    assert exe.num_threads == 1
+    one = exe.run(None, feeds)
+    exe.set_num_threads(2)
+    assert exe.num_threads == 2
+    np.testing.assert_array_equal(exe.run(None, feeds)[0], one[0])
+    exe.set_num_threads(0)
+    np.testing.assert_array_equal(exe.run(None, feeds)[0], one[0])
+
+
+def test_the_callers_openmp_setting_is_restored(model):
+    name = ctypes.util.find_library("gomp")
+    if name is None:
+        pytest.skip("libgomp is not installed where ctypes finds it")
+    gomp = ctypes.CDLL(name)
+    mod, params, feeds = model
+    exe = opf.compile(mod, params=params, num_threads=1)
+    before = gomp.omp_get_max_threads()
+    exe.run(None, feeds)
+    assert gomp.omp_get_max_threads() == before
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", 5000])
+def test_a_bad_thread_count_is_refused(bad):
+    x = opf.var("x", (4,))
+    exe = opf.compile(opf.Function([x], opf.op.exp(x)))
+    with pytest.raises(OpfusionError, match="num_threads must be an int"):
+        exe.set_num_threads(bad)
+    with pytest.raises(OpfusionError, match="num_threads must be an int"):
+        opf.compile(opf.Function([x], opf.op.exp(x)), num_threads=bad)
