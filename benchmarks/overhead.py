@@ -12,7 +12,11 @@ process, batch 1:
   dispatch cost per extra kernel (ONNX Runtime's per extra node likewise).
 
 Prints the median microseconds per run of each engine, their ratio, and the dispatch cost in
-nanoseconds. Quote figures only from a quiet machine (the load is printed)."""
+nanoseconds. Then the overhead proper, per run, of each engine: its run time less the time
+in its kernels. opfusion's kernel time is its native entry called alone, on prepared pointers
+(the call every run makes, without the Python around it); ONNX Runtime's is the sum of its
+nodes' kernel times in its own profiler (a second session with profiling on). Quote figures
+only from a quiet machine (the load is printed)."""
 
 from __future__ import annotations
 
@@ -107,6 +111,7 @@ def main() -> None:
     print(f"{'model':<8} {'kernels':>7} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}")
     rng = np.random.default_rng(0)
     results = {}
+    overheads: dict[str, tuple[float, float]] = {}
     for name, model, fusion in (("tiny", tiny_model(), "tvm"),
                                 ("mlp", mlp_model(), "tvm"),
                                 ("chain1", chain_model(1), "none"),
@@ -121,10 +126,64 @@ def main() -> None:
         results[name] = (exe.num_kernels, t_opf, t_ort)
         print(f"{name:<8} {exe.num_kernels:>7} {t_opf * 1e6:>8.1f}us {t_ort * 1e6:>8.1f}us "
               f"{t_opf / t_ort:>7.2f}x")
+        overheads[name] = (t_opf - native_seconds(exe, feeds, args.repeat),
+                           t_ort - ort_kernel_seconds(model, feeds, args.repeat))
     (k1, t1, o1), (kn, tn, on) = results["chain1"], results["chain32"]
     extra = max(1, kn - k1)
     print(f"dispatch per extra kernel: opfusion {(tn - t1) / extra * 1e9:.0f} ns, "
           f"onnxruntime {(on - o1) / extra * 1e9:.0f} ns per extra node")
+    print("overhead per run (run time less kernel time):")
+    for name, (opf_over, ort_over) in overheads.items():
+        print(f"  {name:<8} opfusion {opf_over * 1e6:6.1f}us  onnxruntime {ort_over * 1e6:6.1f}us")
+
+
+def native_seconds(exe: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
+    """Median seconds of one call of ``exe``'s native entry on prepared pointers: the
+    kernels (and the entry's own dispatch), without the Python of a run."""
+    plan = exe._native_plan()
+    outputs = exe.run(None, feeds)  # arrays of the right shapes to write into
+    workspace = exe.workspaces.take()
+    try:
+        for position, name in enumerate(exe.input_names):
+            workspace.inputs[position] = feeds[name].ctypes.data
+        for position, array in enumerate(outputs):
+            workspace.outputs[position] = array.ctypes.data
+        arguments = (exe.num_threads, plan.constants_address, *workspace.addresses)
+        return interleaved([partial(plan.run, 0, plan.num_steps, *arguments)], repeat)[0]
+    finally:
+        exe.workspaces.give(workspace)
+
+
+def ort_kernel_seconds(model: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
+    """Median over runs of the summed kernel times of ONNX Runtime's nodes (its profiler's
+    ``*_kernel_time`` events), in seconds."""
+    import json
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = Target.current().num_cores
+    options.enable_profiling = True
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    runs = min(repeat, 500)
+    for _ in range(runs):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    try:
+        with open(path) as handle:
+            events = json.load(handle)
+    finally:
+        os.unlink(path)
+    per_run: list[float] = []
+    for event in events:
+        if event.get("cat") == "Session" and event.get("name") == "model_run":
+            per_run.append(0.0)
+        elif event.get("cat") == "Node" and str(event.get("name", "")).endswith(
+                "_kernel_time") and per_run:
+            per_run[-1] += event["dur"] * 1e-6
+    kept = per_run[len(per_run) // 5:] or [0.0]  # the first runs warm up
+    return statistics.median(kept)
 
 
 if __name__ == "__main__":

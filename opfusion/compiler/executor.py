@@ -1,9 +1,11 @@
 """The executor: runs a compiled model as a fixed list of kernel calls over planned memory.
 
 Everything that can be decided before the first run is decided at construction: which value
-lives where (constants bound once, intermediates in the blocks of the static memory plan),
-which pointers each kernel call takes. A run checks the inputs, allocates the results, and
-calls the kernels in order.
+lives where (constants bound once, intermediates in the blocks of the static memory plan,
+one workspace buffer), which pointers each kernel call takes. A run checks the inputs,
+allocates the results, and makes one foreign call: the library's native entry
+(:mod:`opfusion.backend.cpu.model_entry`) calls every kernel in order over the workspace.
+Steps without native code (the NumPy reference) are run here between calls of the entry.
 
 Runs may come from many threads at once, as with ONNX Runtime's ``InferenceSession.run``. The
 intermediates of a run live in a :class:`Workspace` (the plan's blocks and every kernel's
@@ -485,7 +487,7 @@ class Executor:
 
     # -- inspection ----------------------------------------------------------------------------
     def source(self) -> str:
-        """The generated C of all kernels (one translation unit)."""
+        """The generated C of all kernels and the model's native entry."""
         return self.source_code
 
     def profile(self, feeds: Mapping[str, Any] | Sequence[Any] | None = None,
