@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ResourceLimitError
 from ..ir.types import TensorType
 from ..tir import stmt as S
-from ..tir.expr import IntImm
+from ..tir.work import kernel_work
 from ..transform.context import PassContext, register_pass_config
 from ..transform.fold_constant import MAX_FOLD_ELEMENTS
 
@@ -61,32 +61,6 @@ register_pass_config(
     "the machine's physical memory (SC_PAGE_SIZE * SC_PHYS_PAGES, 16 GiB where unknown). "
     "opf.compile raises ResourceLimitError beyond it, and so does the ONNX importer for a "
     "graph input or a constant it would create (ConstantOfShape, Range) beyond it.")
-
-
-def kernel_work(body: S.Stmt) -> int:
-    """Innermost statement executions of ``body``: each store, evaluate or branch test
-    weighted by the product of the extents of the loops around it (an exact Python int,
-    however large; a loop with a non-constant extent counts once)."""
-    total = 0
-    stack: list[tuple[S.Stmt, int]] = [(body, 1)]
-    while stack:
-        node, weight = stack.pop()
-        if isinstance(node, S.For):
-            extent = node.extent.value if isinstance(node.extent, IntImm) else 1
-            if extent > 0:
-                stack.append((node.body, weight * extent))
-        elif isinstance(node, S.SeqStmt):
-            stack.extend((child, weight) for child in node.stmts)
-        elif isinstance(node, (S.Allocate, S.LetStmt)):
-            stack.append((node.body, weight))
-        elif isinstance(node, S.IfThenElse):
-            total += weight
-            stack.append((node.then_case, weight))
-            if node.else_case is not None:
-                stack.append((node.else_case, weight))
-        else:
-            total += weight
-    return total
 
 
 def kernel_allocations(body: S.Stmt) -> list[tuple[str, int]]:

@@ -56,6 +56,11 @@ class TargetKind:
 _KINDS: dict[str, TargetKind] = {}
 
 
+#: Kernel work below which a parallel loop runs on the calling thread (see
+#: :attr:`Target.min_parallel_work`).
+PARALLEL_GRAIN = 1 << 15
+
+
 def register_target_kind(kind: TargetKind) -> TargetKind:
     """Make ``kind`` parseable by :class:`Target` (a new backend registers its kind)."""
     if kind.name in _KINDS:
@@ -185,6 +190,15 @@ class Target:
         if level not in self._caches:
             raise TargetError(f"cache level {level} is not 1, 2 or 3")
         return self._caches[level]
+
+    @property
+    def min_parallel_work(self) -> int:
+        """The least work (innermost statement executions, :func:`opfusion.tir.work.
+        kernel_work`) of a kernel worth spreading over threads. Below it, waking the other
+        threads for the kernel's parallel loop (a futex wake and a reschedule, several
+        microseconds) costs more than they save, and the kernel runs on the calling thread;
+        with one core, every kernel does. Measured with ``benchmarks/parallel_grain.py``."""
+        return PARALLEL_GRAIN if self.num_cores > 1 else 1 << 62
 
     @property
     def isa(self) -> str:

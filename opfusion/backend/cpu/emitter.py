@@ -10,7 +10,8 @@ skipped and the kernel returns -2 with its outputs unfinished. The host points
 the flag at one it sets on Ctrl-C (:mod:`opfusion.runtime.interrupt`, which also defines
 the status codes). Loops map to C as follows:
 
-- PARALLEL: ``#pragma omp parallel for schedule(static)`` (see ``omp_schedule``);
+- PARALLEL: ``#pragma omp parallel for schedule(static)`` (see ``omp_schedule``), or a plain
+  loop in a kernel whose work is below the target's ``min_parallel_work``;
 - VECTORIZED: straight-line code on GCC vector types as wide as the target's vector registers
   when the body allows it (see :mod:`.vector`), otherwise a plain loop under
   ``#pragma omp simd``. Code generation never adds a guard inside a vectorized loop;
@@ -39,6 +40,7 @@ from ...runtime.model_layout import ModelLayout
 from ...target import Target, as_target
 from ...tir import expr as E
 from ...tir import stmt as S
+from ...tir.work import kernel_work
 from ..c_family import CFamilyEmitter, WorkItem, has_inner_loop
 from ..c_names import NameTable, c_type, sanitize_identifier
 from .loop_planning import LoopPlans, plan_loops
@@ -109,6 +111,7 @@ class CPUEmitter(CFamilyEmitter):
         self.status_name = "opf_status"
         self.vector = VectorEmitter(self, target)
         self.plans: LoopPlans | None = None
+        self.serial = False
 
     def emit_parts(self) -> CParts:
         """Emit the function; its text, includes and helpers."""
@@ -121,6 +124,8 @@ class CPUEmitter(CFamilyEmitter):
     # -- hooks of the C-family emitter ------------------------------------------------------
 
     def begin_body(self) -> None:
+        # A kernel too small to pay for waking the other threads runs on the calling one.
+        self.serial = kernel_work(self.func.body) < self.target.min_parallel_work
         self.plans = plan_loops(self.func, self.target,
                                 register_tiles=self.options.register_tiles,
                                 streaming_store_bytes=self.options.streaming_store_bytes)
@@ -141,6 +146,8 @@ class CPUEmitter(CFamilyEmitter):
     def loop_pragma(self, loop: S.For) -> str | None:
         kind = loop.kind
         if kind is S.ForKind.PARALLEL:
+            if self.serial:
+                return None
             return f"#pragma omp parallel for schedule({self.options.omp_schedule})"
         if kind is S.ForKind.VECTORIZED:
             # OpenMP allows no construct inside a simd loop; a vectorized loop around other
