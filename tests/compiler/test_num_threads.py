@@ -54,3 +54,25 @@ def test_a_bad_thread_count_is_refused(bad):
         exe.set_num_threads(bad)
     with pytest.raises(OpfusionError, match="num_threads must be an int"):
         opf.compile(opf.Function([x], opf.op.exp(x)), num_threads=bad)
+
+
+def _exp(n):
+    x = opf.var("x", (n,))
+    return opf.Function([x], opf.op.exp(x))
+
+
+def test_a_kernel_too_small_for_threads_runs_on_the_calling_one():
+    """Waking the other threads costs more than a small kernel's work: its parallel loop is
+    a plain loop (the target's min_parallel_work); a large one keeps OpenMP, unless the target
+    has one core. The numbers are the same either way."""
+    two_cores = opf.Target("c -num-cores=2")
+    small = opf.compile(_exp(64), target=two_cores)
+    assert "omp parallel" not in small.source()
+    n = 4 * two_cores.min_parallel_work
+    large = opf.compile(_exp(n), target=two_cores)
+    assert "#pragma omp parallel for" in large.source()
+    one_core = opf.compile(_exp(n), target=opf.Target("c -num-cores=1"))
+    assert "omp parallel" not in one_core.source()
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    np.testing.assert_array_equal(large.run([x])[0], one_core.run([x])[0])
+    np.testing.assert_allclose(large.run([x])[0], np.exp(x), rtol=1e-5)

@@ -47,11 +47,15 @@ class CPUBackend(Backend):
         return None if rule is RULES.fallback and config is None else used
 
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
-        from .emitter import codegen_c_module
+        """One C file for the kernels of a model (and its native entry with ``model``); a
+        kernel too small for threads runs on the calling one (the target's
+        ``min_parallel_work``)."""
+        from .emitter import CodegenOptions, codegen_c_module
 
+        options = CodegenOptions(min_parallel_work=None)
         if header is None:
-            return codegen_c_module(funcs, target=self.target, model=model)
-        return codegen_c_module(funcs, header=header, target=self.target, model=model)
+            return codegen_c_module(funcs, options, target=self.target, model=model)
+        return codegen_c_module(funcs, options, header=header, target=self.target, model=model)
 
     def build(self, source: str) -> CompiledLibrary:
         return compile_source(source, flags=target_flags(self.target))

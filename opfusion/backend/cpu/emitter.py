@@ -69,12 +69,17 @@ class CodegenOptions:
     keeps its caches warm; "dynamic" or "guided" balance better on a machine busy with other
     work).
     ``register_tiles``: emit accumulation nests with named vector accumulators (see
-    :mod:`opfusion.backend.cpu.regtile`); False leaves them to the C compiler."""
+    :mod:`opfusion.backend.cpu.regtile`); False leaves them to the C compiler.
+    ``min_parallel_work``: a kernel whose work (:func:`opfusion.tir.work.kernel_work`) is
+    below it runs its parallel loops on the calling thread; None takes the target's
+    :attr:`~opfusion.target.Target.min_parallel_work` (as whole models are compiled), 0 (the
+    default, for a schedule written by hand) keeps every parallel loop."""
 
     stack_bytes: int = 64 * 1024
     streaming_store_bytes: int | None = None
     omp_schedule: str = "static"
     register_tiles: bool = True
+    min_parallel_work: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,9 @@ class CPUEmitter(CFamilyEmitter):
 
     def begin_body(self) -> None:
         # A kernel too small to pay for waking the other threads runs on the calling one.
-        self.serial = kernel_work(self.func.body) < self.target.min_parallel_work
+        grain = self.options.min_parallel_work
+        grain = self.target.min_parallel_work if grain is None else grain
+        self.serial = grain > 0 and kernel_work(self.func.body) < grain
         self.plans = plan_loops(self.func, self.target,
                                 register_tiles=self.options.register_tiles,
                                 streaming_store_bytes=self.options.streaming_store_bytes)
