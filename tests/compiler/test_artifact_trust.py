@@ -283,3 +283,18 @@ def test_a_damaged_installed_copy_of_the_library_is_written_again(artifact):
     assert file_sha256(installed) == digest
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_manifest_rewired_within_its_own_checks_is_refused_by_the_model_tables(
+        artifact, tmp_path):
+    """A step edited to read another value of the same type passes every check of the
+    manifest against itself; the library's native entry would still run the model it was
+    built for. Loading compares the library's model tables with the manifest's layout."""
+    def rewire(manifest):
+        exp_result = manifest["steps"][0]["writes"][0]
+        manifest["steps"][2]["reads"] = [exp_result]  # relu(exp(x)), not relu(exp(x) + w)
+
+    path = _rewrite(artifact[0], tmp_path / "rewired.opf", rewire)
+    with pytest.raises(ArtifactError, match="the library's model tables differ from the "
+                                            "model's steps in step_args"):
+        opf.load(path)
