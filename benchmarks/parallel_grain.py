@@ -19,13 +19,12 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from overhead import interleaved
 
 import opfusion as opf
 import opfusion.target.target as target_module
 from opfusion.target import Target, host_cpu_name
 from opfusion.tir.work import kernel_work
-
-from overhead import interleaved
 
 
 def elementwise(n: int) -> tuple[Any, dict[str, np.ndarray]]:

@@ -75,10 +75,15 @@ def _existing_file(path: str) -> Path:
     return file
 
 
-def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0
-              ) -> tuple[Any, dict[str, np.ndarray]]:
-    """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``)."""
+def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0,
+              allow_symbolic: bool = False) -> tuple[Any, dict[str, np.ndarray]]:
+    """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``).
+
+    A model with symbolic input dimensions left open is an error naming the --shape to give,
+    unless ``allow_symbolic`` (the command fixes them otherwise): then its
+    :class:`~opfusion.ir.symbolic.SymbolicModule` comes back."""
     from .frontend import from_onnx
+    from .ir.symbolic import SymbolicModule
 
     file = _existing_file(path)
     overrides = dict(parse_shape(text) for text in shapes)
@@ -90,12 +95,16 @@ def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0
     except OpfusionError as err:
         hint = _symbolic_input_hint(file, overrides)
         raise CommandError(f"{err}{hint}") from err
+    if isinstance(mod, SymbolicModule) and not allow_symbolic:
+        raise CommandError(f"{mod.first_symbolic()}; the command needs static shapes"
+                           f"{_symbolic_input_hint(file, overrides)}")
     log.info("imported %s in %.2f s", path, time.perf_counter() - start)
     return mod, params
 
 
 def _symbolic_input_hint(file: Path, overrides: dict[str, Any]) -> str:
-    """When an input has a symbolic dimension and no --shape, the --shape that would do."""
+    """When an input has a symbolic dimension and no --shape, the --shape that would do (for
+    ``opfusion run``, an --input of any shape does too)."""
     try:
         import onnx
 
@@ -109,7 +118,8 @@ def _symbolic_input_hint(file: Path, overrides: dict[str, Any]) -> str:
         dims = value.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") for d in dims):
             shown = ",".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims)
-            return f" (on the command line: --shape {value.name}={shown})"
+            return (f" (on the command line: --shape {value.name}={shown}; opfusion run also "
+                    f"takes the shape of --input {value.name}=FILE.npy)")
     return ""
 
 
@@ -212,8 +222,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _executor_for(args: argparse.Namespace) -> Any:
-    """Load a compiled .opf, or compile an ONNX model with the command's options."""
+def _executor_for(args: argparse.Namespace
+                  ) -> tuple[Any, dict[str, tuple[np.ndarray, str]] | None]:
+    """Load a compiled .opf, or compile an ONNX model with the command's options; with the
+    ``--input`` arrays when they were loaded to fix the model's symbolic dimensions."""
     if is_artifact(str(_existing_file(args.model))):
         given = [flag for flag, value in (("--shape", args.shape), ("--fusion", args.fusion),
                                           ("--opt-level", args.opt_level),
@@ -224,20 +236,48 @@ def _executor_for(args: argparse.Namespace) -> Any:
                                f"{args.model} is already compiled")
         from .compiler.artifact import load
 
-        return load(args.model)
-    mod, params = load_onnx(args.model, args.shape or (), args.verbose)
-    return compile_with_progress(args.verbose, mod, params,
-                                 DEFAULT_OPT_LEVEL if args.opt_level is None else args.opt_level,
-                                 args.fusion or "tvm", target=args.target)
+        return load(args.model), None
+    from .ir.symbolic import SymbolicModule
+
+    mod, params = load_onnx(args.model, args.shape or (), args.verbose,
+                            allow_symbolic=bool(args.input))
+    loaded = None
+    if isinstance(mod, SymbolicModule):  # the --input arrays' shapes fix its dimensions
+        loaded = load_inputs(args.input, mod.input_names)
+        mod, params = _specialize(mod, loaded, args.verbose)
+    exe = compile_with_progress(args.verbose, mod, params,
+                                DEFAULT_OPT_LEVEL if args.opt_level is None else args.opt_level,
+                                args.fusion or "tvm", target=args.target)
+    return exe, loaded
+
+
+def _specialize(mod: Any, loaded: dict[str, tuple[np.ndarray, str]], verbose: int
+                ) -> tuple[Any, dict[str, np.ndarray]]:
+    """The symbolic module ``mod`` imported for the shapes of the ``--input`` arrays."""
+    from .compiler.specialize import check_shapes
+
+    given = {name: array.shape for name, (array, _) in loaded.items()}
+    symbolic = [tensor.name for tensor in mod.symbolic_inputs()]
+    missing = [name for name in symbolic if name not in given]
+    if missing:
+        raise CommandError(f"input {missing[0]!r} has symbolic dimensions: give it with "
+                           f"--input {missing[0]}=FILE.npy (or fix them with --shape)")
+    check_shapes(mod, given)
+    shapes = {name: given[name] for name in symbolic}
+    text = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
+    with showing_progress(verbose) as progress:
+        progress.stage(f"importing for the inputs' shapes ({text})")
+        return mod.specialize(shapes)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .compiler.compile import random_inputs
 
-    exe = _executor_for(args)
+    exe, loaded = _executor_for(args)
     exe.set_num_threads(args.threads)
     if args.input:
-        loaded = load_inputs(args.input, exe.input_names)
+        if loaded is None:
+            loaded = load_inputs(args.input, exe.input_names)
         feeds = {name: array for name, (array, _) in loaded.items()}
         sources = {name: path for name, (_, path) in loaded.items()}
     else:

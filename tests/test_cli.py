@@ -174,6 +174,35 @@ def test_shape_sets_a_symbolic_dimension(files, cache, tmp_path):
     assert "x: float32[2, 3, 16, 16]" in out and "float32[2, 4]" in out
 
 
+def test_run_takes_symbolic_dimensions_from_the_input_arrays(files, cache, tmp_path):
+    for batch in (3, 8):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16), dtype=np.float32)
+        np.save(tmp_path / f"x{batch}.npy", x)
+        out = opfusion("run", files / "dynamic.onnx", "--input", tmp_path / f"x{batch}.npy",
+                       "--save", tmp_path / f"y{batch}.npz", cwd=tmp_path, cache=cache).stdout
+        assert f"x  float32[{batch}, 3, 16, 16]" in out and f"0  y  float32[{batch}, 4]" in out
+        with np.load(tmp_path / f"y{batch}.npz") as saved:
+            assert saved["y"].shape == (batch, 4)
+            np.testing.assert_allclose(saved["y"].sum(axis=1), 1, rtol=1e-5)  # softmax rows
+
+
+def test_run_needs_an_input_or_a_shape_for_a_symbolic_dimension(files, tmp_path):
+    result = opfusion("run", files / "dynamic.onnx", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "symbolic dimension 'N'", "--shape x=1,3,16,16",
+                          "--input x=FILE.npy")
+    np.save(tmp_path / "bad.npy", np.zeros((2, 4, 16, 16), np.float32))
+    result = opfusion("run", files / "dynamic.onnx", "--input", tmp_path / "bad.npy",
+                      cwd=tmp_path, check=False)
+    assert_one_line_error(result, "input 'x' must have shape (N, 3, 16, 16), got "
+                                  "(2, 4, 16, 16): axis 1 is 3")
+
+
+def test_compile_of_a_symbolic_model_says_to_give_its_shape(files, tmp_path):
+    result = opfusion("compile", files / "dynamic.onnx", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "symbolic dimension 'N'", "needs static shapes",
+                          "--shape x=1,3,16,16")
+
+
 def test_verbose_logs_each_stage(files, cache, tmp_path):
     result = opfusion("run", files / "tiny.onnx", "-v", cwd=tmp_path, cache=cache)
     assert "opfusion: imported" in result.stderr

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
 from ..ir.op import Op
 from ..ir.structural import structural_equal, structural_hash
+from ..ir.symbolic import SymbolicModule
 from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..runtime.model_layout import NO_KERNEL, model_layout
@@ -41,12 +42,22 @@ from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import MemoryPlan, plan_memory
 from .signature import check_output_names
 
+if TYPE_CHECKING:
+    from .specialize import SpecializingExecutor
 
-def compile(mod: IRModule | Function, target: str | Target | None = None,  # noqa: A001
-            params: Mapping[str, Any] | None = None, opt_level: int | None = None,
-            fusion: str | None = None, verify: bool = False,
-            num_threads: int = 0) -> Executor:
+
+def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
+            target: str | Target | None = None, params: Mapping[str, Any] | None = None,
+            opt_level: int | None = None, fusion: str | None = None, verify: bool = False,
+            num_threads: int = 0, *, max_specializations: int | None = None
+            ) -> Executor | SpecializingExecutor:
     """Compile ``mod``'s ``@main`` into an :class:`Executor`.
+
+    A :class:`~opfusion.ir.symbolic.SymbolicModule` (``from_onnx`` of a model with symbolic
+    input dimensions) becomes a :class:`~opfusion.compiler.specialize.SpecializingExecutor`
+    instead, which compiles the model, with these settings and this pass context, for each
+    new set of input shapes a run brings, keeping the ``max_specializations`` most recently
+    used (default 8).
 
     ``params`` binds weights by parameter name. ``opt_level`` and ``fusion`` default to the
     current PassContext's opt_level and ``fusion.strategy`` config (``DEFAULT_OPT_LEVEL``, 3,
@@ -59,6 +70,12 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
     check_num_threads(num_threads)
+    if isinstance(mod, SymbolicModule):
+        return _specializing(mod, resolved, params, opt_level, fusion, verify,
+                             max_specializations, num_threads)
+    if max_specializations is not None:
+        raise OpfusionError("max_specializations applies to a model with symbolic input "
+                            "dimensions; this one has static shapes")
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     if not isinstance(mod, IRModule) or "main" not in mod:
@@ -78,6 +95,23 @@ def compile(mod: IRModule | Function, target: str | Target | None = None,  # noq
     if verify:
         executor.verify(random_inputs(executor))
     return executor
+
+
+def _specializing(mod: SymbolicModule, target: Target, params: Mapping[str, Any] | None,
+                  opt_level: int | None, fusion: str | None, verify: bool,
+                  max_specializations: int | None, num_threads: int) -> SpecializingExecutor:
+    """The executor of a symbolic module, with every setting resolved now."""
+    from .specialize import DEFAULT_MAX_SPECIALIZATIONS, SpecializingExecutor
+
+    ctx = PassContext.current()
+    strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
+    get_fusion_strategy(strategy)  # an unknown name fails here, before any run
+    return SpecializingExecutor(
+        mod, target=target, params=params,
+        opt_level=ctx.opt_level if opt_level is None else opt_level, fusion=strategy,
+        verify=verify, context=ctx, num_threads=num_threads,
+        max_specializations=(DEFAULT_MAX_SPECIALIZATIONS if max_specializations is None
+                             else max_specializations))
 
 
 def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:

@@ -33,18 +33,27 @@ class RunArgumentError(OpfusionError):
 @dataclass(frozen=True)
 class NodeArg:
     """One input or output of a compiled model, like ONNX Runtime's ``NodeArg``: ``name``,
-    ``shape`` (a list of ints; shapes are static), ``type`` (``"tensor(float)"``) and, beyond
-    ONNX Runtime, ``dtype`` (the NumPy dtype)."""
+    ``shape`` (a list of ints for a compiled shape; a specializing executor's may hold, as
+    ONNX Runtime's do, a symbolic dimension's name or None for an unknown one, and is None
+    for an unknown rank), ``type`` (``"tensor(float)"``) and, beyond ONNX Runtime, ``dtype``
+    (the NumPy dtype; None when the model does not declare an output's type)."""
 
     name: str
-    shape: list[int]
+    shape: list[int | str | None] | None
     type: str
-    dtype: np.dtype
+    dtype: np.dtype | None
 
     @classmethod
     def of(cls, name: str, ty: TensorType) -> NodeArg:
-        dtype = str(ty.dtype)
-        return cls(name, [int(d) for d in ty.shape],
+        return cls.symbolic(name, [int(d) for d in ty.shape], str(ty.dtype))
+
+    @classmethod
+    def symbolic(cls, name: str, dims: Sequence[int | str | None] | None,
+                 dtype: str | None) -> NodeArg:
+        """A NodeArg of dims that may be symbolic (see :class:`opfusion.ir.symbolic.Dim`)."""
+        if dtype is None:
+            return cls(name, None if dims is None else list(dims), "tensor(undefined)", None)
+        return cls(name, None if dims is None else list(dims),
                    f"tensor({_ONNX_TYPE_NAMES.get(dtype, dtype)})", np.dtype(dtype))
 
 

@@ -1,6 +1,6 @@
 """Frontends: import models from other frameworks into the graph IR."""
 
 from ..errors import OnnxImportError
-from .onnx import UnsupportedOnnxError, from_onnx
+from .onnx import OnnxSymbolicModule, UnsupportedOnnxError, from_onnx
 
-__all__ = ["OnnxImportError", "UnsupportedOnnxError", "from_onnx"]
+__all__ = ["OnnxImportError", "OnnxSymbolicModule", "UnsupportedOnnxError", "from_onnx"]

@@ -20,6 +20,7 @@ from .op import Attr, Attrs, Op, OpPatternKind, get_op, list_ops, register_op
 from .parser import parse
 from .printer import astext
 from .structural import assert_structural_equal, structural_equal, structural_hash
+from .symbolic import SymbolicModule, SymbolicShapeError, SymbolicTensor
 from .types import FuncType, TensorType, TupleType, Type
 from .visitor import ExprMutator, ExprVisitor, free_vars, post_order
 
@@ -28,5 +29,6 @@ __all__ = [
     "Function", "GlobalVar", "IRModule", "Op", "OpPatternKind", "TensorType", "Tuple",
     "TupleGetItem", "TupleType", "Type", "Var", "assert_structural_equal", "astext", "const",
     "evaluate", "free_vars", "get_op", "infer_type", "list_ops", "parse", "post_order",
-    "register_op", "structural_equal", "structural_hash", "var",
+    "register_op", "structural_equal", "structural_hash", "SymbolicModule",
+    "SymbolicShapeError", "SymbolicTensor", "var",
 ]

@@ -142,6 +142,16 @@ def test_symbolic_dimensions_take_the_shapes_passed_to_run():
         assert_close(rep.run([x])[0], np.maximum(x, 0))
 
 
+def test_imports_by_shape_are_kept_in_a_bounded_cache():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["n", 3])])
+    rep = onnx_backend.prepare(model, max_specializations=2)
+    for rows in (1, 2, 1, 4):  # 2 is now the least recently used of {1, 2}
+        x = np.linspace(-1, 1, rows * 3, dtype=np.float32).reshape(rows, 3)
+        assert_close(rep.run([x])[0], np.maximum(x, 0))
+    assert [key[0][1] for key in rep._runners.keys()] == [(1, 3), (4, 3)]
+    assert len(rep._runners) == 2
+
+
 def test_shape_option_closes_symbolic_dimensions_at_prepare():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["n", 3])])
     rep = onnx_backend.prepare(model, shape={"x": (4, 3)})

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion import OpfusionError  # noqa: E402
-from opfusion.frontend import UnsupportedOnnxError, from_onnx  # noqa: E402
+from opfusion.frontend import OnnxSymbolicModule, UnsupportedOnnxError, from_onnx  # noqa: E402
 from opfusion.testing import assert_close  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -172,10 +172,26 @@ def symbolic_model():
     return make_model([helper.make_node("Relu", ["x"], ["y"])], inputs=[batch])
 
 
-def test_symbolic_dimension_without_override_names_input_and_dimension():
+def test_symbolic_dimension_without_override_gives_a_symbolic_module():
+    mod, params = from_onnx(symbolic_model())
+    assert isinstance(mod, OnnxSymbolicModule) and params == {}
+    assert [(t.name, t.dims, t.dtype) for t in mod.inputs] == [("x", ("batch", 3), "float32")]
+    # What needs a graph names the input and dimension, and says what to do.
     with pytest.raises(OpfusionError, match="graph input 'x' has a symbolic dimension 'batch' "
-                                            "at axis 0; give its shape"):
-        from_onnx(symbolic_model())
+                                            "at axis 0; give its shape when importing"):
+        mod["main"]
+    static, _ = mod.specialize({"x": (2, 3)})
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    assert_close(opf.ir.evaluate(static, [x]), np.maximum(x, 0))
+
+
+def test_a_symbolic_module_checks_the_model_at_import():
+    model = symbolic_model()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = -3
+    with pytest.raises(OpfusionError, match="negative dimension -3 at axis 1"):
+        from_onnx(model)
+    with pytest.raises(OpfusionError, match="shape= names 'z', which is not a graph input"):
+        from_onnx(symbolic_model(), shape={"z": (1,)})
 
 
 def test_symbolic_dimension_with_override():

@@ -2,6 +2,6 @@
 (``converters/``), the converter registry, the checked tensor reader, ONNX functions expanded
 into their bodies, and an ONNX backend (``backend``) for the ONNX backend test suite."""
 
-from .importer import UnsupportedOnnxError, from_onnx
+from .importer import OnnxSymbolicModule, UnsupportedOnnxError, from_onnx
 
-__all__ = ["UnsupportedOnnxError", "from_onnx"]
+__all__ = ["OnnxSymbolicModule", "UnsupportedOnnxError", "from_onnx"]

@@ -20,7 +20,10 @@ suite that runs it would count interpreter passes as compiler passes. The error 
 Symbolic dimensions: ``prepare`` imports the model at once when every input shape is static
 (or is given with ``shape=``), so import errors surface there. When an input has a symbolic
 or unknown dimension, import is deferred to ``run`` and done with the shapes of the arrays
-actually passed; one import is kept per distinct set of input shapes.
+actually passed; one import (and prepared engine) is kept per distinct set of input shapes,
+the ``max_specializations`` (default 8) most recently used, in the
+:class:`~opfusion.compiler.specialize.SpecializationCache` that ``opf.compile``'s executor
+of a symbolic model keeps its specializations in.
 
 Value specialization: opfusion compiles static shapes, so the values that decide a shape (a
 Reshape's target shape, Slice bounds, a TopK's k, Resize scales) must be known at import. A
@@ -28,7 +31,8 @@ real model holds them as initializers; ONNX's node tests pass them as graph inpu
 plain import fails (not for an unsupported op), the backend imports again with candidate
 inputs frozen to the values passed to ``run``: first the integer and bool inputs, then also
 the small float inputs that are not data (scalars, or never a node's first operand). The
-first set that imports is kept, with one import per distinct set of values (as for shapes);
+first set that imports is kept, with one import per distinct set of values (in the same
+cache as the shapes);
 if none does, the last error is raised. Only import errors lead to specialization: when the
 engine fails on a module that imported, that error is raised. ``specialize=False`` turns this
 off; ``rep.frozen_inputs`` names the inputs it froze.
@@ -50,6 +54,7 @@ from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from ...compiler.compile import compile as compile_model
+from ...compiler.specialize import DEFAULT_MAX_SPECIALIZATIONS, SpecializationCache
 from ...errors import OpfusionError
 from ...ir.evaluate import evaluate
 from ...ir.module import IRModule
@@ -87,7 +92,7 @@ ENGINES: dict[str, Engine] = {
 
 DEFAULT_ENGINE = "compiled"
 
-_PREPARE_OPTIONS = ("engine", "shape", "specialize")
+_PREPARE_OPTIONS = ("engine", "shape", "specialize", "max_specializations")
 
 _SMALL = 16
 """Inputs of at most this many elements are candidates for value specialization."""
@@ -98,7 +103,8 @@ class OpfusionBackendRep(BackendRep):
 
     def __init__(self, model: ModelProto, engine: str = DEFAULT_ENGINE,
                  shape: Mapping[str, Sequence[int]] | None = None,
-                 specialize: bool = True) -> None:
+                 specialize: bool = True,
+                 max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS) -> None:
         if engine not in ENGINES:
             raise OpfusionError(f"unknown engine {engine!r}; the engines are "
                                 f"{', '.join(map(repr, ENGINES))}")
@@ -117,7 +123,9 @@ class OpfusionBackendRep(BackendRep):
         # The inputs whose values the import needs; None until a plain import has been tried.
         self.frozen_inputs: list[str] | None = None
         self._plain_error: OpfusionError | None = None
-        self._runners: dict[tuple, Runner] = {}
+        # Runners by input shapes (and frozen values), least recently used evicted.
+        self._runners: SpecializationCache[tuple, Runner] = SpecializationCache(
+            max_specializations)
         if not self.open_inputs:
             self._prepare_static()
 
@@ -148,7 +156,7 @@ class OpfusionBackendRep(BackendRep):
                 raise
             self._plain_error = err  # specialized in run, where the values are known
             return
-        self._runners[()] = self._prepare_engine(imported, {})
+        self._runners.put((), self._prepare_engine(imported, {}))
         self.frozen_inputs = []
 
     def _runner_for(self, arrays: dict[str, np.ndarray]) -> Runner:
@@ -156,13 +164,10 @@ class OpfusionBackendRep(BackendRep):
         if self.frozen_inputs is None:
             self._choose_frozen(arrays, shapes)
         assert self.frozen_inputs is not None
-        key = self._key(shapes, arrays, self.frozen_inputs)
-        runner = self._runners.get(key)
-        if runner is None:
-            frozen = {name: arrays[name] for name in self.frozen_inputs}
-            imported = self._import(dict(shapes), frozen)
-            runner = self._runners[key] = self._prepare_engine(imported, frozen)
-        return runner
+        names = self.frozen_inputs
+        frozen = {name: arrays[name] for name in names}
+        return self._runners.get(self._key(shapes, arrays, names), lambda: self._prepare_engine(
+            self._import(dict(shapes), frozen), frozen))
 
     def _choose_frozen(self, arrays: dict[str, np.ndarray], shapes: tuple) -> None:
         """Freeze nothing if the plain import works, else the first candidate set that makes
@@ -177,8 +182,8 @@ class OpfusionBackendRep(BackendRep):
                     raise
                 error = err
             else:
-                self._runners[self._key(shapes, arrays, [])] = self._prepare_engine(imported,
-                                                                                    {})
+                self._runners.put(self._key(shapes, arrays, []),
+                                  self._prepare_engine(imported, {}))
                 self.frozen_inputs = []
                 return
         for names in self._candidate_sets():
@@ -188,8 +193,8 @@ class OpfusionBackendRep(BackendRep):
             except OpfusionError as err:
                 error = err
                 continue
-            self._runners[self._key(shapes, arrays, names)] = self._prepare_engine(imported,
-                                                                                   frozen)
+            self._runners.put(self._key(shapes, arrays, names),
+                              self._prepare_engine(imported, frozen))
             self.frozen_inputs = names
             return
         raise error
@@ -289,9 +294,10 @@ class OpfusionBackend(Backend):
     """``onnx.backend.base.Backend`` for opfusion (CPU only).
 
     Keywords of :meth:`prepare`: ``engine`` (a key of :data:`ENGINES`, default
-    ``"compiled"``), ``shape`` (input shapes by name, as for :func:`from_onnx`) and
+    ``"compiled"``), ``shape`` (input shapes by name, as for :func:`from_onnx`),
     ``specialize`` (default True: freeze shape-deciding inputs to their values when the
-    plain import needs them; see the module's docstring)."""
+    plain import needs them; see the module's docstring) and ``max_specializations`` (how
+    many imports by shape and frozen values to keep, default 8)."""
 
     @classmethod
     def is_compatible(cls, model: ModelProto, device: str = "CPU", **kwargs: Any) -> bool:

@@ -4,7 +4,11 @@ Initializers become constants (or parameters), every node goes through its conve
 :mod:`opfusion.frontend.onnx.registry`, and any call whose operands are all constants is
 evaluated at once with the operator's reference. That last step is what resolves shape
 arithmetic (Shape -> Gather -> Concat -> Reshape) on static shapes: the imported graph holds
-only the computation that depends on the model's inputs."""
+only the computation that depends on the model's inputs.
+
+A model whose inputs have symbolic dimensions that ``shape=`` does not fix is not imported at
+once: :func:`from_onnx` returns an :class:`OnnxSymbolicModule`, which imports it for each
+concrete set of input shapes (see :mod:`opfusion.ir.symbolic`)."""
 
 from __future__ import annotations
 
@@ -21,12 +25,19 @@ from ...compiler.limits import check_allocation
 from ...errors import OnnxImportError, OpfusionError
 from ...ir.expr import Constant, Expr, Function, Tuple, Var
 from ...ir.module import IRModule
+from ...ir.symbolic import Dim, SymbolicModule, SymbolicTensor
 from ...ir.types import TensorType
 from ...transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .functions import expand_function, has_function_body
 from .registry import OnnxNode, lookup_converter
-from .tensors import first_external_tensor, inline_external_data, onnx_dtype, read_tensor
+from .tensors import (
+    ONNX_DTYPES,
+    first_external_tensor,
+    inline_external_data,
+    onnx_dtype,
+    read_tensor,
+)
 
 
 class UnsupportedOnnxError(OnnxImportError):
@@ -39,13 +50,20 @@ def from_onnx(
     dtype: str | Mapping[str, str] | None = None,
     freeze_params: bool = True,
     base_dir: str | os.PathLike | None = None,
-) -> tuple[IRModule, dict[str, np.ndarray]]:
+) -> tuple[IRModule | OnnxSymbolicModule, dict[str, np.ndarray]]:
     """Import an ONNX model (a ``ModelProto``, serialized bytes or a path) as an IRModule.
 
-    ``shape`` gives input shapes by name (needed for symbolic dimensions); ``dtype`` overrides
-    input dtypes (one for all, or by name). With ``freeze_params=False`` initializers become
-    parameters of ``@main`` and are returned in ``params``; otherwise they are constants and
-    ``params`` is empty.
+    ``shape`` gives input shapes by name; ``dtype`` overrides input dtypes (one for all, or by
+    name). With ``freeze_params=False`` initializers become parameters of ``@main`` and are
+    returned in ``params``; otherwise they are constants and ``params`` is empty.
+
+    When an input has a symbolic or unknown dimension (or an unknown rank) that ``shape`` does
+    not fix, the result is ``(OnnxSymbolicModule, params)`` instead: the model checked
+    (names, opset, input types, supported operators) but imported only when shapes are known.
+    ``opf.compile`` makes it an executor that specialises on each run's input shapes
+    (:class:`~opfusion.compiler.specialize.SpecializingExecutor`); ``mod.specialize(shapes)``
+    imports it for given shapes; what needs a graph (passes, the interpreter) refuses it,
+    saying to pass ``shape=``.
 
     Tensors stored as external data are read only from inside one directory: the model file's
     when ``model`` is a path, else ``base_dir``, which a ``ModelProto`` or bytes with external
@@ -54,7 +72,45 @@ def from_onnx(
     :mod:`opfusion.frontend.onnx.tensors`); a malformed model raises
     :class:`~opfusion.errors.OnnxImportError` naming the tensor or node."""
     proto = _load(model, base_dir)
-    return _Importer(proto, dict(shape or {}), dtype, freeze_params).run()
+    importer = _Importer(proto, dict(shape or {}), dtype, freeze_params)
+    inputs = importer.declared_inputs()
+    if all(tensor.is_static for tensor in inputs):
+        return importer.run()
+    importer.check_supported()  # an unsupported operator is reported now, not at first run
+    params = importer.read_params() if not freeze_params else {}
+    if proto is model:  # kept for later imports: the caller's changes must not reach them
+        proto = _onnx().ModelProto()
+        proto.CopyFrom(model)
+    return OnnxSymbolicModule(proto, importer.shape, dtype, freeze_params, inputs,
+                              declared_outputs(proto.graph)), params
+
+
+class OnnxSymbolicModule(SymbolicModule):
+    """An ONNX model with symbolic input dimensions: :func:`from_onnx`'s result when
+    ``shape=`` leaves some open. Holds the model (a copy, its external data already read)
+    and the import options; :meth:`specialize` imports it for concrete shapes. Each specialization
+    reads the initializers again (its constants are its own)."""
+
+    def __init__(self, proto: Any, shape: Mapping[str, Sequence[int]],
+                 dtype: str | Mapping[str, str] | None, freeze_params: bool,
+                 inputs: Sequence[SymbolicTensor], outputs: Sequence[SymbolicTensor]) -> None:
+        super().__init__(inputs, outputs)
+        self.proto = proto
+        self.shape = dict(shape)
+        self.dtype = dtype
+        self.freeze_params = freeze_params
+
+    def specialize(self, shapes: Mapping[str, Sequence[int]]
+                   ) -> tuple[IRModule, dict[str, np.ndarray]]:
+        """``from_onnx(model, shape=...)`` with these shapes (on top of the ``shape=`` given
+        at first), without loading the model again."""
+        merged = {**self.shape, **{name: tuple(dims) for name, dims in shapes.items()}}
+        importer = _Importer(self.proto, merged, self.dtype, self.freeze_params)
+        for tensor in importer.declared_inputs():
+            if not tensor.is_static:
+                raise self.static_error(f"importing with shapes for "
+                                        f"{', '.join(map(repr, shapes)) or 'no input'}")
+        return importer.run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,15 +206,8 @@ class _Importer:
                 self.env[tensor.name] = var
                 param_vars.append(var)
                 params[tensor.name] = array
-        known_inputs = [value.name for value in self.graph.input]
-        for name in self.shape:
-            if name not in known_inputs:
-                raise OpfusionError(f"shape= names {name!r}, which is not a graph input; the "
-                                    f"inputs are {', '.join(map(repr, known_inputs))}")
-        # Models of IR version < 4 also list their initializers among the graph inputs.
-        initializer_names = {tensor.name for tensor in self.graph.initializer}
-        inputs = [self.input_var(value) for value in self.graph.input
-                  if value.name not in initializer_names]
+        self.check_shape_names()
+        inputs = [self.input_var(value) for value in self.graph_inputs()]
         self.check_supported()
         # A worklist, not recursion: a function operator is replaced in place by its body's
         # nodes (which may be function operators again), each with the opset it is written in.
@@ -191,40 +240,74 @@ class _Importer:
         return IRModule.from_expr(func), params
 
     # -- inputs ---------------------------------------------------------------------------
-    def input_var(self, value: Any) -> Var:
+    def read_params(self) -> dict[str, np.ndarray]:
+        """Every initializer as an array, by name (the params of ``freeze_params=False``)."""
+        return {tensor.name: read_tensor(tensor, f"initializer {tensor.name!r}")
+                for tensor in self.graph.initializer}
+
+    def graph_inputs(self) -> list[Any]:
+        """The graph inputs that are not initializers (models of IR version < 4 also list
+        their initializers among the graph inputs)."""
+        initializer_names = {tensor.name for tensor in self.graph.initializer}
+        return [value for value in self.graph.input if value.name not in initializer_names]
+
+    def check_shape_names(self) -> None:
+        known_inputs = [value.name for value in self.graph.input]
+        for name in self.shape:
+            if name not in known_inputs:
+                raise OpfusionError(f"shape= names {name!r}, which is not a graph input; the "
+                                    f"inputs are {', '.join(map(repr, known_inputs))}")
+
+    def declared_inputs(self) -> list[SymbolicTensor]:
+        """Each graph input's name, dims (``shape=``'s, else the model's, symbolic ones
+        included) and dtype, checked; nothing is imported."""
+        _check_names(self.graph)
+        self.check_shape_names()
+        return [SymbolicTensor(value.name, self.input_dims(value), self.input_dtype(value))
+                for value in self.graph_inputs()]
+
+    def input_dims(self, value: Any) -> tuple[Dim, ...] | None:
+        """Graph input ``value``'s dims: ``shape=``'s, else the model's (an int, a
+        ``dim_param``'s name, or None for an unnamed unknown dim; None for an unknown rank)."""
         name = value.name
-        tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise OnnxImportError(f"graph input {name!r} is not a tensor (sequences, maps and "
                                   "optionals are not supported)")
+        tensor_type = value.type.tensor_type
         if name in self.shape:
             dims = tuple(int(d) for d in self.shape[name])
             declared = len(tensor_type.shape.dim)
             if tensor_type.HasField("shape") and declared != len(dims):
                 raise OpfusionError(f"shape= gives graph input {name!r} {len(dims)} dimensions "
                                     f"{dims} but the model declares {declared}")
-        else:
-            dims = []
-            for axis, dim in enumerate(tensor_type.shape.dim):
-                if dim.HasField("dim_value") and dim.dim_value < 0:
-                    raise OnnxImportError(f"graph input {name!r} has the negative dimension "
-                                          f"{dim.dim_value} at axis {axis}; the model is "
-                                          "malformed")
-                if dim.HasField("dim_value"):
-                    dims.append(dim.dim_value)
-                else:
-                    label = dim.dim_param or "?"
-                    raise OpfusionError(f"graph input {name!r} has a symbolic dimension "
-                                        f"{label!r} at axis {axis}; give its shape: "
-                                        f"from_onnx(model, shape={{{name!r}: (...)}})")
-            dims = tuple(dims)
-        elem = tensor_type.elem_type
+            return dims
+        if not tensor_type.HasField("shape"):
+            return None
+        found: list[Dim] = []
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                raise OnnxImportError(f"graph input {name!r} has the negative dimension "
+                                      f"{dim.dim_value} at axis {axis}; the model is malformed")
+            found.append(int(dim.dim_value) if dim.HasField("dim_value")
+                         else dim.dim_param or None)
+        return tuple(found)
+
+    def input_dtype(self, value: Any) -> str:
+        name = value.name
         if isinstance(self.dtype, str):
-            dtype = self.dtype
-        elif isinstance(self.dtype, Mapping) and name in self.dtype:
-            dtype = self.dtype[name]
-        else:
-            dtype = onnx_dtype(elem, f"graph input {name!r}")
+            return self.dtype
+        if isinstance(self.dtype, Mapping) and name in self.dtype:
+            return self.dtype[name]
+        return onnx_dtype(value.type.tensor_type.elem_type, f"graph input {name!r}")
+
+    def input_var(self, value: Any) -> Var:
+        name = value.name
+        dims = self.input_dims(value)
+        if dims is None or not all(isinstance(d, int) for d in dims):
+            # from_onnx returns a symbolic module for these; the importer never sees one.
+            raise OpfusionError(f"graph input {name!r} has symbolic dimensions; give its "
+                                f"shape: from_onnx(model, shape={{{name!r}: (...)}})")
+        dtype = self.input_dtype(value)
         # An input no machine of this size could hold is refused here, naming it, rather
         # than as the kernels and results its shape makes too large.
         check_allocation(f"graph input {name!r} of shape {list(dims)} and dtype {dtype}", dims,
@@ -281,6 +364,20 @@ class _Importer:
         for name, out in zip(node.output, outputs):
             if name and out is not None:
                 self.env[name] = out
+
+
+def declared_outputs(graph: Any) -> list[SymbolicTensor]:
+    """Each graph output's name, declared dims (as :meth:`_Importer.input_dims` reads an
+    input's) and dtype (None when undeclared or not one opfusion holds)."""
+    outputs = []
+    for value in graph.output:
+        tensor_type = value.type.tensor_type
+        dims: tuple[Dim, ...] | None = None
+        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
+            dims = tuple(int(d.dim_value) if d.HasField("dim_value") else d.dim_param or None
+                         for d in tensor_type.shape.dim)
+        outputs.append(SymbolicTensor(value.name, dims, ONNX_DTYPES.get(tensor_type.elem_type)))
+    return outputs
 
 
 def _model_opset(proto: Any) -> int:

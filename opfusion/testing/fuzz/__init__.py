@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ir.symbolic import SymbolicModule
 from .mutations import _WEIGHTS, MUTATIONS, _mutate_bytes
 from .seeds import SEED_MODELS
 
@@ -221,6 +222,17 @@ def _compare(got: Sequence[Any], want: Any) -> str:
     return ""
 
 
+def _example_shapes(mod: SymbolicModule) -> dict[str, tuple[int, ...]] | None:
+    """Shapes for a symbolic module's inputs: each symbolic dimension 1 (the size that
+    broadcasts); None when an input's rank is unknown."""
+    shapes = {}
+    for tensor in mod.symbolic_inputs():
+        if tensor.dims is None:
+            return None
+        shapes[tensor.name] = tuple(d if isinstance(d, int) else 1 for d in tensor.dims)
+    return shapes
+
+
 def _inputs_for(mod: Any, wide_ints: bool = False) -> dict[str, np.ndarray] | None:
     """Standard-normal floats, integers in [0, 4) (in [-16, 16) with ``wide_ints``) and
     random bools for ``@main``'s parameters; None when they would be too large to feed."""
@@ -277,8 +289,16 @@ def run_case(case: FuzzCase, *, compile_model: bool = True, reraise: bool = Fals
                 stage = "compile"
                 exe = opf_compile(mod, params=params, opt_level=case.opt_level,
                                   fusion=case.fusion)
+                if isinstance(mod, SymbolicModule):
+                    # A symbolic input dim: its executor compiles a specialization (here, to
+                    # keep the compile stage's failures in it), the reference runs its import.
+                    shapes = _example_shapes(mod)
+                    if shapes is not None:
+                        exe.specialize(shapes)
+                        mod, params = mod.specialize(shapes)
                 stage = "inputs"
-                feeds = _inputs_for(mod, case.wide_ints)
+                feeds = None if isinstance(mod, SymbolicModule) else _inputs_for(
+                    mod, case.wide_ints)
                 if feeds is None:
                     outcome.notes.append("inputs too large or unsupported: not run")
                 else:
