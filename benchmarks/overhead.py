@@ -12,11 +12,10 @@ process, batch 1:
   dispatch cost per extra kernel (ONNX Runtime's per extra node likewise).
 
 Prints the median microseconds per run of each engine, their ratio, and the dispatch cost in
-nanoseconds. Then the overhead proper, per run, of each engine: its run time less the time
-in its kernels. opfusion's kernel time is its native entry called alone, on prepared pointers
-(the call every run makes, without the Python around it); ONNX Runtime's is the sum of its
-nodes' kernel times in its own profiler (a second session with profiling on). Quote figures
-only from a quiet machine (the load is printed)."""
+nanoseconds. Then opfusion's overhead proper, per run: its run time less that of its native
+entry called alone on prepared pointers (the call every run makes, without the Python around
+it). (ONNX Runtime's profiler cannot tell the same apart: its per-node times include its
+own dispatch.) Quote figures only from a quiet machine (the load is printed)."""
 
 from __future__ import annotations
 
@@ -79,13 +78,22 @@ def mlp_model(sizes: tuple[int, ...] = (784, 256, 256, 10)) -> Any:
     return _model(nodes, [x], [out], weights)
 
 
-def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50) -> list[float]:
-    """Median seconds per call of each of ``fns``, timed in alternating batches."""
+def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50,
+                batch_seconds: float = 0.02) -> list[float]:
+    """Median seconds per call of each of ``fns``, timed in alternating batches of at least
+    ``batch`` calls and ``batch_seconds``: long enough that the threads one engine leaves
+    spinning after its batch (ONNX Runtime's spin for a while, and opfusion's briefly) slow
+    only a sliver of the next engine's batch."""
     for fn in fns:
         for _ in range(batch):
             fn()
+    start = time.perf_counter()
+    for fn in fns:
+        fn()
+    per_round = max(time.perf_counter() - start, 1e-7)
+    batch = max(batch, int(batch_seconds * len(fns) / per_round))
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(max(1, repeat // batch)):
+    for _ in range(max(5, repeat // batch)):
         for fn, out in zip(fns, times):
             start = time.perf_counter()
             for _ in range(batch):
@@ -111,7 +119,7 @@ def main() -> None:
     print(f"{'model':<8} {'kernels':>7} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}")
     rng = np.random.default_rng(0)
     results = {}
-    overheads: dict[str, tuple[float, float]] = {}
+    overheads: dict[str, float] = {}
     for name, model, fusion in (("tiny", tiny_model(), "tvm"),
                                 ("mlp", mlp_model(), "tvm"),
                                 ("chain1", chain_model(1), "none"),
@@ -126,15 +134,14 @@ def main() -> None:
         results[name] = (exe.num_kernels, t_opf, t_ort)
         print(f"{name:<8} {exe.num_kernels:>7} {t_opf * 1e6:>8.1f}us {t_ort * 1e6:>8.1f}us "
               f"{t_opf / t_ort:>7.2f}x")
-        overheads[name] = (t_opf - native_seconds(exe, feeds, args.repeat),
-                           t_ort - ort_kernel_seconds(model, feeds, args.repeat))
+        overheads[name] = t_opf - native_seconds(exe, feeds, args.repeat)
     (k1, t1, o1), (kn, tn, on) = results["chain1"], results["chain32"]
     extra = max(1, kn - k1)
     print(f"dispatch per extra kernel: opfusion {(tn - t1) / extra * 1e9:.0f} ns, "
           f"onnxruntime {(on - o1) / extra * 1e9:.0f} ns per extra node")
-    print("overhead per run (run time less kernel time):")
-    for name, (opf_over, ort_over) in overheads.items():
-        print(f"  {name:<8} opfusion {opf_over * 1e6:6.1f}us  onnxruntime {ort_over * 1e6:6.1f}us")
+    print("opfusion's overhead per run (run time less its native entry's):")
+    for name, seconds in overheads.items():
+        print(f"  {name:<8} {seconds * 1e6:6.1f}us")
 
 
 def native_seconds(exe: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
@@ -148,42 +155,12 @@ def native_seconds(exe: Any, feeds: dict[str, np.ndarray], repeat: int) -> float
             workspace.inputs[position] = feeds[name].ctypes.data
         for position, array in enumerate(outputs):
             workspace.outputs[position] = array.ctypes.data
-        arguments = (exe.num_threads, plan.constants_address, *workspace.addresses)
-        return interleaved([partial(plan.run, 0, plan.num_steps, *arguments)], repeat)[0]
+        workspace.call.constants = plan.constants_address
+        workspace.call.num_threads = exe.num_threads
+        return interleaved([partial(plan.run, 0, plan.num_steps, workspace.call_address)],
+                           repeat)[0]
     finally:
         exe.workspaces.give(workspace)
-
-
-def ort_kernel_seconds(model: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
-    """Median over runs of the summed kernel times of ONNX Runtime's nodes (its profiler's
-    ``*_kernel_time`` events), in seconds."""
-    import json
-
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = Target.current().num_cores
-    options.enable_profiling = True
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    runs = min(repeat, 500)
-    for _ in range(runs):
-        session.run(None, feeds)
-    path = session.end_profiling()
-    try:
-        with open(path) as handle:
-            events = json.load(handle)
-    finally:
-        os.unlink(path)
-    per_run: list[float] = []
-    for event in events:
-        if event.get("cat") == "Session" and event.get("name") == "model_run":
-            per_run.append(0.0)
-        elif event.get("cat") == "Node" and str(event.get("name", "")).endswith(
-                "_kernel_time") and per_run:
-            per_run[-1] += event["dur"] * 1e-6
-    kept = per_run[len(per_run) // 5:] or [0.0]  # the first runs warm up
-    return statistics.median(kept)
 
 
 if __name__ == "__main__":

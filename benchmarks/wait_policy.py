@@ -24,6 +24,8 @@ from pathlib import Path
 
 SETTINGS = {
     "passive": {"OMP_WAIT_POLICY": "passive"},
+    "spin 1k": {"GOMP_SPINCOUNT": "1000"},
+    "spin 3k": {"GOMP_SPINCOUNT": "3000"},
     "spin 10k": {"GOMP_SPINCOUNT": "10000"},
     "spin 100k": {"GOMP_SPINCOUNT": "100000"},
     "default": {"OMP_WAIT_POLICY": ""},  # empty: libgomp's default (spin ~300k, then sleep)
@@ -63,10 +65,15 @@ print(json.dumps(results))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=["mlp", "resnet18", "mobilenet_v2",
-                                                     "squeezenet", "shufflenet_v2"])
+    parser.add_argument("names", nargs="*", default=["mlp", "squeezenet", "shufflenet",
+                                                     "resnet50", "inception_v1"])
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--busy", action="store_true",
+                        help="time with a process burning one core meanwhile (a neighbour)")
     args = parser.parse_args()
+    hog = None
+    if args.busy:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     from opfusion.target import Target, host_cpu_name
 
     print(f"# cpu: {host_cpu_name()} ({Target('c').isa}), load {os.getloadavg()[0]:.2f}")
@@ -77,15 +84,18 @@ def main() -> None:
     for label, setting in SETTINGS.items():
         env = {**clean, **setting}
         out = subprocess.run([sys.executable, "-c", _CHILD, here, json.dumps(args.names),
-                              str(args.repeat)], env=env, capture_output=True, text=True,
-                             check=True)
+                              str(args.repeat)], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"{label}: {out.stderr.strip()[-2000:]}")
         table[label] = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"{'model':<14}" + "".join(f"{label:>12}" for label in table))
     for name in args.names:
         unit, scale = ("us", 1e6) if name == "mlp" else ("ms", 1e3)
         print(f"{name:<14}" + "".join(f"{table[label][name] * scale:>10.3f}{unit}"
                                       for label in table))
-    print(f"# load after: {os.getloadavg()[0]:.2f}")
+    print(f"# load after: {os.getloadavg()[0]:.2f}" + (" (one core kept busy)" if hog else ""))
+    if hog is not None:
+        hog.kill()
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from ..ir.expr import Function
 from ..ir.types import TensorType, TupleType
 from ..runtime import interrupt
 from ..runtime.interrupt import KERNEL_CANCELLED
-from ..runtime.model_layout import MODEL_BAD_RANGE, NO_KERNEL, model_layout
+from ..runtime.model_layout import MODEL_BAD_RANGE, NO_KERNEL, ModelCall, model_layout
 from ..target import Target, host_target
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep, allocate
@@ -100,9 +100,8 @@ class Workspace:
     read-only by all workspaces, and every planned intermediate as a view of ``buffer``, by
     value index) and ``pointers`` (per step, the address of each argument in ``reads +
     writes`` order, None where the run binds it: inputs and results). ``inputs`` and
-    ``outputs`` are the pointer arrays that a native run fills and passes, ``failed`` where
-    the native entry says which step failed; ``addresses`` those of the input and output
-    arrays, the buffer and ``failed``, in the native entry's argument order."""
+    ``outputs`` are the pointer arrays that a native run fills, and ``call`` the native
+    entry's argument (pointing at them and at ``buffer``; ``call_address`` its address)."""
 
     buffer: np.ndarray
     blocks: list[np.ndarray]
@@ -110,13 +109,14 @@ class Workspace:
     pointers: list[list[int | None]]
     inputs: Any = None
     outputs: Any = None
-    failed: Any = None
-    addresses: tuple[int, ...] = ()
+    call: Any = None
+    call_address: int = 0
 
 
 class WorkspacePool:
     """A thread-safe free list of workspaces: :meth:`take` pops a free one (or builds one
-    when all are in use), :meth:`give` pushes it back. Only the push and pop hold the lock, so
+    when all are in use), :meth:`give` pushes it back. The push and pop are single list
+    operations, atomic under the GIL, and only counting a new workspace takes a lock, so
     the pool never serialises runs, and it holds at most as many workspaces as there were
     runs in progress at once (``built``)."""
 
@@ -133,17 +133,18 @@ class WorkspacePool:
 
     def take(self) -> Workspace:
         """A workspace for the caller's exclusive use until it :meth:`give`s it back."""
+        try:
+            return self._free.pop()  # atomic: a list's pop holds the GIL throughout
+        except IndexError:
+            pass
         with self._lock:
-            if self._free:
-                return self._free.pop()
             self._built += 1
         return self._build()  # outside the lock: allocating may take a while
 
     def give(self, workspace: Workspace) -> None:
         """Return a workspace taken with :meth:`take`; its contents need not be clean (every
         run writes each intermediate before it reads it)."""
-        with self._lock:
-            self._free.append(workspace)
+        self._free.append(workspace)  # atomic, as pop
 
 
 class Executor:
@@ -195,8 +196,7 @@ class Executor:
         for position, index in enumerate(self.outputs):
             self._first_output.setdefault(index, position)
         self._written = {value for step in self.steps for value in step.writes}
-        self._input_specs = [(tuple(self.values[index].type.shape),
-                              np.dtype(self.values[index].type.dtype))
+        self._input_specs = [_array_spec(self.values[index].type)
                              for index in self._input_values]
         self._output_specs = [(tuple(ty.shape), np.dtype(ty.dtype)) for ty in self._output_types]
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
@@ -213,10 +213,10 @@ class Executor:
                     for arguments in self._arguments]
         inputs = (ctypes.c_void_p * max(1, len(self.input_names)))()
         outputs = (ctypes.c_void_p * max(1, len(self.outputs)))()
-        failed = ctypes.c_int64(-1)
-        addresses = (ctypes.addressof(inputs), ctypes.addressof(outputs), buffer.ctypes.data,
-                     ctypes.addressof(failed))
-        return Workspace(buffer, blocks, arrays, pointers, inputs, outputs, failed, addresses)
+        call = ModelCall(0, ctypes.addressof(inputs), ctypes.addressof(outputs),
+                         buffer.ctypes.data, -1, 0, 0)
+        return Workspace(buffer, blocks, arrays, pointers, inputs, outputs, call,
+                         ctypes.addressof(call))
 
     def _block_text(self, block: int) -> str:
         """The values that block ``block`` of the memory plan holds, for an error message."""
@@ -246,6 +246,11 @@ class Executor:
         :attr:`last_profile`."""
         wanted, feeds = parse_run_arguments(output_names, input_feed, run_options)
         positions = output_positions(self.output_names, wanted)  # before the run
+        native = self._native
+        if native is not None and native is not _NO_NATIVE_PLAN and native.whole \
+                and not profile:  # the common case, without a call more than it needs
+            outputs = self._execute_native(native, feeds, None)
+            return outputs if positions is None else [outputs[i] for i in positions]
         timings: list[tuple[str, float]] | None = [] if profile else None
         outputs = self._execute(feeds, timings)
         if timings is not None:
@@ -313,7 +318,7 @@ class Executor:
         """A run through the model's native entry: every output is an array of its own,
         which the entry fills (kernels write the first position of a value, the entry copies
         the rest). Written for a small model's sake: its run is a few microseconds of Python
-        around one foreign call."""
+        around one foreign call. The entry itself calls the Ctrl-C hooks."""
         inputs = self._bind_inputs(feeds)
         try:
             outputs = [np.empty(shape, dtype) for shape, dtype in self._output_specs]
@@ -323,28 +328,27 @@ class Executor:
                        for name, ty, index in zip(self.output_names, self._output_types,
                                                   self.outputs)]
         self._connect_interrupts()
-        begin, end = self._run_hooks
         workspace = self.workspaces.take()
         try:
-            begin()
             pointers = workspace.inputs
             for position, array in enumerate(inputs):
                 pointers[position] = _address(array)
             pointers = workspace.outputs
             for position, array in enumerate(outputs):
                 pointers[position] = _address(array)
-            arguments = (self._num_threads, plan.constants_address, *workspace.addresses)
+            call = workspace.call
+            call.constants = plan.constants_address
+            call.num_threads = self._num_threads
             if plan.whole and timings is None:
-                self._call_native(plan, 0, plan.num_steps, arguments)
+                self._call_native(plan, 0, plan.num_steps, workspace)
             else:
-                self._run_stretches(plan, workspace, inputs, outputs, arguments, timings)
+                self._run_stretches(plan, workspace, inputs, outputs, timings)
         finally:
-            end()  # first: a KeyboardInterrupt may come at any Python call from here on
             self.workspaces.give(workspace)
         return outputs
 
     def _run_stretches(self, plan: NativePlan, workspace: Workspace, inputs: list[Any],
-                       outputs: list[np.ndarray], arguments: tuple[Any, ...],
+                       outputs: list[np.ndarray],
                        timings: list[tuple[str, float]] | None) -> None:
         """The steps stretch by stretch: compiled ones through the native entry (one call per
         stretch, or per kernel when timed), reference ones in Python on arrays over the same
@@ -360,22 +364,22 @@ class Executor:
                     timings.append((self.steps[first].group.name,
                                     time.perf_counter() - started))
             elif timings is None:
-                self._call_native(plan, first, stop, arguments)
+                self._call_native(plan, first, stop, workspace)
             else:
                 for step in range(first, stop):
                     started = time.perf_counter()
-                    self._call_native(plan, step, step + 1, arguments)
+                    self._call_native(plan, step, step + 1, workspace)
                     timings.append((self.steps[step].group.name,
                                     time.perf_counter() - started))
-        self._call_native(plan, plan.num_steps, plan.num_steps, arguments)  # the copies
+        self._call_native(plan, plan.num_steps, plan.num_steps, workspace)  # the copies
 
     def _call_native(self, plan: NativePlan, first: int, stop: int,
-                     arguments: tuple[Any, ...]) -> None:
+                     workspace: Workspace) -> None:
         """Run steps ``first`` to ``stop - 1`` through the native entry; raise naming the
         kernel that failed."""
-        status = plan.run(first, stop, *arguments)
+        status = plan.run(first, stop, workspace.call_address)
         if status != 0:
-            failed = ctypes.c_int64.from_address(arguments[-1]).value
+            failed = workspace.call.failed
             if status == MODEL_BAD_RANGE or not first <= failed < stop:
                 raise OpfusionError(f"internal error: the native entry refused steps {first} "
                                     f"to {stop} (status {status})")
@@ -465,11 +469,13 @@ class Executor:
                 raise InputError(f"the model takes {len(self.input_names)} input(s) "
                                  f"({', '.join(self.input_names)}), got {len(ordered)}")
         arrays = []
-        for (shape, dtype), name, value in zip(self._input_specs, self.input_names, ordered):
+        for (shape, dtype, strides), name, value in zip(self._input_specs, self.input_names,
+                                                        ordered):
             # The common case first, checked in a few attribute reads (a run of a small
-            # model costs microseconds, and these checks are a part of them).
+            # model costs microseconds, and these checks are a part of them): equal strides
+            # mean C-contiguous, and an array NumPy made is aligned.
             if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype \
-                    and value.flags.c_contiguous and value.flags.aligned:
+                    and value.strides == strides and value.flags.aligned:
                 arrays.append(value)
             else:
                 arrays.append(_checked_input(name, value, shape, dtype))
@@ -697,6 +703,21 @@ def _raise_status(step: ExecStep, status: int) -> None:
                                f"could not allocate its scratch memory (malloc failed); free "
                                f"memory, or lower compile.max_allocation_bytes so that "
                                f"opf.compile refuses such a kernel")
+
+
+def _array_spec(ty: TensorType) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:
+    """Shape, dtype and C-order strides of a tensor type, as NumPy reports them."""
+    shape, dtype = tuple(int(d) for d in ty.shape), np.dtype(ty.dtype)
+    return shape, dtype, _c_strides(shape, dtype.itemsize)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides NumPy gives a C-ordered array of ``shape`` (as ``np.empty`` makes it)."""
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
 
 
 def _checked_input(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype

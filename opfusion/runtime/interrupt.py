@@ -10,7 +10,9 @@ sits in a ctypes call to a kernel that runs for minutes, Ctrl-C waits for minute
   (:data:`CANCEL_FLAG_SYMBOL`); :func:`connect` points it at that flag. The kernels read the
   flag at each iteration of their parallel and outermost loops and return
   :data:`KERNEL_CANCELLED` (-2) when it is set;
-- the two C functions of :func:`run_hooks` bracket every executor run. The first run to begin
+- the two C functions of :func:`run_hooks` bracket every executor run (a model's native
+  entry calls them itself: :func:`connect` sets its ``opf_run_begin_hook`` and
+  ``opf_run_end_hook``). The first run to begin
   while none is in progress clears the flag (a Ctrl-C between runs cancels nothing later) and
   makes sure the handler is still installed (``signal.signal`` replaces it; it is not
   installed while SIGINT is ignored or has its default action, which ends the process anyway).
@@ -39,6 +41,9 @@ KERNEL_OK, KERNEL_NO_MEMORY, KERNEL_CANCELLED = 0, -1, -2
 
 #: The pointer every generated kernel library exports and its kernels poll.
 CANCEL_FLAG_SYMBOL = "opf_cancel_flag"
+#: The function pointers a model's library calls at the start and end of its native entry
+#: (see :mod:`opfusion.backend.cpu.model_entry`); :func:`connect` points them at the hooks.
+RUN_BEGIN_HOOK, RUN_END_HOOK = "opf_run_begin_hook", "opf_run_end_hook"
 
 _HELPER_SOURCE = r"""// opfusion: the SIGINT handler that asks kernels to stop (interrupt.py).
 #include <signal.h>
@@ -129,11 +134,19 @@ def connect(library_path: str) -> None:
     with _lock:
         if library_path in _connected or _load_helper() is None:
             return
+        library = ctypes.CDLL(library_path)
         try:
-            pointer = ctypes.c_void_p.in_dll(ctypes.CDLL(library_path), CANCEL_FLAG_SYMBOL)
+            pointer = ctypes.c_void_p.in_dll(library, CANCEL_FLAG_SYMBOL)
         except ValueError:  # no such symbol
             return
         pointer.value = ctypes.addressof(_flag)
+        for symbol, function in ((RUN_BEGIN_HOOK, _helper.opf_run_begin),
+                                 (RUN_END_HOOK, _helper.opf_run_end)):
+            try:  # a model's library calls the hooks from its native entry
+                hook = ctypes.c_void_p.in_dll(library, symbol)
+            except ValueError:
+                continue
+            hook.value = ctypes.cast(function, ctypes.c_void_p).value
         _connected.add(library_path)
 
 

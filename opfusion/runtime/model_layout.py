@@ -22,6 +22,7 @@ cannot make the native entry read or write outside the buffers the executor pass
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -147,3 +148,14 @@ def model_layout(values: Sequence[Any], steps: Sequence[Any], outputs: Sequence[
         input_bytes=tuple(input_bytes),
         output_bytes=tuple(values[v].type.nbytes for v in outputs),
         workspace_bytes=plan.workspace_bytes)
+
+
+class ModelCall(ctypes.Structure):
+    """The arguments of one call of a model's native entry (``opf_model_call_t``, see
+    :mod:`opfusion.backend.cpu.model_entry`): pointer tables of the constants, inputs and
+    outputs, the workspace, the failed step (written by the entry) and the thread count."""
+
+    _fields_ = [("constants", ctypes.c_void_p), ("inputs", ctypes.c_void_p),
+                ("outputs", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
+                ("failed", ctypes.c_int64), ("num_threads", ctypes.c_int32),
+                ("reserved", ctypes.c_int32)]

@@ -3,7 +3,6 @@ inputs, a kernel's scratch) and of the reference interpreter reports a failure a
 opfusion error naming the value or kernel and the bytes asked for, never a bare MemoryError
 or NumPy's ValueError for a size past its range."""
 
-import ctypes
 import dataclasses
 
 import numpy as np
@@ -20,6 +19,7 @@ from opfusion.compiler.limits import (
 from opfusion.errors import EvaluationError, OpfusionError, OutOfMemoryError, ResourceLimitError
 from opfusion.ir.expr import Function, Var
 from opfusion.ir.types import TensorType
+from opfusion.runtime.model_layout import ModelCall
 from opfusion.transform import PassContext
 
 needs_cc = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
@@ -85,8 +85,8 @@ def test_a_kernel_whose_scratch_malloc_fails_is_an_opfusion_error():
     exe = opf.compile(_exp_exp((3,)))
     plan = exe._native_plan()
 
-    def run(first, stop, threads, constants, inputs, outputs, workspace, failed):
-        ctypes.c_int64.from_address(failed).value = 0  # as the native entry reports it
+    def run(first, stop, call):
+        ModelCall.from_address(call).failed = 0  # as the native entry reports it
         return 1
 
     exe._native = dataclasses.replace(plan, run=run)

@@ -151,9 +151,9 @@ def wrapper_c(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
         "}",
         f"OPF_API int32_t {name}_run(const void* const* inputs, void* const* outputs, "
         "void* workspace) {",
-        "  int64_t failed = -1;",
-        f"  return opf_model_run(0, {layout.num_steps}, __atomic_load_n(&opf_export_threads, "
-        "__ATOMIC_RELAXED), opf_export_constants, inputs, outputs, workspace, &failed);",
+        "  opf_model_call_t call = {opf_export_constants, inputs, outputs, workspace, -1, "
+        "__atomic_load_n(&opf_export_threads, __ATOMIC_RELAXED), 0};",
+        f"  return opf_model_run(0, {layout.num_steps}, &call);",
         "}",
     ]
     return "\n".join(lines) + "\n"

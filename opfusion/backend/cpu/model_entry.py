@@ -4,17 +4,24 @@ A library built for a whole model (``opf.compile``) holds, besides its kernels, 
 layout (:class:`opfusion.compiler.model_layout.ModelLayout`) as static tables and one function
 over them::
 
-    int32_t opf_model_run(int64_t first, int64_t stop, int32_t num_threads,
-                          const void* const* constants, const void* const* inputs,
-                          void* const* outputs, void* workspace, int64_t* failed);
+    typedef struct {
+      const void* const* constants; const void* const* inputs; void* const* outputs;
+      void* workspace; int64_t failed; int32_t num_threads; int32_t reserved;
+    } opf_model_call_t;
+    int32_t opf_model_run(int64_t first, int64_t stop, opf_model_call_t* call);
 
-It calls the kernels of steps ``first`` to ``stop - 1`` (through their thunks, skipping the
-steps without a kernel, which the caller runs), each on pointers into the four places a
+(the call's pointers in a struct the caller keeps ready: a foreign call of three arguments
+costs Python less than one of eight). It calls the kernels of steps ``first`` to
+``stop - 1`` (through their thunks, skipping the steps without a kernel, which the caller
+runs), each on pointers into the four places a
 value can live (constants, inputs, outputs, the workspace at a byte offset), and after the
 last step copies the outputs that no kernel writes in place. It returns 0, or the first
-failing kernel's status with its step in ``*failed`` (-3 for a range outside the model).
+failing kernel's status with its step in ``call->failed`` (-3 for a range outside the
+model).
 ``num_threads > 0`` runs the kernels on that many OpenMP threads (the calling thread's
-setting is restored before returning).
+setting is restored before returning). The library's ``opf_run_begin_hook`` and
+``opf_run_end_hook``, null unless the host sets them (:func:`opfusion.runtime.interrupt.
+connect`), bracket each call: the Ctrl-C bookkeeping costs the host no call of its own.
 
 The tables are reachable from the kernel table (``opf_model_info_t``), so that the loader
 can read them back and check them against the layout it derives itself before it calls the
@@ -30,8 +37,10 @@ MODEL_TYPES_C = [
     "typedef struct { int32_t kind; int32_t index; int64_t offset; } opf_model_arg_t;",
     "typedef struct { int32_t output; int32_t reserved; opf_model_arg_t source; "
     "int64_t nbytes; } opf_model_copy_t;",
-    "typedef int32_t (*opf_model_run_t)(int64_t, int64_t, int32_t, const void* const*, "
-    "const void* const*, void* const*, void*, int64_t*);",
+    "typedef struct { const void* const* constants; const void* const* inputs; "
+    "void* const* outputs; void* workspace; int64_t failed; int32_t num_threads; "
+    "int32_t reserved; } opf_model_call_t;",
+    "typedef int32_t (*opf_model_run_t)(int64_t, int64_t, opf_model_call_t*);",
     "typedef struct { int64_t num_steps; const int32_t* step_kernels; const int64_t* "
     "step_args; const opf_model_arg_t* args; int64_t num_copies; const opf_model_copy_t* "
     "copies; int64_t num_constants; const int64_t* constant_bytes; int64_t num_inputs; "
@@ -85,7 +94,7 @@ def model_entry_c(layout: ModelLayout) -> list[str]:
     copy_loop = []
     if layout.copies:
         copy_loop = [
-            f"  if (stop == {steps}) {{",
+            f"  if (status == 0 && stop == {steps}) {{",
             f"    for (int64_t i = 0; i < {len(layout.copies)}; ++i) {{",
             "      const opf_model_copy_t* k = &opf_model_copies[i];",
             "      void* from = opf_model_place(&k->source, constants, inputs, outputs, w);",
@@ -104,12 +113,17 @@ def model_entry_c(layout: ModelLayout) -> list[str]:
         "    default: return w + p->offset;",
         "  }",
         "}",
-        "static int32_t opf_model_run(int64_t first, int64_t stop, int32_t num_threads, "
-        "const void* const* constants, const void* const* inputs, void* const* outputs, "
-        "void* workspace, int64_t* failed) {",
+        "int32_t (*opf_run_begin_hook)(void) = 0;  // set by the host: Ctrl-C bookkeeping",
+        "void (*opf_run_end_hook)(void) = 0;",
+        "static int32_t opf_model_run(int64_t first, int64_t stop, opf_model_call_t* call) {",
         f"  if (first < 0 || first > stop || stop > {steps}) return {MODEL_BAD_RANGE};",
+        "  const void* const* constants = call->constants;",
+        "  const void* const* inputs = call->inputs;",
+        "  void* const* outputs = call->outputs;",
+        "  const int32_t num_threads = call->num_threads;",
+        "  if (opf_run_begin_hook) opf_run_begin_hook();",
         f"  void* a[{max(1, layout.max_args)}];",
-        "  char* w = (char*)workspace;",
+        "  char* w = (char*)call->workspace;",
         "  const int previous = omp_get_max_threads();",
         "  if (num_threads > 0) omp_set_num_threads(num_threads);",
         "  int32_t status = 0;",
@@ -120,12 +134,12 @@ def model_entry_c(layout: ModelLayout) -> list[str]:
         "      a[i - opf_model_step_args[s]] = opf_model_place(&opf_model_args[i], constants, "
         "inputs, outputs, w);",
         "    status = opf_kernels[k].thunk(a);",
-        "    if (status != 0) *failed = s;",
+        "    if (status != 0) call->failed = s;",
         "  }",
         "  if (num_threads > 0) omp_set_num_threads(previous);",
-        "  if (status != 0) return status;",
         *copy_loop,
-        "  return 0;",
+        "  if (opf_run_end_hook) opf_run_end_hook();",
+        "  return status;",
         "}",
         "static const opf_model_info_t opf_model_info = {",
         f"  {steps}, opf_model_step_kernels, opf_model_step_args, opf_model_args,",

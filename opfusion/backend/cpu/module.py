@@ -30,6 +30,7 @@ from ...errors import KernelArgumentError, OpfusionError, OutOfMemoryError, RunI
 from ...runtime.interrupt import KERNEL_CANCELLED
 from ...runtime.model_layout import NO_KERNEL, ModelArg, ModelCopy, ModelLayout
 from ...runtime.ndarray import NDArray
+from ...runtime.openmp import configure_wait_policy
 from .toolchain import CompiledLibrary, compile_source, evict
 
 #: The function every generated library exports to describe its kernels.
@@ -273,12 +274,9 @@ class _TableInfo(ctypes.Structure):
                 ("model", ctypes.POINTER(_ModelInfo))]
 
 
-#: ``opf_model_run(first, stop, num_threads, constants, inputs, outputs, workspace, failed)
-#: -> status`` (see :mod:`opfusion.backend.cpu.model_entry`). Pointers are passed as
-#: addresses (ints), which ctypes converts fastest.
+#: ``opf_model_run(first, stop, call) -> status``; ``call`` is passed as an address.
 MODEL_RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
-                                       ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+                                       ctypes.c_void_p)
 
 # Bounds on a model's tables (a generated one is far below them).
 _MAX_STEPS = 1 << 24
@@ -314,6 +312,7 @@ class LibraryKernels:
 
     def __init__(self, library: CompiledLibrary) -> None:
         self.library = library
+        configure_wait_policy()  # before the first library brings libgomp in
         try:
             self._handle: ctypes.CDLL | None = ctypes.CDLL(str(library.path))
         except OSError as err:
