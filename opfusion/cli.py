@@ -212,6 +212,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _print(f"  target     {exe.target.describe()}")
     _print(f"  kernels    {exe.num_kernels} ({operators} operators; fusion {args.fusion}, "
           f"opt level {args.opt_level})")
+    if exe.reference_steps:
+        _print(f"  in Python  {', '.join(exe.reference_steps)} (no native code: NumPy "
+               f"reference kernels, run between calls of the native entry)")
     _print(f"  memory     {exe.plan.total_bytes / 2**20:.2f} MB planned for intermediates "
           f"({exe.plan.naive_bytes / 2**20:.2f} MB unplanned)")
     _print(f"  time       {seconds:.2f} s" + ("; every kernel verified against the reference "
