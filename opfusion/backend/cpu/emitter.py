@@ -24,8 +24,9 @@ where streaming stores need a fence, is decided before printing by
 :func:`.loop_planning.plan_loops` for the :class:`~opfusion.target.Target`; this module reads
 the plans. Everything else (expressions, plain statements, names) is the C-family printing of
 :class:`~opfusion.backend.c_family.CFamilyEmitter`. All kernels of a model go in one file with
-one kernel table (:func:`kernel_table_c`); the same PrimFuncs and target always give
-byte-identical source."""
+one kernel table (:func:`kernel_table_c`), laid out in sections (:func:`assemble_c`) that the
+toolchain compiles as several translation units in parallel; the same PrimFuncs and target
+always give byte-identical source."""
 
 from __future__ import annotations
 
@@ -49,7 +50,11 @@ from .module import (
     KernelParam,
 )
 from .regtile import RegisterTileEmitter
+from .toolchain import SECTION_MARKER
 from .vector import VectorEmitter
+
+#: The helper key of the cancel flag's declaration (its definition is in the table section).
+_CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
 
 
 @dataclass(frozen=True)
@@ -202,9 +207,8 @@ class CPUEmitter(CFamilyEmitter):
         measurable cost, and a cancelled kernel stops within one task. A loop without inner
         loops is left alone: its iterations are single elements (too cheap to be worth a
         check, and a check would keep GCC from vectorizing it)."""
-        self.need_helper("0_opf_cancel_flag", (
-            "static volatile int32_t opf_cancel_never = 0;\n"
-            f"int32_t volatile* {CANCEL_FLAG_SYMBOL} = &opf_cancel_never;"))
+        self.need_helper(_CANCEL_FLAG_HELPER,
+                         f"extern int32_t volatile* {CANCEL_FLAG_SYMBOL};")
         self.line(indent, f"if (__builtin_expect(*{CANCEL_FLAG_SYMBOL} != 0, 0)) {{ "
                           f"__atomic_store_n(&{self.status_name}, {KERNEL_CANCELLED}, "
                           "__ATOMIC_RELAXED); continue; }")
@@ -215,7 +219,19 @@ class CPUEmitter(CFamilyEmitter):
 
 
 def assemble_c(parts: list[CParts], header: str) -> str:
-    """One C translation unit holding every kernel of ``parts``: includes and helpers once."""
+    """One C file holding every kernel of ``parts``, in sections the toolchain can compile as
+    separate translation units (:func:`~.toolchain.translation_units`):
+
+    - the prelude: includes and helpers (types, ``static inline`` functions, declarations:
+      no definition that two units could both hold);
+    - one section per kernel (``//@opfusion-section kernel <name>``): its function, global
+      with default visibility, as in a one-unit build;
+    - the table section (``//@opfusion-section table``): a prototype of every kernel, the
+      step runner, the cancel flag's definition and the kernel table with the thunks.
+
+    The whole file is also one valid translation unit (the toolchain compiles it so when it
+    is small), so the library's exported symbols do not depend on how it was split: the
+    kernels, ``opf_kernel_table`` and ``opf_cancel_flag``."""
     includes = sorted({name for part in parts for name in part.includes})
     helpers: dict[str, str] = {}
     for part in parts:
@@ -224,8 +240,6 @@ def assemble_c(parts: list[CParts], header: str) -> str:
     out = [header]
     out += [f"#include <{name}>" for name in includes]
     out.append("")
-    out += run_steps_c()  # before the kernels: it calls them only through their thunks
-    out.append("")
     # Types first, then functions; within each, the order of first use (which puts a helper
     # after the helpers it calls, and is deterministic).
     for key in sorted(helpers, key=lambda k: k.split("_", 1)[0]):
@@ -233,10 +247,30 @@ def assemble_c(parts: list[CParts], header: str) -> str:
     if helpers:
         out.append("")
     for part in parts:
+        out.append(f"{SECTION_MARKER}kernel {part.entry_name}")
         out.append(part.function)
         out.append("")
+    out.append(f"{SECTION_MARKER}table")
+    out += [prototype(part) for part in parts]
+    out += run_steps_c()
+    if _CANCEL_FLAG_HELPER in helpers:
+        out += cancel_flag_c()
     out += kernel_table_c(parts)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def prototype(part: CParts) -> str:
+    """The declaration of a kernel: its definition's first line, ending in ``;``."""
+    first_line = part.function.split("\n", 1)[0]
+    assert first_line.endswith(" {"), first_line
+    return first_line.removesuffix(" {") + ";"
+
+
+def cancel_flag_c() -> list[str]:
+    """The definition of ``opf_cancel_flag`` (declared ``extern`` in the prelude): a pointer
+    to a zero that nothing sets, until the host points it at its own flag."""
+    return ["static volatile int32_t opf_cancel_never = 0;",
+            f"int32_t volatile* {CANCEL_FLAG_SYMBOL} = &opf_cancel_never;"]
 
 
 def kernel_table_c(parts: list[CParts]) -> list[str]:

@@ -1,5 +1,15 @@
 """The C compiler driver and the kernel cache: C source in, path of a shared library out.
 
+A large source is compiled as several translation units at once, one per core of the machine
+that builds it (:func:`translation_units`): the generated file is laid out in sections (a
+prelude, one section per kernel, the kernel table) and the sections are shared among the
+units by size; each unit is compiled to an object file and the objects are linked. A small
+source is compiled whole, in one process, as splitting would only add process start-ups.
+Compiler messages name lines of the whole source file kept beside the library (each unit
+says where its lines come from with ``#line``), and a failure raises a :class:`CompileError`
+whose message is a summary (the first errors, their count, the source's path); the
+compiler's whole output is its ``compiler_output``.
+
 A shared library is cached under ``$OPFUSION_CACHE_DIR/kernels/<key>.so`` (default cache
 directory ``~/.cache/opfusion``). The key hashes everything that decides the machine code:
 the source, the flags, the compiler's identity and version, and the host CPU's features —
@@ -29,15 +39,19 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BuildError, CompileError, CompilerNotFoundError
+from ...stages import stage, units_done
 from ...target import Target, as_target
 from ...target.host import host_cpuinfo_flags
 
@@ -75,6 +89,19 @@ DEFAULT_CACHE_LIMIT = 2 << 30
 STALE_TMP_SECONDS = 3600
 
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+#: A line that begins a section of generated C (``//@opfusion-section kernel <name>`` or
+#: ``//@opfusion-section table``); what comes before the first one is the prelude, which
+#: every translation unit starts with.
+SECTION_MARKER = "//@opfusion-section "
+
+#: Sections are shared among translation units only when each unit gets at least this many
+#: bytes of them: below it, the start-up of one more compiler process (parsing the prelude,
+#: ~0.1 s) costs about what the unit's share of the work saves (benchmarks/compile_time.py).
+MIN_UNIT_BYTES = 16 * 1024
+
+#: How many compiler error lines a CompileError's message quotes.
+QUOTED_ERRORS = 3
 
 
 @dataclass(frozen=True)
@@ -262,13 +289,103 @@ def _remove_quietly(path: str | Path) -> None:
         pass
 
 
-def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
-                   directory: Path | None = None) -> CompiledLibrary:
-    """Compile C ``source`` into a shared library, or find it in the cache; return its path.
-    ``flags`` default to :func:`target_flags` of the current target.
+def build_jobs() -> int:
+    """How many compiler processes a build runs at once: the cores this process may use on
+    the machine that builds (not the target's, which may be another machine)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
-    Raises CompilerNotFoundError when there is no compiler and CompileError (with the
-    compiler's messages and the path of the source) when compilation fails."""
+
+@dataclass(frozen=True)
+class Section:
+    """A section of generated C: its name (``kernel <name>`` or ``table``), its text, and the
+    line of the whole source it begins on (1-based)."""
+
+    name: str
+    text: str
+    first_line: int
+
+
+def split_sections(source: str) -> tuple[str, list[Section]]:
+    """The prelude of ``source`` (everything before the first section) and its sections; a
+    source without :data:`SECTION_MARKER` lines is all prelude."""
+    lines = source.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(SECTION_MARKER)]
+    if not starts:
+        return source, []
+    sections = []
+    for k, begin in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        name = lines[begin][len(SECTION_MARKER):].strip()
+        sections.append(Section(name, "".join(lines[begin:end]), begin + 1))
+    return "".join(lines[:starts[0]]), sections
+
+
+def translation_units(source: str, jobs: int, source_path: Path | None = None
+                      ) -> list[tuple[str, str]]:
+    """``source`` as ``(description, text)`` translation units for ``jobs`` compiler processes:
+    ``[("", source)]`` (compile it whole) when it has fewer than two sections or too little
+    text for each unit to get :data:`MIN_UNIT_BYTES`; otherwise up to ``jobs`` units, each the
+    prelude and a share of the sections balanced by size (largest first, each to the unit with
+    the least text so far; within a unit, in the source's order). ``#line`` directives make
+    the compiler's messages name lines of ``source_path`` (the whole source kept on disk)."""
+    prelude, sections = split_sections(source)
+    size = sum(len(section.text) for section in sections)
+    count = min(jobs, len(sections), size // MIN_UNIT_BYTES)
+    if count < 2:
+        return [("", source)]
+    shares: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for index in sorted(range(len(sections)), key=lambda i: (-len(sections[i].text), i)):
+        unit = min(range(count), key=lambda u: (loads[u], u))
+        shares[unit].append(index)
+        loads[unit] += len(sections[index].text)
+    name = _c_string(str(source_path)) if source_path is not None else None
+    units = []
+    for share in shares:
+        share.sort()
+        text = [_line_directive(1, name), prelude]
+        for index in share:
+            text += [_line_directive(sections[index].first_line, name), sections[index].text]
+        units.append((_describe_share([sections[i].name for i in share]), "".join(text)))
+    return units
+
+
+def _line_directive(line: int, name: str | None) -> str:
+    return f"#line {line}\n" if name is None else f"#line {line} {name}\n"
+
+
+def _c_string(text: str) -> str | None:
+    """``text`` as a C string literal, or None if it holds characters a ``#line`` file name
+    cannot (then units keep their own line numbers)."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        return None
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _describe_share(names: list[str]) -> str:
+    kernels = [name.removeprefix("kernel ") for name in names if name.startswith("kernel ")]
+    parts = ["kernel table"] if "table" in names else []
+    if kernels:
+        shown = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more"
+                                          if len(kernels) > 3 else "")
+        parts.append(f"kernel{'s' if len(kernels) > 1 else ''} {shown}")
+    return "; ".join(parts)
+
+
+def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
+                   directory: Path | None = None, jobs: int | None = None) -> CompiledLibrary:
+    """Compile C ``source`` into a shared library, or find it in the cache; return its path.
+    ``flags`` default to :func:`target_flags` of the current target; ``jobs`` (default
+    :func:`build_jobs`) is how many compiler processes may run at once, on as many
+    translation units (:func:`translation_units`). The library does the same whatever
+    ``jobs`` is, so it is not part of the cache key (the source, which holds every unit, is).
+
+    Raises CompilerNotFoundError when there is no compiler and CompileError (a summary of the
+    compiler's messages and the path of the source; the whole output in
+    ``compiler_output``) when compilation fails."""
     argv = find_compiler()
     flags = target_flags() if flags is None else tuple(flags)
     key = cache_key(source, argv, flags)
@@ -286,32 +403,91 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     # The source is kept next to the library so that a failure (or a crash in the kernel)
-    # can be read and recompiled by hand.
+    # can be read and recompiled by hand; the compiler's messages name its lines.
     _write_atomically(source_path, source)
     fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".so.tmp", dir=directory)
     os.close(fd)
-    command = [*argv, *flags, "-o", tmp, str(source_path)]
+    units = translation_units(source, build_jobs() if jobs is None else jobs, source_path)
     try:
         _stats["compiles"] += 1
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        except OSError as err:
-            raise CompilerNotFoundError(
-                f"the C compiler {argv[0]!r} could not be run ({err}); install gcc or set CC"
-            ) from err
-        if result.returncode != 0:
-            output = (result.stderr + result.stdout).strip()
-            raise CompileError(
-                f"the C compiler failed (exit status {result.returncode}) on {source_path}\n"
-                f"command: {shlex.join(command)}\n{output}",
-                source_path=str(source_path), compiler_output=output,
-            )
+        with stage("C compiler"):
+            if len(units) == 1:
+                _run_compiler([*argv, *flags, "-o", tmp, str(source_path)], source_path)
+            else:
+                _compile_and_link(units, argv, flags, Path(tmp), source_path)
         _publish(Path(tmp), library)
     except BaseException:
         _remove_quietly(tmp)
         raise
     tidy_cache(directory, keep=library)
     return CompiledLibrary(library, source_path, key, False, time.perf_counter() - started)
+
+
+def _compile_and_link(units: list[tuple[str, str]], argv: list[str], flags: tuple[str, ...],
+                      output: Path, source_path: Path) -> None:
+    """Compile each unit to an object file, all at once, then link them into ``output``.
+    The first unit (in order) that fails raises; the others are still waited for."""
+    compile_flags = [flag for flag in flags if flag != "-shared"]
+    total = len(units)
+    units_done(0, total)
+    with tempfile.TemporaryDirectory(prefix="opfusion-build-") as build, \
+            ThreadPoolExecutor(max_workers=total) as pool:
+        objects = [str(Path(build) / f"unit{index}.o") for index in range(total)]
+        futures = {pool.submit(_run_compiler,
+                               [*argv, *compile_flags, "-c", "-x", "c", "-", "-o", obj],
+                               source_path, text, f"unit {index + 1} of {total}: {what}"): index
+                   for index, ((what, text), obj) in enumerate(zip(units, objects))}
+        pending, done = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done += len(finished)
+            units_done(done, total)
+        for future in sorted(futures, key=futures.get):
+            future.result()  # the first failed unit's CompileError
+        _run_compiler([*argv, *flags, "-o", str(output), *objects], source_path,
+                      where="linking the units")
+
+
+def _run_compiler(command: list[str], source_path: Path, stdin: str | None = None,
+                  where: str = "") -> None:
+    """Run one compiler command (reading ``stdin`` when given); a failure raises a
+    :class:`CompileError` with a summary of its messages (:func:`compile_error`)."""
+    try:
+        result = subprocess.run(command, input=stdin, capture_output=True, text=True,
+                                check=False)
+    except OSError as err:
+        raise CompilerNotFoundError(
+            f"the C compiler {command[0]!r} could not be run ({err}); install gcc or set CC"
+        ) from err
+    if result.returncode != 0:
+        output = (result.stderr + result.stdout).strip()
+        raise compile_error(result.returncode, output, source_path, command, where)
+
+
+def compile_error(status: int, output: str, source_path: Path, command: Sequence[str],
+                  where: str = "") -> CompileError:
+    """A :class:`CompileError` whose message sums up ``output``: the source's path (and which
+    part of it, ``where``, was being compiled), how many errors, the first
+    :data:`QUOTED_ERRORS` of them, and where the rest is. The whole output and the command
+    are the exception's ``compiler_output`` and ``command``."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    quoted = (errors or lines)[:QUOTED_ERRORS]
+    counted = (f"{len(errors)} error{'s' if len(errors) != 1 else ''}" if errors
+               else f"{len(lines)} lines of output")
+    part = f" ({where})" if where else ""
+    message = [f"the C compiler failed (exit status {status}) on {source_path}{part}: "
+               f"{counted}"]
+    message += [f"  {line}" for line in quoted]
+    if len(lines) > len(quoted):
+        message.append(f"  ... ({len(lines) - len(quoted)} more lines; rerun with --debug, "
+                       f"or read the exception's compiler_output, for the whole output)")
+    return CompileError("\n".join(message), source_path=str(source_path),
+                        compiler_output=output, command=shlex.join(command))
+
+
+# gcc's and clang's "file:line:col: error: ..." and "fatal error:", and the linker's errors.
+_ERROR_LINE = re.compile(r"(^|: )(fatal )?error: |undefined reference to ")
 
 
 def evict(library: CompiledLibrary) -> None:
