@@ -95,7 +95,8 @@ class _TqdmProgress(Progress):
 
     def __init__(self, tqdm: Any) -> None:
         super().__init__()
-        self._bar: Any = tqdm(total=None, file=sys.stderr, leave=False,
+        # Drawn at every change (mininterval 0): a change is a stage, a pass or a unit.
+        self._bar: Any = tqdm(total=None, file=sys.stderr, leave=False, mininterval=0,
                               bar_format=self._PLAIN)
 
     def _draw(self, text: str, stage: bool) -> None:
@@ -109,9 +110,9 @@ class _TqdmProgress(Progress):
             self._bar.bar_format = self._BAR
             self._bar.reset(total=total)
             self._bar.set_description_str("opfusion: C compiler")
-        elif done < total:
-            self._bar.update(done - self._bar.n)
         else:
+            self._bar.update(done - self._bar.n)
+        if done == total:
             self._bar.bar_format = self._PLAIN
             self._bar.reset(total=None)
 

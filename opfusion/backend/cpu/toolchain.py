@@ -412,7 +412,11 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
         _stats["compiles"] += 1
         with stage("C compiler"):
             if len(units) == 1:
-                _run_compiler([*argv, *flags, "-o", tmp, str(source_path)], source_path)
+                command = [*argv, *flags, "-o", tmp, str(source_path)]
+                result = _run_compiler(command)
+                if result.returncode != 0:
+                    raise compile_error(result.returncode, _output(result), source_path,
+                                        command)
             else:
                 _compile_and_link(units, argv, flags, Path(tmp), source_path)
         _publish(Path(tmp), library)
@@ -426,42 +430,50 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
 def _compile_and_link(units: list[tuple[str, str]], argv: list[str], flags: tuple[str, ...],
                       output: Path, source_path: Path) -> None:
     """Compile each unit to an object file, all at once, then link them into ``output``.
-    The first unit (in order) that fails raises; the others are still waited for."""
+    When units fail, the error sums up the messages of all of them."""
     compile_flags = [flag for flag in flags if flag != "-shared"]
     total = len(units)
     units_done(0, total)
     with tempfile.TemporaryDirectory(prefix="opfusion-build-") as build, \
             ThreadPoolExecutor(max_workers=total) as pool:
         objects = [str(Path(build) / f"unit{index}.o") for index in range(total)]
-        futures = {pool.submit(_run_compiler,
-                               [*argv, *compile_flags, "-c", "-x", "c", "-", "-o", obj],
-                               source_path, text, f"unit {index + 1} of {total}: {what}"): index
-                   for index, ((what, text), obj) in enumerate(zip(units, objects))}
+        commands = [[*argv, *compile_flags, "-c", "-x", "c", "-", "-o", obj] for obj in objects]
+        futures = [pool.submit(_run_compiler, command, text)
+                   for command, (_, text) in zip(commands, units)]
         pending, done = set(futures), 0
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             done += len(finished)
             units_done(done, total)
-        for future in sorted(futures, key=futures.get):
-            future.result()  # the first failed unit's CompileError
-        _run_compiler([*argv, *flags, "-o", str(output), *objects], source_path,
-                      where="linking the units")
+        results = [future.result() for future in futures]
+        failed = [index for index, result in enumerate(results) if result.returncode != 0]
+        if failed:
+            where = (f"{len(failed)} of {total} units" if len(failed) > 2 else "; ".join(
+                f"unit {index + 1} of {total}: {units[index][0]}" for index in failed))
+            raise compile_error(results[failed[0]].returncode,
+                                "\n".join(_output(results[index]) for index in failed),
+                                source_path, commands[failed[0]], where)
+        link = [*argv, *flags, "-o", str(output), *objects]
+        result = _run_compiler(link)
+        if result.returncode != 0:
+            raise compile_error(result.returncode, _output(result), source_path, link,
+                                "linking the units")
 
 
-def _run_compiler(command: list[str], source_path: Path, stdin: str | None = None,
-                  where: str = "") -> None:
-    """Run one compiler command (reading ``stdin`` when given); a failure raises a
-    :class:`CompileError` with a summary of its messages (:func:`compile_error`)."""
+def _run_compiler(command: list[str], stdin: str | None = None
+                  ) -> subprocess.CompletedProcess[str]:
+    """Run one compiler command (reading ``stdin`` when given), capturing its output."""
     try:
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True,
-                                check=False)
+        return subprocess.run(command, input=stdin, capture_output=True, text=True,
+                              check=False)
     except OSError as err:
         raise CompilerNotFoundError(
             f"the C compiler {command[0]!r} could not be run ({err}); install gcc or set CC"
         ) from err
-    if result.returncode != 0:
-        output = (result.stderr + result.stdout).strip()
-        raise compile_error(result.returncode, output, source_path, command, where)
+
+
+def _output(result: subprocess.CompletedProcess[str]) -> str:
+    return (result.stderr + result.stdout).strip()
 
 
 def compile_error(status: int, output: str, source_path: Path, command: Sequence[str],

@@ -1,0 +1,144 @@
+"""Compile time of whole models: ``opfusion compile`` cold and cached, and the C compiler alone.
+
+    python benchmarks/compile_time.py [MODEL...] [--repeat 3] [--before OLD_DIR] [--jobs N]
+
+MODEL is a light model's name (default resnet50) or the path of an ONNX file, e.g. a
+ViT-B/16 export made by ``benchmarks/export_vit_b16.py`` (which needs torch). For each model:
+
+- ``opfusion compile`` run as a program, the way a user runs it, its wall time measured from
+  outside (so it includes the interpreter's start-up): cold (an empty kernel cache) and
+  cached (the cache the cold run filled); medians of ``--repeat`` runs, with the time and the
+  stages the command printed for its last run;
+- with ``--before OLD_DIR`` (a source tree, e.g. ``git worktree add /tmp/old main``), the
+  same for that checkout, run in turn with this one so that a drifting machine slows both;
+- the C compiler alone on the model's generated source: whole, in one process (as every
+  source was compiled before it was split), against split into translation units for
+  ``--jobs`` processes (default: this machine's cores), interleaved, and their ratio.
+
+The load average is printed before and after each model: quote figures only from a quiet
+machine (load well under the number of cores)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def model_path(name: str) -> str:
+    if name.endswith(".onnx") or os.sep in name:
+        return name
+    from opfusion.testing.light import light_model
+
+    return str(light_model(name))
+
+
+def run_compile(tree: Path, model: str, cache: Path, output: Path) -> tuple[float, str]:
+    """Wall seconds of ``opfusion compile`` from ``tree`` with kernel cache ``cache``, and
+    what it printed about its time."""
+    env = dict(os.environ, PYTHONPATH=str(tree), OPFUSION_CACHE_DIR=str(cache))
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "opfusion", "compile", model, "-o",
+                             str(output)], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"opfusion compile failed ({tree}):\n{result.stderr}")
+    printed = re.search(r"^  time +(.*?)$\n((?:^  stages.*$\n)?(?:^ {13}\S.*$\n)*)",
+                        result.stdout, re.MULTILINE)
+    text = "" if printed is None else " ".join(
+        printed.group(0).replace("time", "", 1).replace("stages", "", 1).split())
+    return wall, text
+
+
+def command_times(trees: dict[str, Path], model: str, repeat: int) -> None:
+    """Cold and cached ``opfusion compile`` of ``model`` for each tree, the trees in turn."""
+    cold: dict[str, list[float]] = {name: [] for name in trees}
+    cached: dict[str, list[float]] = {name: [] for name in trees}
+    printed: dict[str, tuple[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
+        for round_ in range(repeat):
+            for name, tree in trees.items():
+                cache = Path(work) / f"{name}-{round_}"
+                output = Path(work) / f"{name}.opf"
+                cold_seconds, cold_text = run_compile(tree, model, cache, output)
+                cached_seconds, cached_text = run_compile(tree, model, cache, output)
+                cold[name].append(cold_seconds)
+                cached[name].append(cached_seconds)
+                printed[name] = (cold_text, cached_text)
+    for name in trees:
+        print(f"  opfusion compile ({name}): cold {statistics.median(cold[name]):.2f} s, "
+              f"cached {statistics.median(cached[name]):.2f} s (wall, median of {repeat})")
+        for label, text in zip(("cold", "cached"), printed[name]):
+            if text:
+                print(f"    printed ({label}): {text}")
+    if len(trees) == 2:
+        new, old = trees
+        for label, times in (("cold", cold), ("cached", cached)):
+            ratio = statistics.median(times[old]) / statistics.median(times[new])
+            print(f"  {label}: {old}/{new} {ratio:.2f}x")
+
+
+def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
+    """The C compiler on the model's source: whole against split, interleaved."""
+    import opfusion as opf
+    from opfusion.backend.cpu import toolchain
+    from opfusion.frontend import from_onnx
+
+    mod, params = from_onnx(model)
+    with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
+        os.environ["OPFUSION_CACHE_DIR"] = work
+        source = opf.compile(mod, params=params).source()
+        units = toolchain.translation_units(source, jobs)
+        _, sections = toolchain.split_sections(source)
+        times: dict[int, list[float]] = {1: [], jobs: []}
+        for round_ in range(repeat):
+            for count in times:
+                start = time.perf_counter()
+                toolchain.compile_source(source, directory=Path(work) / f"{count}-{round_}",
+                                         jobs=count)
+                times[count].append(time.perf_counter() - start)
+    whole, split = statistics.median(times[1]), statistics.median(times[jobs])
+    print(f"  C compiler: whole {whole:.2f} s, split into {len(units)} units for {jobs} jobs "
+          f"{split:.2f} s: {whole / split:.2f}x ({len(source) // 1024} KiB of C, "
+          f"{len(sections)} sections)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["resnet50"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", type=Path, help="a source tree of the opfusion to compare")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="compiler processes of the split build (default: the cores)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from opfusion.backend.cpu.toolchain import build_jobs, compiler_version, find_compiler
+
+    jobs = args.jobs or build_jobs()
+    version = compiler_version(find_compiler()).splitlines()[0]
+    print(f"# {build_jobs()} cores for the build; {version}")
+    trees = {"this": HERE}
+    if args.before is not None:
+        trees["before"] = args.before.resolve()
+    for name in args.models:
+        model = model_path(name)
+        print(f"{name} (load {load()})")
+        command_times(trees, model, args.repeat)
+        c_compiler_times(model, args.repeat, jobs)
+        print(f"  (load {load()})")
+
+
+if __name__ == "__main__":
+    main()
