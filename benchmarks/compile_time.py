@@ -15,6 +15,11 @@ ViT-B/16 export made by ``benchmarks/export_vit_b16.py`` (which needs torch). Fo
   source was compiled before it was split), against split into translation units for
   ``--jobs`` processes (default: this machine's cores), interleaved, and their ratio.
 
+With ``--crossover``, instead: the C compiler, whole against split in ``--jobs`` units
+however small they are, on the sources of models of growing size (the workloads of
+:mod:`opfusion.testing.workloads`), to see from what size splitting pays
+(:data:`~opfusion.backend.cpu.toolchain.MIN_UNIT_BYTES`).
+
 The load average is printed before and after each model: quote figures only from a quiet
 machine (load well under the number of cores)."""
 
@@ -90,29 +95,61 @@ def command_times(trees: dict[str, Path], model: str, repeat: int) -> None:
             print(f"  {label}: {old}/{new} {ratio:.2f}x")
 
 
-def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
-    """The C compiler on the model's source: whole against split, interleaved."""
+def generated_source(mod: object, params: object) -> str:
     import opfusion as opf
-    from opfusion.backend.cpu import toolchain
-    from opfusion.frontend import from_onnx
 
-    mod, params = from_onnx(model)
     with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
         os.environ["OPFUSION_CACHE_DIR"] = work
-        source = opf.compile(mod, params=params).source()
-        units = toolchain.translation_units(source, jobs)
-        _, sections = toolchain.split_sections(source)
-        times: dict[int, list[float]] = {1: [], jobs: []}
+        return opf.compile(mod, params=params).source()
+
+
+def whole_and_split(source: str, repeat: int, jobs: int) -> tuple[float, float, int]:
+    """Median seconds of the C compiler on ``source`` whole and split for ``jobs``
+    (interleaved, an empty cache each time), and the number of units of the split."""
+    from opfusion.backend.cpu import toolchain
+
+    units = len(toolchain.translation_units(source, jobs))
+    times: dict[int, list[float]] = {1: [], jobs: []}
+    with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
         for round_ in range(repeat):
             for count in times:
                 start = time.perf_counter()
                 toolchain.compile_source(source, directory=Path(work) / f"{count}-{round_}",
                                          jobs=count)
                 times[count].append(time.perf_counter() - start)
-    whole, split = statistics.median(times[1]), statistics.median(times[jobs])
-    print(f"  C compiler: whole {whole:.2f} s, split into {len(units)} units for {jobs} jobs "
+    return statistics.median(times[1]), statistics.median(times[jobs]), units
+
+
+def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
+    """The C compiler on the model's source: whole against split, interleaved."""
+    from opfusion.backend.cpu import toolchain
+    from opfusion.frontend import from_onnx
+
+    source = generated_source(*from_onnx(model))
+    whole, split, units = whole_and_split(source, repeat, jobs)
+    sections = len(toolchain.split_sections(source)[1])
+    print(f"  C compiler: whole {whole:.2f} s, split into {units} units for {jobs} jobs "
           f"{split:.2f} s: {whole / split:.2f}x ({len(source) // 1024} KiB of C, "
-          f"{len(sections)} sections)")
+          f"{sections} sections)")
+
+
+def crossover(repeat: int, jobs: int) -> None:
+    """Whole against split (however small the units) on sources of growing size."""
+    from opfusion.backend.cpu import toolchain
+    from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
+
+    toolchain.MIN_UNIT_BYTES = 1
+    print(f"{'workload':<28} {'KiB':>5} {'units':>5} {'whole':>7} {'split':>7} "
+          f"{'whole/split':>11}  load")
+    cases = [(name, SMALL_WORKLOAD_ARGS.get(name, {})) for name in
+             ("mlp", "transformer_encoder", "squeezenet", "mobilenet_v2", "resnet18")]
+    cases.append(("resnet18", {}))
+    for name, kwargs in cases:
+        source = generated_source(*WORKLOADS[name](**kwargs))
+        whole, split, units = whole_and_split(source, repeat, jobs)
+        label = name + (" (small)" if kwargs else "")
+        print(f"{label:<28} {len(source) / 1024:>5.0f} {units:>5} {whole:>6.2f}s "
+              f"{split:>6.2f}s {whole / split:>10.2f}x  {load()}")
 
 
 def main() -> None:
@@ -122,6 +159,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="a source tree of the opfusion to compare")
     parser.add_argument("--jobs", type=int, default=None,
                         help="compiler processes of the split build (default: the cores)")
+    parser.add_argument("--crossover", action="store_true",
+                        help="whole against split on workloads of growing size")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from opfusion.backend.cpu.toolchain import build_jobs, compiler_version, find_compiler
@@ -129,6 +168,9 @@ def main() -> None:
     jobs = args.jobs or build_jobs()
     version = compiler_version(find_compiler()).splitlines()[0]
     print(f"# {build_jobs()} cores for the build; {version}")
+    if args.crossover:
+        crossover(args.repeat, jobs)
+        return
     trees = {"this": HERE}
     if args.before is not None:
         trees["before"] = args.before.resolve()

@@ -391,8 +391,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CommandError(f"bench takes an ONNX model (it compiles it several ways); "
                            f"{args.model} is a compiled artifact: use opfusion run --profile")
     mod, params = load_onnx(args.model, args.shape, args.verbose)
-    main_exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                     label=f"opfusion ({args.fusion})", target=args.target)
+    compile_seconds: dict[str, str] = {}
+
+    def compile_for(fusion: str) -> Any:
+        start = time.perf_counter()
+        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, fusion,
+                                    label=f"opfusion ({fusion})", target=args.target)
+        compile_seconds[f"opfusion ({fusion})"] = f"{time.perf_counter() - start:.2f}s"
+        return exe
+
+    main_exe = compile_for(args.fusion)
     feeds = dict(zip(main_exe.input_names, random_inputs(main_exe)))
     reference = main_exe.run(feeds)
     runners: dict[str, Callable[[], Any]] = {f"opfusion ({args.fusion})":
@@ -410,8 +418,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             kernels["onnxruntime"] = "-"
             errors["onnxruntime"] = relative_error(runners["onnxruntime"](), reference)
             continue
-        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, engine,
-                                    label=f"opfusion ({engine})", target=args.target)
+        exe = compile_for(engine)
         label = f"opfusion ({engine})"
         runners[label] = lambda e=exe: e.run(feeds)
         kernels[label] = str(exe.num_kernels)
@@ -424,16 +431,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _print(f"machine: {machine_summary()}")
     width = max(len(name) for name in runners)
     _print(f"{'engine':<{width}}  {'median':>10}  {'time/first':>10}  {'kernels':>7}  "
-          f"{'max diff':>8}")
+          f"{'max diff':>8}  {'compile':>7}")
     for name, times in medians.items():
         ratio = median_ratio(times, base)
         diff = f"{errors[name]:.1e}" if name in errors else "-"
         median = statistics.median(times)
         _print(f"{name:<{width}}  {median * 1e3:>8.3f}ms  {ratio:>9.2f}x  {kernels[name]:>7}  "
-              f"{diff:>8}")
+              f"{diff:>8}  {compile_seconds.get(name, '-'):>7}")
     _print(f"median of {args.rounds} rounds of interleaved runs; time/first: this row's time over "
           f"the first row's;\nmax diff: largest difference from the first row's output, "
-          f"relative to its largest value")
+          f"relative to its largest value; compile: opf.compile's time (-v: by stage)")
     return 0
 
 
