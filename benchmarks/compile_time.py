@@ -18,7 +18,7 @@ ViT-B/16 export made by ``benchmarks/export_vit_b16.py`` (which needs torch). Fo
 With ``--crossover``, instead: the C compiler, whole against split in ``--jobs`` units
 however small they are, on the sources of models of growing size (the workloads of
 :mod:`opfusion.testing.workloads`), to see from what size splitting pays
-(:data:`~opfusion.backend.cpu.toolchain.MIN_UNIT_BYTES`).
+(:data:`~opfusion.backend.cpu.units.MIN_UNIT_BYTES`).
 
 The load average is printed before and after each model: quote figures only from a quiet
 machine (load well under the number of cores)."""
@@ -106,9 +106,9 @@ def generated_source(mod: object, params: object) -> str:
 def whole_and_split(source: str, repeat: int, jobs: int) -> tuple[float, float, int]:
     """Median seconds of the C compiler on ``source`` whole and split for ``jobs``
     (interleaved, an empty cache each time), and the number of units of the split."""
-    from opfusion.backend.cpu import toolchain
+    from opfusion.backend.cpu import toolchain, units
 
-    units = len(toolchain.translation_units(source, jobs))
+    count = len(units.translation_units(source, jobs))
     times: dict[int, list[float]] = {1: [], jobs: []}
     with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
         for round_ in range(repeat):
@@ -117,28 +117,28 @@ def whole_and_split(source: str, repeat: int, jobs: int) -> tuple[float, float, 
                 toolchain.compile_source(source, directory=Path(work) / f"{count}-{round_}",
                                          jobs=count)
                 times[count].append(time.perf_counter() - start)
-    return statistics.median(times[1]), statistics.median(times[jobs]), units
+    return statistics.median(times[1]), statistics.median(times[jobs]), count
 
 
 def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
     """The C compiler on the model's source: whole against split, interleaved."""
-    from opfusion.backend.cpu import toolchain
+    from opfusion.backend.cpu.units import split_sections
     from opfusion.frontend import from_onnx
 
     source = generated_source(*from_onnx(model))
-    whole, split, units = whole_and_split(source, repeat, jobs)
-    sections = len(toolchain.split_sections(source)[1])
-    print(f"  C compiler: whole {whole:.2f} s, split into {units} units for {jobs} jobs "
+    whole, split, count = whole_and_split(source, repeat, jobs)
+    sections = len(split_sections(source)[1])
+    print(f"  C compiler: whole {whole:.2f} s, split into {count} units for {jobs} jobs "
           f"{split:.2f} s: {whole / split:.2f}x ({len(source) // 1024} KiB of C, "
           f"{sections} sections)")
 
 
 def crossover(repeat: int, jobs: int) -> None:
     """Whole against split (however small the units) on sources of growing size."""
-    from opfusion.backend.cpu import toolchain
+    from opfusion.backend.cpu import units
     from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
 
-    toolchain.MIN_UNIT_BYTES = 1
+    units.MIN_UNIT_BYTES = 1
     print(f"{'workload':<28} {'KiB':>5} {'units':>5} {'whole':>7} {'split':>7} "
           f"{'whole/split':>11}  load")
     cases = [(name, SMALL_WORKLOAD_ARGS.get(name, {})) for name in
@@ -146,9 +146,9 @@ def crossover(repeat: int, jobs: int) -> None:
     cases.append(("resnet18", {}))
     for name, kwargs in cases:
         source = generated_source(*WORKLOADS[name](**kwargs))
-        whole, split, units = whole_and_split(source, repeat, jobs)
+        whole, split, count = whole_and_split(source, repeat, jobs)
         label = name + (" (small)" if kwargs else "")
-        print(f"{label:<28} {len(source) / 1024:>5.0f} {units:>5} {whole:>6.2f}s "
+        print(f"{label:<28} {len(source) / 1024:>5.0f} {count:>5} {whole:>6.2f}s "
               f"{split:>6.2f}s {whole / split:>10.2f}x  {load()}")
 
 
@@ -163,7 +163,8 @@ def main() -> None:
                         help="whole against split on workloads of growing size")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
-    from opfusion.backend.cpu.toolchain import build_jobs, compiler_version, find_compiler
+    from opfusion.backend.cpu.toolchain import compiler_version, find_compiler
+    from opfusion.backend.cpu.units import build_jobs
 
     jobs = args.jobs or build_jobs()
     version = compiler_version(find_compiler()).splitlines()[0]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from opfusion.backend.cpu import toolchain
+from opfusion.backend.cpu import units
 from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.progress import compile_with_progress, make_progress
 from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
@@ -26,8 +26,8 @@ def terminal(monkeypatch, tmp_path):
     """A terminal for stderr (the test puts it in place: pytest's capture sets sys.stderr
     between a fixture and its test); a fresh kernel cache, and every build split in two."""
     monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(toolchain, "MIN_UNIT_BYTES", 1)
-    monkeypatch.setattr(toolchain, "build_jobs", lambda: 2)
+    monkeypatch.setattr(units, "MIN_UNIT_BYTES", 1)
+    monkeypatch.setattr(units, "build_jobs", lambda: 2)
     return Terminal()
 
 

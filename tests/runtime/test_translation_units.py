@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 
 import opfusion as opf
-from opfusion.backend.cpu import toolchain
+from opfusion.backend.cpu import units as unit_split
 from opfusion.backend.cpu.toolchain import (
-    SECTION_MARKER,
+    QUOTED_ERRORS,
     cache_key,
     compile_source,
     find_compiler,
     has_recorded_digest,
     have_c_compiler,
-    split_sections,
-    translation_units,
 )
+from opfusion.backend.cpu.units import SECTION_MARKER, split_sections, translation_units
 from opfusion.errors import CompileError
 from opfusion.stages import StageListener, StageTimes, listening
 from opfusion.testing import assert_close
@@ -50,8 +49,8 @@ class Units(StageListener):
 @pytest.fixture
 def split_small_sources(monkeypatch):
     """Split any source with sections into up to three units, however small."""
-    monkeypatch.setattr(toolchain, "MIN_UNIT_BYTES", 1)
-    monkeypatch.setattr(toolchain, "build_jobs", lambda: 3)
+    monkeypatch.setattr(unit_split, "MIN_UNIT_BYTES", 1)
+    monkeypatch.setattr(unit_split, "build_jobs", lambda: 3)
 
 
 def test_a_split_build_gives_the_reference_numbers_and_those_of_one_unit(
@@ -61,7 +60,7 @@ def test_a_split_build_gives_the_reference_numbers_and_those_of_one_unit(
     with listening(Units()) as units:
         split = opf.compile(mod, params=params)
     assert units.reports[0] == (0, 3) and units.reports[-1] == (3, 3)
-    monkeypatch.setattr(toolchain, "build_jobs", lambda: 1)
+    monkeypatch.setattr(unit_split, "build_jobs", lambda: 1)
     with listening(Units()) as units:
         whole = opf.compile(mod, params=params)
     assert units.reports == []  # one unit: no progress to report
@@ -136,7 +135,7 @@ def test_a_compile_error_sums_up_the_errors_with_the_whole_sources_path(
     assert f"{err.source_path}:{bad_line}:" in message  # lines of the whole source
     assert Path(err.source_path).read_text() == source
     assert "also_nope" in err.compiler_output and len(message) < len(err.compiler_output) + 400
-    assert message.count("error:") == toolchain.QUOTED_ERRORS
+    assert message.count("error:") == QUOTED_ERRORS
     assert err.command.startswith(find_compiler()[0])
     if jobs > 1:
         assert "unit " in message and "kernels" in message

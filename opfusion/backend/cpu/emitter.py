@@ -50,7 +50,7 @@ from .module import (
     KernelParam,
 )
 from .regtile import RegisterTileEmitter
-from .toolchain import SECTION_MARKER
+from .units import SECTION_MARKER
 from .vector import VectorEmitter
 
 #: The helper key of the cancel flag's declaration (its definition is in the table section).

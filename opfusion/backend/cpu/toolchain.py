@@ -1,12 +1,9 @@
 """The C compiler driver and the kernel cache: C source in, path of a shared library out.
 
 A large source is compiled as several translation units at once, one per core of the machine
-that builds it (:func:`translation_units`): the generated file is laid out in sections (a
-prelude, one section per kernel, the kernel table) and the sections are shared among the
-units by size; each unit is compiled to an object file and the objects are linked. A small
-source is compiled whole, in one process, as splitting would only add process start-ups.
-Compiler messages name lines of the whole source file kept beside the library (each unit
-says where its lines come from with ``#line``), and a failure raises a :class:`CompileError`
+that builds it (see :mod:`.units`): each unit is compiled to an object file and the objects
+are linked. A small source is compiled whole, in one process. Compiler messages name lines of
+the whole source file kept beside the library, and a failure raises a :class:`CompileError`
 whose message is a summary (the first errors, their count, the source's path); the
 compiler's whole output is its ``compiler_output``.
 
@@ -54,6 +51,7 @@ from ...errors import BuildError, CompileError, CompilerNotFoundError
 from ...stages import stage, units_done
 from ...target import Target, as_target
 from ...target.host import host_cpuinfo_flags
+from . import units
 
 #: Flags every kernel is compiled with, whatever the target; the target adds its ISA flags
 #: (:func:`target_flags`). ``-ffast-math`` is deliberately absent: it lets the compiler
@@ -89,16 +87,6 @@ DEFAULT_CACHE_LIMIT = 2 << 30
 STALE_TMP_SECONDS = 3600
 
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-#: A line that begins a section of generated C (``//@opfusion-section kernel <name>`` or
-#: ``//@opfusion-section table``); what comes before the first one is the prelude, which
-#: every translation unit starts with.
-SECTION_MARKER = "//@opfusion-section "
-
-#: Sections are shared among translation units only when each unit gets at least this many
-#: bytes of them: below it, the start-up of one more compiler process (parsing the prelude,
-#: ~0.1 s) costs about what the unit's share of the work saves (benchmarks/compile_time.py).
-MIN_UNIT_BYTES = 16 * 1024
 
 #: How many compiler error lines a CompileError's message quotes.
 QUOTED_ERRORS = 3
@@ -289,98 +277,12 @@ def _remove_quietly(path: str | Path) -> None:
         pass
 
 
-def build_jobs() -> int:
-    """How many compiler processes a build runs at once: the cores this process may use on
-    the machine that builds (not the target's, which may be another machine)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class Section:
-    """A section of generated C: its name (``kernel <name>`` or ``table``), its text, and the
-    line of the whole source it begins on (1-based)."""
-
-    name: str
-    text: str
-    first_line: int
-
-
-def split_sections(source: str) -> tuple[str, list[Section]]:
-    """The prelude of ``source`` (everything before the first section) and its sections; a
-    source without :data:`SECTION_MARKER` lines is all prelude."""
-    lines = source.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(SECTION_MARKER)]
-    if not starts:
-        return source, []
-    sections = []
-    for k, begin in enumerate(starts):
-        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
-        name = lines[begin][len(SECTION_MARKER):].strip()
-        sections.append(Section(name, "".join(lines[begin:end]), begin + 1))
-    return "".join(lines[:starts[0]]), sections
-
-
-def translation_units(source: str, jobs: int, source_path: Path | None = None
-                      ) -> list[tuple[str, str]]:
-    """``source`` as ``(description, text)`` translation units for ``jobs`` compiler processes:
-    ``[("", source)]`` (compile it whole) when it has fewer than two sections or too little
-    text for each unit to get :data:`MIN_UNIT_BYTES`; otherwise up to ``jobs`` units, each the
-    prelude and a share of the sections balanced by size (largest first, each to the unit with
-    the least text so far; within a unit, in the source's order). ``#line`` directives make
-    the compiler's messages name lines of ``source_path`` (the whole source kept on disk)."""
-    prelude, sections = split_sections(source)
-    size = sum(len(section.text) for section in sections)
-    count = min(jobs, len(sections), size // MIN_UNIT_BYTES)
-    if count < 2:
-        return [("", source)]
-    shares: list[list[int]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for index in sorted(range(len(sections)), key=lambda i: (-len(sections[i].text), i)):
-        unit = min(range(count), key=lambda u: (loads[u], u))
-        shares[unit].append(index)
-        loads[unit] += len(sections[index].text)
-    name = _c_string(str(source_path)) if source_path is not None else None
-    units = []
-    for share in shares:
-        share.sort()
-        text = [_line_directive(1, name), prelude]
-        for index in share:
-            text += [_line_directive(sections[index].first_line, name), sections[index].text]
-        units.append((_describe_share([sections[i].name for i in share]), "".join(text)))
-    return units
-
-
-def _line_directive(line: int, name: str | None) -> str:
-    return f"#line {line}\n" if name is None else f"#line {line} {name}\n"
-
-
-def _c_string(text: str) -> str | None:
-    """``text`` as a C string literal, or None if it holds characters a ``#line`` file name
-    cannot (then units keep their own line numbers)."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        return None
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _describe_share(names: list[str]) -> str:
-    kernels = [name.removeprefix("kernel ") for name in names if name.startswith("kernel ")]
-    parts = ["kernel table"] if "table" in names else []
-    if kernels:
-        shown = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more"
-                                          if len(kernels) > 3 else "")
-        parts.append(f"kernel{'s' if len(kernels) > 1 else ''} {shown}")
-    return "; ".join(parts)
-
-
 def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
                    directory: Path | None = None, jobs: int | None = None) -> CompiledLibrary:
     """Compile C ``source`` into a shared library, or find it in the cache; return its path.
     ``flags`` default to :func:`target_flags` of the current target; ``jobs`` (default
-    :func:`build_jobs`) is how many compiler processes may run at once, on as many
-    translation units (:func:`translation_units`). The library does the same whatever
+    :func:`.units.build_jobs`) is how many compiler processes may run at once, on as many
+    translation units (:func:`.units.translation_units`). The library does the same whatever
     ``jobs`` is, so it is not part of the cache key (the source, which holds every unit, is).
 
     Raises CompilerNotFoundError when there is no compiler and CompileError (a summary of the
@@ -407,18 +309,19 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
     _write_atomically(source_path, source)
     fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".so.tmp", dir=directory)
     os.close(fd)
-    units = translation_units(source, build_jobs() if jobs is None else jobs, source_path)
+    parts = units.translation_units(source, units.build_jobs() if jobs is None else jobs,
+                                    source_path)
     try:
         _stats["compiles"] += 1
         with stage("C compiler"):
-            if len(units) == 1:
+            if len(parts) == 1:
                 command = [*argv, *flags, "-o", tmp, str(source_path)]
                 result = _run_compiler(command)
                 if result.returncode != 0:
                     raise compile_error(result.returncode, _output(result), source_path,
                                         command)
             else:
-                _compile_and_link(units, argv, flags, Path(tmp), source_path)
+                _compile_and_link(parts, argv, flags, Path(tmp), source_path)
         _publish(Path(tmp), library)
     except BaseException:
         _remove_quietly(tmp)
@@ -427,19 +330,19 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
     return CompiledLibrary(library, source_path, key, False, time.perf_counter() - started)
 
 
-def _compile_and_link(units: list[tuple[str, str]], argv: list[str], flags: tuple[str, ...],
+def _compile_and_link(parts: list[tuple[str, str]], argv: list[str], flags: tuple[str, ...],
                       output: Path, source_path: Path) -> None:
     """Compile each unit to an object file, all at once, then link them into ``output``.
     When units fail, the error sums up the messages of all of them."""
     compile_flags = [flag for flag in flags if flag != "-shared"]
-    total = len(units)
+    total = len(parts)
     units_done(0, total)
     with tempfile.TemporaryDirectory(prefix="opfusion-build-") as build, \
             ThreadPoolExecutor(max_workers=total) as pool:
         objects = [str(Path(build) / f"unit{index}.o") for index in range(total)]
         commands = [[*argv, *compile_flags, "-c", "-x", "c", "-", "-o", obj] for obj in objects]
         futures = [pool.submit(_run_compiler, command, text)
-                   for command, (_, text) in zip(commands, units)]
+                   for command, (_, text) in zip(commands, parts)]
         pending, done = set(futures), 0
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -449,7 +352,7 @@ def _compile_and_link(units: list[tuple[str, str]], argv: list[str], flags: tupl
         failed = [index for index, result in enumerate(results) if result.returncode != 0]
         if failed:
             where = (f"{len(failed)} of {total} units" if len(failed) > 2 else "; ".join(
-                f"unit {index + 1} of {total}: {units[index][0]}" for index in failed))
+                f"unit {index + 1} of {total}: {parts[index][0]}" for index in failed))
             raise compile_error(results[failed[0]].returncode,
                                 "\n".join(_output(results[index]) for index in failed),
                                 source_path, commands[failed[0]], where)
