@@ -55,8 +55,11 @@ def run_compile(tree: Path, model: str, cache: Path, output: Path) -> tuple[floa
     what it printed about its time."""
     env = dict(os.environ, PYTHONPATH=str(tree), OPFUSION_CACHE_DIR=str(cache))
     start = time.perf_counter()
+    # Run from the output's folder: `python -m` looks in the working directory first, where
+    # another checkout's opfusion may be.
     result = subprocess.run([sys.executable, "-m", "opfusion", "compile", model, "-o",
-                             str(output)], env=env, capture_output=True, text=True, check=False)
+                             str(output)], env=env, cwd=output.parent, capture_output=True,
+                            text=True, check=False)
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"opfusion compile failed ({tree}):\n{result.stderr}")
