@@ -20,8 +20,10 @@ however small they are, on the sources of models of growing size (the workloads 
 :mod:`opfusion.testing.workloads`), to see from what size splitting pays
 (:data:`~opfusion.backend.cpu.units.MIN_UNIT_BYTES`).
 
-The load average is printed before and after each model: quote figures only from a quiet
-machine (load well under the number of cores)."""
+The load average is printed before and after each model, and with the C compiler's figures
+the most cores other processes kept busy during a measurement (from /proc/stat): quote
+figures only from a quiet machine (on two cores, a split build gains nothing when another
+process holds one)."""
 
 from __future__ import annotations
 
@@ -40,6 +42,33 @@ HERE = Path(__file__).resolve().parent.parent
 
 def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by the whole machine (/proc/stat; 0 where there is none) and
+    by this process and the children it has waited for."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        busy = 0.0
+    own = os.times()
+    return busy, own.user + own.system + own.children_user + own.children_system
+
+
+class Others:
+    """How many cores other processes kept busy during a measurement: the noise in it (a
+    split build gains nothing when no core is free)."""
+
+    def __enter__(self) -> Others:
+        self._start = time.perf_counter(), *cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, busy, own = time.perf_counter(), *cpu_seconds()
+        self.cores = max(0.0, (busy - self._start[1]) - (own - self._start[2])) / max(
+            wall - self._start[0], 1e-9)
 
 
 def model_path(name: str) -> str:
@@ -75,16 +104,20 @@ def command_times(trees: dict[str, Path], model: str, repeat: int) -> None:
     cold: dict[str, list[float]] = {name: [] for name in trees}
     cached: dict[str, list[float]] = {name: [] for name in trees}
     printed: dict[str, tuple[str, str]] = {}
+    noise = 0.0
     with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
         for round_ in range(repeat):
             for name, tree in trees.items():
                 cache = Path(work) / f"{name}-{round_}"
                 output = Path(work) / f"{name}.opf"
-                cold_seconds, cold_text = run_compile(tree, model, cache, output)
-                cached_seconds, cached_text = run_compile(tree, model, cache, output)
+                with Others() as others:
+                    cold_seconds, cold_text = run_compile(tree, model, cache, output)
+                    cached_seconds, cached_text = run_compile(tree, model, cache, output)
+                noise = max(noise, others.cores)
                 cold[name].append(cold_seconds)
                 cached[name].append(cached_seconds)
                 printed[name] = (cold_text, cached_text)
+    print(f"  (other processes used up to {noise:.2f} cores during these runs)")
     for name in trees:
         print(f"  opfusion compile ({name}): cold {statistics.median(cold[name]):.2f} s, "
               f"cached {statistics.median(cached[name]):.2f} s (wall, median of {repeat})")
@@ -106,21 +139,26 @@ def generated_source(mod: object, params: object) -> str:
         return opf.compile(mod, params=params).source()
 
 
-def whole_and_split(source: str, repeat: int, jobs: int) -> tuple[float, float, int]:
+def whole_and_split(source: str, repeat: int, jobs: int
+                    ) -> tuple[float, float, int, float]:
     """Median seconds of the C compiler on ``source`` whole and split for ``jobs``
-    (interleaved, an empty cache each time), and the number of units of the split."""
+    (interleaved, an empty cache each time), the number of units of the split, and the
+    largest number of cores that other processes kept busy during a measurement."""
     from opfusion.backend.cpu import toolchain, units
 
     count = len(units.translation_units(source, jobs))
     times: dict[int, list[float]] = {1: [], jobs: []}
+    noise = 0.0
     with tempfile.TemporaryDirectory(prefix="opfusion-compile-time-") as work:
         for round_ in range(repeat):
-            for count in times:
-                start = time.perf_counter()
-                toolchain.compile_source(source, directory=Path(work) / f"{count}-{round_}",
-                                         jobs=count)
-                times[count].append(time.perf_counter() - start)
-    return statistics.median(times[1]), statistics.median(times[jobs]), count
+            for processes in times:
+                with Others() as others:
+                    start = time.perf_counter()
+                    toolchain.compile_source(
+                        source, directory=Path(work) / f"{processes}-{round_}", jobs=processes)
+                    times[processes].append(time.perf_counter() - start)
+                noise = max(noise, others.cores)
+    return statistics.median(times[1]), statistics.median(times[jobs]), count, noise
 
 
 def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
@@ -129,11 +167,11 @@ def c_compiler_times(model: str, repeat: int, jobs: int) -> None:
     from opfusion.frontend import from_onnx
 
     source = generated_source(*from_onnx(model))
-    whole, split, count = whole_and_split(source, repeat, jobs)
+    whole, split, count, noise = whole_and_split(source, repeat, jobs)
     sections = len(split_sections(source)[1])
     print(f"  C compiler: whole {whole:.2f} s, split into {count} units for {jobs} jobs "
           f"{split:.2f} s: {whole / split:.2f}x ({len(source) // 1024} KiB of C, "
-          f"{sections} sections)")
+          f"{sections} sections; other processes used up to {noise:.2f} cores meanwhile)")
 
 
 def crossover(repeat: int, jobs: int) -> None:
@@ -143,16 +181,17 @@ def crossover(repeat: int, jobs: int) -> None:
 
     units.MIN_UNIT_BYTES = 1
     print(f"{'workload':<28} {'KiB':>5} {'units':>5} {'whole':>7} {'split':>7} "
-          f"{'whole/split':>11}  load")
+          f"{'whole/split':>11} {'others':>6}")
     cases = [(name, SMALL_WORKLOAD_ARGS.get(name, {})) for name in
              ("mlp", "transformer_encoder", "squeezenet", "mobilenet_v2", "resnet18")]
     cases.append(("resnet18", {}))
     for name, kwargs in cases:
         source = generated_source(*WORKLOADS[name](**kwargs))
-        whole, split, count = whole_and_split(source, repeat, jobs)
+        whole, split, count, noise = whole_and_split(source, repeat, jobs)
         label = name + (" (small)" if kwargs else "")
         print(f"{label:<28} {len(source) / 1024:>5.0f} {count:>5} {whole:>6.2f}s "
-              f"{split:>6.2f}s {whole / split:>10.2f}x  {load()}")
+              f"{split:>6.2f}s {whole / split:>10.2f}x {noise:>6.2f}")
+    print("others: the most cores that other processes kept busy during a measurement")
 
 
 def main() -> None:
