@@ -90,9 +90,14 @@ def test_sections_are_shared_among_units_by_size_each_after_the_prelude(split_sm
     assert max(loads) - min(loads) <= max(len(s.text) for s in sections)
 
 
-def test_a_small_source_or_one_job_is_compiled_whole():
+def test_a_small_source_one_kernel_or_one_job_is_compiled_whole():
     source = sectioned_source("small", {"a": "return 1;", "b": "return 2;"})
     assert translation_units(source, jobs=8) == [("", source)]
+    large = sectioned_source("large", {"a": "return 1;" + " " * 20000, "b": "return 2;"})
+    assert len(translation_units(large, jobs=8)) == 2  # no more units than kernels
+    assert translation_units(large, jobs=1) == [("", large)]
+    one_kernel = sectioned_source("one", {"a": "return 1;" + " " * 20000})
+    assert translation_units(one_kernel, jobs=8) == [("", one_kernel)]
     assert translation_units("int f(void) { return 0; }\n", jobs=8)[0][0] == ""
 
 

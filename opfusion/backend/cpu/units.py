@@ -20,9 +20,11 @@ from pathlib import Path
 SECTION_MARKER = "//@opfusion-section "
 
 #: Sections are shared among translation units only when each unit gets at least this many
-#: bytes of them: below it, the start-up of one more compiler process (parsing the prelude,
-#: ~0.1 s) costs about what the unit's share of the work saves (benchmarks/compile_time.py).
-MIN_UNIT_BYTES = 16 * 1024
+#: bytes of them. Measured with ``benchmarks/compile_time.py --crossover`` on two idle cores:
+#: one more compiler process (start-up, the prelude, the link) costs ~0.01-0.03 s, so a 6 KiB
+#: source compiles as fast whole as split in two (0.97x-1.09x), and from 9 KiB the split
+#: gains (1.09x; 1.25x at 18 KiB, 1.4x-1.6x from 40 KiB).
+MIN_UNIT_BYTES = 4 * 1024
 
 
 def build_jobs() -> int:
@@ -62,14 +64,16 @@ def split_sections(source: str) -> tuple[str, list[Section]]:
 def translation_units(source: str, jobs: int, source_path: Path | None = None
                       ) -> list[tuple[str, str]]:
     """``source`` as ``(description, text)`` translation units for ``jobs`` compiler processes:
-    ``[("", source)]`` (compile it whole) when it has fewer than two sections or too little
-    text for each unit to get :data:`MIN_UNIT_BYTES`; otherwise up to ``jobs`` units, each the
+    ``[("", source)]`` (compile it whole) when it has fewer than two kernel sections (a
+    one-kernel model gains nothing) or too little text for each unit to get
+    :data:`MIN_UNIT_BYTES`; otherwise up to ``jobs`` units (no more than kernels), each the
     prelude and a share of the sections balanced by size (largest first, each to the unit with
     the least text so far; within a unit, in the source's order). ``#line`` directives make
     the compiler's messages name lines of ``source_path`` (the whole source kept on disk)."""
     prelude, sections = split_sections(source)
     size = sum(len(section.text) for section in sections)
-    count = min(jobs, len(sections), size // MIN_UNIT_BYTES)
+    kernels = sum(1 for section in sections if section.name != "table")
+    count = min(jobs, kernels, size // MIN_UNIT_BYTES)
     if count < 2:
         return [("", source)]
     shares: list[list[int]] = [[] for _ in range(count)]
