@@ -220,7 +220,7 @@ class CPUEmitter(CFamilyEmitter):
 
 def assemble_c(parts: list[CParts], header: str) -> str:
     """One C file holding every kernel of ``parts``, in sections the toolchain can compile as
-    separate translation units (:func:`~.toolchain.translation_units`):
+    separate translation units (:func:`~.units.translation_units`):
 
     - the prelude: includes and helpers (types, ``static inline`` functions, declarations:
       no definition that two units could both hold);
