@@ -8,14 +8,19 @@
     opfusion cache info | clear                    the kernel cache: where, how big; empty it
 
 Every error is one line on stderr and a non-zero exit status (1; 2 for a bad command line);
-``--debug`` shows the traceback instead. ``-v`` logs each stage (``-vv`` more) through the
-standard ``logging`` module. On a terminal, compilation shows its progress (with ``rich`` or
-``tqdm`` when one is installed, else plain lines)."""
+``--debug`` shows the traceback instead (and, when the C compiler failed, its whole output;
+without it a summary: the first errors and the source's path). ``-v`` logs each stage
+(``-vv`` more) through the standard ``logging`` module. On a terminal, compilation shows its
+progress (a bar with ``tqdm``, the ``progress`` extra, when it is installed; else plain
+lines). ``compile`` prints the time the user waited for, from the interpreter's start to
+the written file, and how long each stage took."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import re
 import shutil
 import statistics
@@ -29,8 +34,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .errors import OpfusionError
-from .progress import compile_with_progress, count_groups, showing_progress
+from .errors import CompileError, OpfusionError
+from .progress import Progress, compile_with_progress, count_groups, showing_progress
+from .stages import listening, stage
 from .target import host_num_cores
 from .terminal import printable
 from .transform.context import DEFAULT_OPT_LEVEL
@@ -76,8 +82,10 @@ def _existing_file(path: str) -> Path:
 
 
 def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0,
-              allow_symbolic: bool = False) -> tuple[Any, dict[str, np.ndarray]]:
-    """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``).
+              allow_symbolic: bool = False, progress: Progress | None = None
+              ) -> tuple[Any, dict[str, np.ndarray]]:
+    """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``), drawing on
+    ``progress`` (default: a display of its own).
 
     A model with symbolic input dimensions left open is an error naming the --shape to give,
     unless ``allow_symbolic`` (the command fixes them otherwise): then its
@@ -89,9 +97,12 @@ def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0,
     overrides = dict(parse_shape(text) for text in shapes)
     start = time.perf_counter()
     try:
-        with showing_progress(verbose) as progress:
-            progress.stage(f"importing {path}")
-            mod, params = from_onnx(str(file), shape=overrides)
+        with contextlib.ExitStack() as stack:
+            shown = progress or stack.enter_context(showing_progress(verbose))
+            shown.stage(f"importing {path}")
+            stack.enter_context(listening(shown))
+            with stage("import ONNX"):
+                mod, params = from_onnx(str(file), shape=overrides)
     except OpfusionError as err:
         hint = _symbolic_input_hint(file, overrides)
         raise CommandError(f"{err}{hint}") from err
@@ -195,12 +206,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(args.model).with_suffix(".opf")
-    mod, params = load_onnx(args.model, args.shape, args.verbose)
-    start = time.perf_counter()
-    exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                verify=args.verify, target=args.target)
-    seconds = time.perf_counter() - start
-    exe.export(output)
+    with showing_progress(args.verbose) as progress:
+        times = progress.times
+        if args.startup:
+            times.add("start-up", args.startup)
+        mod, params = load_onnx(args.model, args.shape, args.verbose, progress)
+        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
+                                    verify=args.verify, target=args.target, progress=progress)
+        progress.stage(f"writing {output}")
+        with listening(progress), stage("export"):
+            exe.export(output)
+    seconds = args.startup + time.perf_counter() - args.started
     from .demo import generated_source
 
     source, lines = generated_source(exe)
@@ -219,10 +235,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"({exe.plan.naive_bytes / 2**20:.2f} MB unplanned)")
     _print(f"  time       {seconds:.2f} s" + ("; every kernel verified against the reference "
                                               "interpreter" if args.verify else ""))
+    other = seconds - times.total()
+    if other >= 0.005:
+        times.add("other", other)
+    _print(wrap_items(times.items(), "  stages     "))
     if source:
         _print(f"  C source   {source} ({lines} lines)")
     _print(f"run it with: opfusion run {output}")
     return 0
+
+
+def wrap_items(items: Sequence[str], indent: str, width: int = 100) -> str:
+    """``items`` comma-separated after ``indent``, in lines of at most ``width`` characters
+    broken between items only (each line after the first indented as far)."""
+    lines = [indent]
+    for k, item in enumerate(items):
+        text = item + ("," if k + 1 < len(items) else "")
+        if len(lines[-1]) > len(indent) and len(lines[-1]) + 1 + len(text) > width:
+            lines.append(" " * len(indent))
+        lines[-1] += ("" if len(lines[-1]) == len(indent) else " ") + text
+    return "\n".join(lines)
 
 
 def _executor_for(args: argparse.Namespace
@@ -404,9 +436,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CommandError(f"bench takes an ONNX model (it compiles it several ways); "
                            f"{args.model} is a compiled artifact: use opfusion run --profile")
     mod, params = load_onnx(args.model, args.shape, args.verbose)
-    main_exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                     label=f"opfusion ({args.fusion})", target=args.target)
-    main_exe.set_num_threads(args.threads)
+    compile_seconds: dict[str, str] = {}
+
+    def compile_for(fusion: str) -> Any:
+        start = time.perf_counter()
+        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, fusion,
+                                    label=f"opfusion ({fusion})", target=args.target)
+        compile_seconds[f"opfusion ({fusion})"] = f"{time.perf_counter() - start:.2f}s"
+        exe.set_num_threads(args.threads)
+        return exe
+
+    main_exe = compile_for(args.fusion)
     feeds = dict(zip(main_exe.input_names, random_inputs(main_exe)))
     reference = main_exe.run(feeds)
     runners: dict[str, Callable[[], Any]] = {f"opfusion ({args.fusion})":
@@ -424,9 +464,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             kernels["onnxruntime"] = "-"
             errors["onnxruntime"] = relative_error(runners["onnxruntime"](), reference)
             continue
-        exe = compile_with_progress(args.verbose, mod, params, args.opt_level, engine,
-                                    label=f"opfusion ({engine})", target=args.target)
-        exe.set_num_threads(args.threads)
+        exe = compile_for(engine)
         label = f"opfusion ({engine})"
         runners[label] = lambda e=exe: e.run(feeds)
         kernels[label] = str(exe.num_kernels)
@@ -439,16 +477,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _print(f"machine: {machine_summary()}")
     width = max(len(name) for name in runners)
     _print(f"{'engine':<{width}}  {'median':>10}  {'time/first':>10}  {'kernels':>7}  "
-          f"{'max diff':>8}")
+          f"{'max diff':>8}  {'compile':>7}")
     for name, times in medians.items():
         ratio = median_ratio(times, base)
         diff = f"{errors[name]:.1e}" if name in errors else "-"
         median = statistics.median(times)
         _print(f"{name:<{width}}  {median * 1e3:>8.3f}ms  {ratio:>9.2f}x  {kernels[name]:>7}  "
-              f"{diff:>8}")
+              f"{diff:>8}  {compile_seconds.get(name, '-'):>7}")
     _print(f"median of {args.rounds} rounds of interleaved runs; time/first: this row's time over "
           f"the first row's;\nmax diff: largest difference from the first row's output, "
-          f"relative to its largest value")
+          f"relative to its largest value; compile: opf.compile's time (-v: by stage)")
     return 0
 
 
@@ -647,6 +685,20 @@ class _PrintableFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
+def startup_seconds() -> float | None:
+    """How long this process has been running (its start-up, when called first thing), from
+    the kernel's record of its start; None where there is no /proc (not Linux)."""
+    try:
+        with open("/proc/self/stat") as handle:
+            # Field 22, counted after the command name (which may hold spaces) in parentheses.
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _first_line(err: BaseException) -> str:
     # Escaped first, then split at newlines only: a carriage return (or another character
     # str.splitlines breaks at) in a model's name stays visible as \r, inside its line.
@@ -660,6 +712,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status."""
     args = build_parser().parse_args(argv)
     args.verbose = getattr(args, "verbose", 0) or 0
+    args.started = time.perf_counter()
+    # Run as a program (not called from Python): the user also waited for the interpreter to
+    # start and import opfusion.
+    args.startup = (startup_seconds() or 0.0) if argv is None else 0.0
     debug = getattr(args, "debug", False)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_PrintableFormatter("opfusion: %(message)s"))
@@ -675,8 +731,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as err:  # noqa: BLE001 - every error becomes one line (or a traceback)
         if debug:
+            if isinstance(err, CompileError):
+                _print(f"opfusion: the C compiler's command:\n{err.command}\nand its whole "
+                       f"output:\n{err.compiler_output}", file=sys.stderr)
             raise
-        if isinstance(err, OpfusionError):
+        if isinstance(err, CompileError):  # its message is a summary of several lines
+            _print(f"opfusion: error: {err}", file=sys.stderr)
+        elif isinstance(err, OpfusionError):
             _print(f"opfusion: error: {_first_line(err)}", file=sys.stderr)
         elif isinstance(err, OSError):
             _print(f"opfusion: error: {err.strerror or err}"

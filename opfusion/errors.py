@@ -51,11 +51,15 @@ class CompilerNotFoundError(BuildError):
 
 
 class CompileError(BuildError):
-    """The C compiler rejected generated source; the message holds its output and the source."""
+    """The C compiler rejected generated source. The message sums it up (the source's path,
+    the first errors and their count); ``compiler_output`` is the compiler's whole output,
+    ``command`` the command line that failed and ``source_path`` the whole source."""
 
-    def __init__(self, message: str, source_path: str = "", compiler_output: str = "") -> None:
+    def __init__(self, message: str, source_path: str = "", compiler_output: str = "",
+                 command: str = "") -> None:
         self.source_path = source_path
         self.compiler_output = compiler_output
+        self.command = command
         super().__init__(message)
 
 

@@ -2,6 +2,7 @@
 model (conv -> relu/scale -> add -> pool -> gemm -> softmax), and its error paths."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -104,6 +105,10 @@ def test_compile_writes_an_artifact_that_run_executes(files, cache, tmp_path):
     assert zipfile.is_zipfile(tmp_path / "tiny.opf")
     assert "kernels    5 (10 operators; fusion tvm, opt level 3)" in out
     assert "x: float32[1, 3, 16, 16]" in out and "C source" in out
+    # The time covers the whole command, stage by stage (the C compiler: a fresh cache).
+    stages = out.split("  stages", 1)[1].split("  C source", 1)[0]
+    for stage in ("start-up", "import ONNX", "C compiler"):  # the others may take < 5 ms
+        assert stage in stages, out
     run = opfusion("run", tmp_path / "tiny.opf", cwd=tmp_path, cache=cache).stdout
     assert "inputs (random, standard normal, seed 0):" in run
     assert "0  y  float32[1, 4]" in run  # the output by its name in the model, kept in the file
@@ -274,6 +279,40 @@ def test_a_non_onnx_file_is_one_line(files, tmp_path):
 def test_a_non_onnx_file_shows_a_traceback_with_debug(files, tmp_path):
     result = opfusion("show", files / "notes.onnx", "--debug", cwd=tmp_path, check=False)
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+@pytest.fixture
+def failing_cc(tmp_path):
+    """A C compiler that rejects everything with 20 errors."""
+    script = tmp_path / "fakecc"
+    script.write_text('#!/bin/sh\ncase "$*" in *--version*) echo "fakecc 1.0"; exit 0;; esac\n'
+                      'for i in $(seq 1 20); do echo "k.c:$i:1: error: fake error $i" >&2; done\n'
+                      "exit 1\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_c_compiler_error_is_summed_up_with_the_sources_path(files, failing_cc, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setenv("CC", failing_cc)
+    result = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "tiny.opf",
+                      cwd=tmp_path, cache=tmp_path / "cache", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("opfusion: error: the C compiler failed (exit status 1) on ")
+    assert str(tmp_path / "cache" / "kernels") in first and ".c" in first
+    count = re.search(r": (\d+) errors$", first)  # 20 from each unit that was compiled
+    assert count and int(count.group(1)) % 20 == 0 and "fake error 3" in result.stderr
+    assert "fake error 4" not in result.stderr and "rerun with --debug" in result.stderr
+
+
+def test_a_c_compiler_error_is_shown_whole_with_debug(files, failing_cc, tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", failing_cc)
+    result = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "tiny.opf", "--debug",
+                      cwd=tmp_path, cache=tmp_path / "cache", check=False)
+    assert result.returncode == 1 and "Traceback" in result.stderr
+    assert all(f"fake error {i}\n" in result.stderr for i in range(1, 21))
+    assert f"{failing_cc} -O3" in result.stderr  # the command
 
 
 @pytest.mark.parametrize("shape, message", [

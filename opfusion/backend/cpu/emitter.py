@@ -25,8 +25,9 @@ where streaming stores need a fence, is decided before printing by
 :func:`.loop_planning.plan_loops` for the :class:`~opfusion.target.Target`; this module reads
 the plans. Everything else (expressions, plain statements, names) is the C-family printing of
 :class:`~opfusion.backend.c_family.CFamilyEmitter`. All kernels of a model go in one file with
-one kernel table (:func:`kernel_table_c`); the same PrimFuncs and target always give
-byte-identical source."""
+one kernel table (:func:`kernel_table_c`), laid out in sections (:func:`assemble_c`) that the
+toolchain compiles as several translation units in parallel; the same PrimFuncs and target
+always give byte-identical source."""
 
 from __future__ import annotations
 
@@ -53,7 +54,11 @@ from .module import (
     KernelParam,
 )
 from .regtile import RegisterTileEmitter
+from .units import SECTION_MARKER
 from .vector import VectorEmitter
+
+#: The helper key of the cancel flag's declaration (its definition is in the table section).
+_CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
 
 
 @dataclass(frozen=True)
@@ -218,9 +223,8 @@ class CPUEmitter(CFamilyEmitter):
         measurable cost, and a cancelled kernel stops within one task. A loop without inner
         loops is left alone: its iterations are single elements (too cheap to be worth a
         check, and a check would keep GCC from vectorizing it)."""
-        self.need_helper("0_opf_cancel_flag", (
-            "static volatile int32_t opf_cancel_never = 0;\n"
-            f"int32_t volatile* {CANCEL_FLAG_SYMBOL} = &opf_cancel_never;"))
+        self.need_helper(_CANCEL_FLAG_HELPER,
+                         f"extern int32_t volatile* {CANCEL_FLAG_SYMBOL};")
         self.line(indent, f"if (__builtin_expect(*{CANCEL_FLAG_SYMBOL} != 0, 0)) {{ "
                           f"__atomic_store_n(&{self.status_name}, {KERNEL_CANCELLED}, "
                           "__ATOMIC_RELAXED); continue; }")
@@ -231,9 +235,20 @@ class CPUEmitter(CFamilyEmitter):
 
 
 def assemble_c(parts: list[CParts], header: str, model: ModelLayout | None = None) -> str:
-    """One C translation unit holding every kernel of ``parts``: includes and helpers once,
-    then the kernel table, and the model's native entry when ``model`` (its layout) is given
-    (see :mod:`.model_entry`)."""
+    """One C file holding every kernel of ``parts``, in sections the toolchain can compile as
+    separate translation units (:func:`~.units.translation_units`):
+
+    - the prelude: includes and helpers (types, ``static inline`` functions, declarations:
+      no definition that two units could both hold);
+    - one section per kernel (``//@opfusion-section kernel <name>``): its function, global
+      with default visibility, as in a one-unit build;
+    - the table section (``//@opfusion-section table``): a prototype of every kernel, the
+      cancel flag's definition and the kernel table with the thunks, and the model's native
+      entry when ``model`` (its layout) is given (see :mod:`.model_entry`).
+
+    The whole file is also one valid translation unit (the toolchain compiles it so when it
+    is small), so the library's exported symbols do not depend on how it was split: the
+    kernels, ``opf_kernel_table``, ``opf_cancel_flag`` and the entry's two hook pointers."""
     includes = {name for part in parts for name in part.includes}
     if model is not None:
         includes |= {"omp.h", "string.h"}
@@ -251,10 +266,29 @@ def assemble_c(parts: list[CParts], header: str, model: ModelLayout | None = Non
     if helpers:
         out.append("")
     for part in parts:
+        out.append(f"{SECTION_MARKER}kernel {part.entry_name}")
         out.append(part.function)
         out.append("")
+    out.append(f"{SECTION_MARKER}table")
+    out += [prototype(part) for part in parts]
+    if _CANCEL_FLAG_HELPER in helpers:
+        out += cancel_flag_c()
     out += kernel_table_c(parts, model)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def prototype(part: CParts) -> str:
+    """The declaration of a kernel: its definition's first line, ending in ``;``."""
+    first_line = part.function.split("\n", 1)[0]
+    assert first_line.endswith(" {"), first_line
+    return first_line.removesuffix(" {") + ";"
+
+
+def cancel_flag_c() -> list[str]:
+    """The definition of ``opf_cancel_flag`` (declared ``extern`` in the prelude): a pointer
+    to a zero that nothing sets, until the host points it at its own flag."""
+    return ["static volatile int32_t opf_cancel_never = 0;",
+            f"int32_t volatile* {CANCEL_FLAG_SYMBOL} = &opf_cancel_never;"]
 
 
 def kernel_table_c(parts: list[CParts], model: ModelLayout | None = None) -> list[str]:

@@ -1,5 +1,12 @@
 """The C compiler driver and the kernel cache: C source in, path of a shared library out.
 
+A large source is compiled as several translation units at once, one per core of the machine
+that builds it (see :mod:`.units`): each unit is compiled to an object file and the objects
+are linked. A small source is compiled whole, in one process. Compiler messages name lines of
+the whole source file kept beside the library, and a failure raises a :class:`CompileError`
+whose message is a summary (the first errors, their count, the source's path); the
+compiler's whole output is its ``compiler_output``.
+
 A shared library is cached under ``$OPFUSION_CACHE_DIR/kernels/<key>.so`` (default cache
 directory ``~/.cache/opfusion``). The key hashes everything that decides the machine code:
 the source, the flags, the compiler's identity and version, and the host CPU's features —
@@ -29,17 +36,22 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BuildError, CompileError, CompilerNotFoundError
+from ...stages import stage, units_done
 from ...target import Target, as_target
 from ...target.host import host_cpuinfo_flags
+from . import units
 
 #: Flags every kernel is compiled with, whatever the target; the target adds its ISA flags
 #: (:func:`target_flags`). ``-ffast-math`` is deliberately absent: it lets the compiler
@@ -75,6 +87,9 @@ DEFAULT_CACHE_LIMIT = 2 << 30
 STALE_TMP_SECONDS = 3600
 
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+#: How many compiler error lines a CompileError's message quotes.
+QUOTED_ERRORS = 3
 
 
 @dataclass(frozen=True)
@@ -263,12 +278,16 @@ def _remove_quietly(path: str | Path) -> None:
 
 
 def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
-                   directory: Path | None = None) -> CompiledLibrary:
+                   directory: Path | None = None, jobs: int | None = None) -> CompiledLibrary:
     """Compile C ``source`` into a shared library, or find it in the cache; return its path.
-    ``flags`` default to :func:`target_flags` of the current target.
+    ``flags`` default to :func:`target_flags` of the current target; ``jobs`` (default
+    :func:`.units.build_jobs`) is how many compiler processes may run at once, on as many
+    translation units (:func:`.units.translation_units`). The library does the same whatever
+    ``jobs`` is, so it is not part of the cache key (the source, which holds every unit, is).
 
-    Raises CompilerNotFoundError when there is no compiler and CompileError (with the
-    compiler's messages and the path of the source) when compilation fails."""
+    Raises CompilerNotFoundError when there is no compiler and CompileError (a summary of the
+    compiler's messages and the path of the source; the whole output in
+    ``compiler_output``) when compilation fails."""
     argv = find_compiler()
     flags = target_flags() if flags is None else tuple(flags)
     key = cache_key(source, argv, flags)
@@ -286,32 +305,104 @@ def compile_source(source: str, *, flags: tuple[str, ...] | None = None,
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     # The source is kept next to the library so that a failure (or a crash in the kernel)
-    # can be read and recompiled by hand.
+    # can be read and recompiled by hand; the compiler's messages name its lines.
     _write_atomically(source_path, source)
     fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".so.tmp", dir=directory)
     os.close(fd)
-    command = [*argv, *flags, "-o", tmp, str(source_path)]
+    parts = units.translation_units(source, units.build_jobs() if jobs is None else jobs,
+                                    source_path)
     try:
         _stats["compiles"] += 1
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        except OSError as err:
-            raise CompilerNotFoundError(
-                f"the C compiler {argv[0]!r} could not be run ({err}); install gcc or set CC"
-            ) from err
-        if result.returncode != 0:
-            output = (result.stderr + result.stdout).strip()
-            raise CompileError(
-                f"the C compiler failed (exit status {result.returncode}) on {source_path}\n"
-                f"command: {shlex.join(command)}\n{output}",
-                source_path=str(source_path), compiler_output=output,
-            )
+        with stage("C compiler"):
+            if len(parts) == 1:
+                command = [*argv, *flags, "-o", tmp, str(source_path)]
+                result = _run_compiler(command)
+                if result.returncode != 0:
+                    raise compile_error(result.returncode, _output(result), source_path,
+                                        command)
+            else:
+                _compile_and_link(parts, argv, flags, Path(tmp), source_path)
         _publish(Path(tmp), library)
     except BaseException:
         _remove_quietly(tmp)
         raise
     tidy_cache(directory, keep=library)
     return CompiledLibrary(library, source_path, key, False, time.perf_counter() - started)
+
+
+def _compile_and_link(parts: list[tuple[str, str]], argv: list[str], flags: tuple[str, ...],
+                      output: Path, source_path: Path) -> None:
+    """Compile each unit to an object file, all at once, then link them into ``output``.
+    When units fail, the error sums up the messages of all of them."""
+    compile_flags = [flag for flag in flags if flag != "-shared"]
+    total = len(parts)
+    units_done(0, total)
+    with tempfile.TemporaryDirectory(prefix="opfusion-build-") as build, \
+            ThreadPoolExecutor(max_workers=total) as pool:
+        objects = [str(Path(build) / f"unit{index}.o") for index in range(total)]
+        commands = [[*argv, *compile_flags, "-c", "-x", "c", "-", "-o", obj] for obj in objects]
+        futures = [pool.submit(_run_compiler, command, text)
+                   for command, (_, text) in zip(commands, parts)]
+        pending, done = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done += len(finished)
+            units_done(done, total)
+        results = [future.result() for future in futures]
+        failed = [index for index, result in enumerate(results) if result.returncode != 0]
+        if failed:
+            where = (f"{len(failed)} of {total} units" if len(failed) > 2 else "; ".join(
+                f"unit {index + 1} of {total}: {parts[index][0]}" for index in failed))
+            raise compile_error(results[failed[0]].returncode,
+                                "\n".join(_output(results[index]) for index in failed),
+                                source_path, commands[failed[0]], where)
+        link = [*argv, *flags, "-o", str(output), *objects]
+        result = _run_compiler(link)
+        if result.returncode != 0:
+            raise compile_error(result.returncode, _output(result), source_path, link,
+                                "linking the units")
+
+
+def _run_compiler(command: list[str], stdin: str | None = None
+                  ) -> subprocess.CompletedProcess[str]:
+    """Run one compiler command (reading ``stdin`` when given), capturing its output."""
+    try:
+        return subprocess.run(command, input=stdin, capture_output=True, text=True,
+                              check=False)
+    except OSError as err:
+        raise CompilerNotFoundError(
+            f"the C compiler {command[0]!r} could not be run ({err}); install gcc or set CC"
+        ) from err
+
+
+def _output(result: subprocess.CompletedProcess[str]) -> str:
+    return (result.stderr + result.stdout).strip()
+
+
+def compile_error(status: int, output: str, source_path: Path, command: Sequence[str],
+                  where: str = "") -> CompileError:
+    """A :class:`CompileError` whose message sums up ``output``: the source's path (and which
+    part of it, ``where``, was being compiled), how many errors, the first
+    :data:`QUOTED_ERRORS` of them, and where the rest is. The whole output and the command
+    are the exception's ``compiler_output`` and ``command``."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    quoted = (errors or lines)[:QUOTED_ERRORS]
+    counted = (f"{len(errors)} error{'s' if len(errors) != 1 else ''}" if errors
+               else f"{len(lines)} lines of output")
+    part = f" ({where})" if where else ""
+    message = [f"the C compiler failed (exit status {status}) on {source_path}{part}: "
+               f"{counted}"]
+    message += [f"  {line}" for line in quoted]
+    if len(lines) > len(quoted):
+        message.append(f"  ... ({len(lines) - len(quoted)} more lines; rerun with --debug, "
+                       f"or read the exception's compiler_output, for the whole output)")
+    return CompileError("\n".join(message), source_path=str(source_path),
+                        compiler_output=output, command=shlex.join(command))
+
+
+# gcc's and clang's "file:line:col: error: ..." and "fatal error:", and the linker's errors.
+_ERROR_LINE = re.compile(r"(^|: )(fatal )?error: |undefined reference to ")
 
 
 def evict(library: CompiledLibrary) -> None:
