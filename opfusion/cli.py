@@ -81,7 +81,7 @@ def _existing_file(path: str) -> Path:
     return file
 
 
-def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0,
+def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0, *,
               allow_symbolic: bool = False, progress: Progress | None = None
               ) -> tuple[Any, dict[str, np.ndarray]]:
     """Import an ONNX file with ``--shape`` overrides (``NAME=D1,D2,...``), drawing on
@@ -210,7 +210,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         times = progress.times
         if args.startup:
             times.add("start-up", args.startup)
-        mod, params = load_onnx(args.model, args.shape, args.verbose, progress)
+        mod, params = load_onnx(args.model, args.shape, args.verbose, progress=progress)
         exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
                                     verify=args.verify, target=args.target, progress=progress)
         progress.stage(f"writing {output}")
