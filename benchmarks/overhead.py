@@ -12,7 +12,11 @@ process, batch 1:
   dispatch cost per extra kernel (ONNX Runtime's per extra node likewise).
 
 Prints the median microseconds per run of each engine, their ratio, and the dispatch cost in
-nanoseconds. Then opfusion's overhead proper, per run: its run time less that of its native
+nanoseconds. In one process, the engines' threads meet: ONNX Runtime's spin for a while after
+its runs (its default) and take the cores from opfusion's next ones, which on two cores slows
+opfusion's parallel kernels (the MLP's) more than its own brief spin slows ONNX Runtime. So
+``--alone`` also times each engine in a process of its own, alternating, and prints those
+medians beside. Then opfusion's overhead proper, per run: its run time less that of its native
 entry called alone on prepared pointers (the call every run makes, without the Python around
 it). (ONNX Runtime's profiler cannot tell the same apart: its per-node times include its
 own dispatch.) Quote figures only from a quiet machine (the load is printed)."""
@@ -111,10 +115,59 @@ def ort_session(model: Any) -> Any:
                                 providers=["CPUExecutionProvider"])
 
 
+MODELS = {"tiny": (tiny_model, "tvm"), "mlp": (mlp_model, "tvm"),
+          "chain1": (partial(chain_model, 1), "none"),
+          "chain32": (partial(chain_model, 32), "none")}
+
+
+def alone_seconds(engine: str, name: str, repeat: int) -> float:
+    """Median seconds per run of one engine on model ``name``, with no other engine in the
+    process (the ``--alone`` mode's child)."""
+    build, fusion = MODELS[name]
+    model = build()
+    feeds = {"x": np.random.default_rng(0).standard_normal(
+        [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(
+        np.float32)}
+    if len(model.graph.input) > 1:
+        feeds["y"] = feeds["x"].copy()
+    if engine == "opfusion":
+        mod, params = opf.frontend.from_onnx(model)
+        runner = partial(opf.compile(mod, params=params, fusion=fusion).run, None, feeds)
+    else:
+        runner = partial(ort_session(model).run, None, feeds)
+    return interleaved([runner], repeat)[0]
+
+
+def main_alone(repeat: int, rounds: int = 3) -> None:
+    """Each engine on each model in a process of its own, the engines alternating, ``rounds``
+    times; the median per engine: each undisturbed by the other's threads."""
+    import subprocess
+    import sys
+
+    print(f"{'model':<8} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}   (each alone, median of "
+          f"{rounds} processes)")
+    for name in MODELS:
+        times: dict[str, list[float]] = {"opfusion": [], "ort": []}
+        for _ in range(rounds):
+            for engine in times:
+                out = subprocess.run([sys.executable, __file__, "--child", engine, name,
+                                      "--repeat", str(repeat)], capture_output=True, text=True,
+                                     check=True)
+                times[engine].append(float(out.stdout.split()[-1]))
+        t_opf, t_ort = (statistics.median(times[e]) for e in ("opfusion", "ort"))
+        print(f"{name:<8} {t_opf * 1e6:>8.1f}us {t_ort * 1e6:>8.1f}us {t_opf / t_ort:>7.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000)
+    parser.add_argument("--alone", action="store_true",
+                        help="also time each engine in a process of its own")
+    parser.add_argument("--child", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(alone_seconds(*args.child, args.repeat))
+        return
     print(f"# cpu: {host_cpu_name()} ({Target('c').isa}), load {os.getloadavg()[0]:.2f}")
     print(f"{'model':<8} {'kernels':>7} {'opfusion':>10} {'ort':>10} {'opf/ort':>8}")
     rng = np.random.default_rng(0)
@@ -142,6 +195,9 @@ def main() -> None:
     print("opfusion's overhead per run (run time less its native entry's):")
     for name, seconds in overheads.items():
         print(f"  {name:<8} {seconds * 1e6:6.1f}us")
+    if args.alone:
+        main_alone(args.repeat)
+    print(f"# load after: {os.getloadavg()[0]:.2f}")
 
 
 def native_seconds(exe: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
