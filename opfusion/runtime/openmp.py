@@ -4,15 +4,17 @@ Each kernel's parallel loop is an OpenMP parallel region. Between two regions th
 threads wait: spinning costs nothing to resume but holds a core; sleeping frees the core but
 costs a futex wake and a reschedule to resume — on the 2-core virtual machines of CI, tens of
 microseconds per kernel. Measured with ``benchmarks/wait_policy.py`` (AVX-512 Zen 4, 2 cores,
-batch 1): a 3-layer MLP runs in 16 us spinning and 110-130 us sleeping, SqueezeNet in 6.4 ms
-and 9.6 ms, ShuffleNet in 6.8 ms and 12 ms. But a thread that spins long (libgomp's default,
-about 300,000 iterations) takes its core from any other process and from the thread that
-still works when the machine is busy: with one core kept busy by a neighbour, ResNet-50 took
-430 ms with the default spin against 108 ms sleeping.
+batch 1, quiet): a 3-layer MLP runs in 14 us spinning 1,000 iterations and 101 us sleeping,
+SqueezeNet in 6.6 ms and 9.0 ms, ShuffleNet in 6.7 ms and 11.1 ms, ResNet-50 in 52.5 ms and
+56.9 ms; spinning longer (10,000 or 100,000 iterations, libgomp's default of about 300,000, or
+forever) gains nothing more. But a thread that spins long takes its core from any other
+process and from the thread that still works when the machine is busy: with one core kept
+busy by a neighbour, ResNet-50 took 105 ms sleeping, 111 ms spinning 1,000 iterations, 159 ms
+spinning 10,000 and 213 ms with the default spin (SqueezeNet 12.6, 15.6, 21.6 and 21.7 ms).
 
-The policy is therefore a short spin, then sleep: :data:`SPIN_COUNT` iterations (about 0.1-0.2
-ms, long enough to bridge the gap between two kernels of a run and between back-to-back runs,
-short enough that a busy machine loses little). libgomp reads its settings once, when it
+The policy is therefore a short spin, then sleep: :data:`SPIN_COUNT` iterations (long enough
+to bridge the gap between two kernels of a run and between back-to-back runs, short enough
+that a busy machine loses little). libgomp reads its settings once, when it
 loads, for the whole process: no OpenMP runtime can wait differently per executor. opfusion
 sets ``GOMP_SPINCOUNT`` just before it loads its first kernel library — not at import, and
 never when the user has set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``OMP_WAIT_POLICY=
@@ -25,7 +27,7 @@ import os
 import threading
 
 #: Iterations a waiting OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT).
-SPIN_COUNT = 10000
+SPIN_COUNT = 1000
 
 _lock = threading.Lock()
 _decided: str | None = None
