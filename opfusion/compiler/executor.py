@@ -454,20 +454,7 @@ class Executor:
     def _bind_inputs(self, feeds: Mapping[str, Any] | Sequence[Any] | None) -> list[Any]:
         """The run's input arrays in input order, each checked (shape, dtype) and made
         C-contiguous and aligned (a copy where it is not)."""
-        if feeds is None:
-            feeds = {}
-        if isinstance(feeds, Mapping):
-            try:
-                ordered = [feeds[name] for name in self.input_names]
-            except KeyError:
-                ordered = []
-            if len(ordered) != len(feeds) or len(ordered) != len(self.input_names):
-                self._check_feed_names(feeds)
-        else:
-            ordered = list(feeds)
-            if len(ordered) != len(self.input_names):
-                raise InputError(f"the model takes {len(self.input_names)} input(s) "
-                                 f"({', '.join(self.input_names)}), got {len(ordered)}")
+        ordered = ordered_feeds(feeds, self.input_names)
         arrays = []
         for (shape, dtype, strides), name, value in zip(self._input_specs, self.input_names,
                                                         ordered):
@@ -480,16 +467,6 @@ class Executor:
             else:
                 arrays.append(_checked_input(name, value, shape, dtype))
         return arrays
-
-    def _check_feed_names(self, feeds: Mapping[str, Any]) -> None:
-        unknown = [name for name in feeds if name not in self.input_names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are "
-                             f"{', '.join(map(repr, self.input_names))}")
-        missing = [name for name in self.input_names if name not in feeds]
-        if missing:
-            raise InputError(f"input {missing[0]!r} is missing; the model's inputs are "
-                             f"{', '.join(map(repr, self.input_names))}")
 
     # -- inspection ----------------------------------------------------------------------------
     def source(self) -> str:
@@ -703,6 +680,34 @@ def _raise_status(step: ExecStep, status: int) -> None:
                                f"could not allocate its scratch memory (malloc failed); free "
                                f"memory, or lower compile.max_allocation_bytes so that "
                                f"opf.compile refuses such a kernel")
+
+
+def ordered_feeds(feeds: Mapping[str, Any] | Sequence[Any] | None,
+                  names: Sequence[str]) -> list[Any]:
+    """A run's feeds (input name -> value, the values in input order, or None for a model
+    without inputs) as values in the order of ``names``; an InputError names an unknown or
+    missing input, or says how many the model takes."""
+    if feeds is None:
+        feeds = {}
+    if isinstance(feeds, Mapping):
+        try:
+            ordered = [feeds[name] for name in names]
+        except KeyError:
+            ordered = []
+        if len(ordered) == len(feeds) == len(names):
+            return ordered
+        unknown = [name for name in feeds if name not in names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are "
+                             f"{', '.join(map(repr, names))}")
+        missing = [name for name in names if name not in feeds]
+        raise InputError(f"input {missing[0]!r} is missing; the model's inputs are "
+                         f"{', '.join(map(repr, names))}")
+    ordered = list(feeds)
+    if len(ordered) != len(names):
+        raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got "
+                         f"{len(ordered)}")
+    return ordered
 
 
 def _array_spec(ty: TensorType) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:

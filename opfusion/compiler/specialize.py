@@ -34,7 +34,13 @@ from ..ir.symbolic import SymbolicModule, SymbolicTensor
 from ..target import Target
 from ..transform.context import PassContext
 from .compile import compile as compile_model
-from .executor import Executor, InputError, KernelProfile, check_num_threads
+from .executor import (
+    Executor,
+    InputError,
+    KernelProfile,
+    check_num_threads,
+    ordered_feeds,
+)
 from .signature import NodeArg, output_positions, parse_run_arguments
 
 log = logging.getLogger("opfusion.specialize")
@@ -288,23 +294,7 @@ def bind_inputs(module: SymbolicModule, feeds: Mapping[str, Any] | Sequence[Any]
     order, checked against ``module``'s declared inputs (see :func:`check_shapes`) and
     dtypes; a mistake is an :class:`InputError` naming the input."""
     names = module.input_names
-    if feeds is None:
-        feeds = {}
-    if isinstance(feeds, Mapping):
-        unknown = [name for name in feeds if name not in names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are "
-                             f"{', '.join(map(repr, names))}")
-        missing = [name for name in names if name not in feeds]
-        if missing:
-            raise InputError(f"input {missing[0]!r} is missing; the model's inputs are "
-                             f"{', '.join(map(repr, names))}")
-        ordered = [feeds[name] for name in names]
-    else:
-        ordered = list(feeds)
-        if len(ordered) != len(names):
-            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
-                             f"got {len(ordered)}")
+    ordered = ordered_feeds(feeds, names)
     arrays = [np.asarray(value.numpy() if hasattr(value, "numpy") else value)
               for value in ordered]
     for tensor, array in zip(module.inputs, arrays):

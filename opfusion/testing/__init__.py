@@ -7,6 +7,7 @@ absolute tolerance that could be as large as the values under test."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,8 @@ from .workloads import (
 
 __all__ = [
     "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "WORKLOADS", "assert_close", "eval_op",
-    "light_model", "mlp", "mobilenet_v2", "resnet", "run_onnx_node", "shipped_light_model",
+    "light_model", "mlp", "mobilenet_v2", "resnet", "run_in_threads", "run_onnx_node",
+    "shipped_light_model",
     "shufflenet_v2", "squeezenet", "transformer_encoder", "workload_input",
 ]
 
@@ -108,3 +110,25 @@ def run_onnx_node(op_type: str, feeds: dict[str, np.ndarray], num_outputs: int =
          for name in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model).run(None, feeds)
+
+
+def run_in_threads(count: int, work: Callable[[int], Any]) -> None:
+    """Run ``work(index)`` for index 0..count-1 in ``count`` threads started together (at a
+    barrier, so that they overlap); re-raise the first failure in the calling thread."""
+    failures: list[BaseException] = []
+    start = threading.Barrier(count)
+
+    def guarded(index: int) -> None:
+        try:
+            start.wait()
+            work(index)
+        except BaseException as err:  # noqa: BLE001 - handed to the calling thread
+            failures.append(err)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]

@@ -9,6 +9,7 @@ import pytest
 
 import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
+from opfusion.testing import run_in_threads
 from opfusion.testing.workloads import SMALL_WORKLOAD_ARGS, WORKLOADS
 
 pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler installed")
@@ -27,25 +28,6 @@ def compile_squeezenet():
 @pytest.fixture(scope="module")
 def squeezenet():
     return compile_squeezenet()
-
-
-def run_in_threads(count, work):
-    """Run ``work(index)`` in ``count`` threads at once; re-raise the first failure."""
-    failures = []
-
-    def guarded(index):
-        try:
-            work(index)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            failures.append(err)
-
-    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
 
 
 def test_concurrent_runs_give_the_single_threaded_outputs(squeezenet):

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from opfusion.compiler.executor import InputError
 from opfusion.compiler.signature import NodeArg
 from opfusion.compiler.specialize import SpecializationCache, SpecializingExecutor
 from opfusion.ir.symbolic import SymbolicModule, SymbolicShapeError
-from opfusion.testing import assert_close
+from opfusion.testing import assert_close, run_in_threads
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -301,27 +300,6 @@ def test_a_named_dimension_is_shared_and_an_unnamed_one_is_free():
 
 
 # -- threads ---------------------------------------------------------------------------------
-
-
-def run_in_threads(count, work):
-    """Run ``work(index)`` in ``count`` threads started together; re-raise the first failure."""
-    failures = []
-    start = threading.Barrier(count)
-
-    def guarded(index):
-        try:
-            start.wait()
-            work(index)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            failures.append(err)
-
-    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
 
 
 def test_threads_running_two_new_shapes_compile_each_once():
