@@ -1,81 +1,138 @@
-"""Latency of whole models: opfusion fused, opfusion unfused (fusion="none"), ONNX Runtime.
+"""Latency of whole models: opfusion against fusion="none", ONNX Runtime and OpenVINO.
 
-    python benchmarks/models.py [names...] [--repeat 20] [--no-ort]
+    python benchmarks/models.py [names...] [--repeat 30] [--no-ort] [--no-openvino]
     python benchmarks/models.py [names...] --target "c -mattr=+avx2,+fma" --target c
 
 For each light model (the random-weight copies of opfusion.testing.light_model; batch 1,
-standard-normal input) it prints the median latency of each engine measured in this one
-process (fused and unfused run in turn, call by call, so that a drifting machine slows both
-alike), the cold compile time (empty kernel cache) and the cached one, and the executor's
-planned memory against the sum of all intermediate tensors. Both cores are used by every
-engine. The last line is
+standard-normal input) it times, in one process and interleaved: opfusion (``opf.compile``'s
+defaults), opfusion with ``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
+when importable: it is an optional peer, ``pip install openvino``, never a dependency of
+opfusion), every engine on the host's cores. OpenVINO gets ``INFERENCE_PRECISION_HINT=f32``
+(it computes in bf16 by default on CPUs that have it), ``PERFORMANCE_HINT=LATENCY`` and as
+many threads as the others; the header says whether every operation of its compiled models
+really runs in f32. ``--no-ort`` and ``--no-openvino`` leave a peer out.
 
-    geomean fused_vs_unfused <x> ort_vs_opfusion <y>
+The engines are timed in alternating batches (``overhead.interleaved``), each batch a quarter
+of a second or one call, whichever is longer; the median of the batches' means per engine.
+Batches rather than one call of each in turn because ONNX Runtime's threads spin for a while
+after its runs (OpenVINO's and opfusion's briefly) and, on a machine of two cores, slow
+whichever engine runs next: a batch that long leaves them only its first sliver. Models slow
+enough for one call per batch (vgg19) are the per-call alternation; there the spin is a
+sliver of that call. Alternating at all keeps a drifting machine (other jobs, clock changes)
+from favouring one engine.
 
-(speedup of fused over unfused; ONNX Runtime's latency divided by opfusion's; higher is
-better for both).
+Each row gives the engines' median latencies; ``fused/unf`` (unfused time over fused),
+``ort/opf`` and ``ov/opf`` (the peer's time over opfusion's: above 1, opfusion is faster);
+``max diff``, the largest difference of any engine's outputs from opfusion's relative to the
+largest magnitude of opfusion's (a misconfigured peer shows here, and is named below the
+table when above 1e-3); the kernel count; the cold compile time (empty kernel cache) and the
+cached one; the executor's planned memory against the sum of all intermediate tensors. It
+ends with
+
+    geomean ort/opfusion <x> openvino/opfusion <y> fused/unfused <z>
+
+each the geometric mean over the models of the peer's time over opfusion's (unfused's over
+fused's for the last).
 
 With ``--target`` (given once per target), the fused model is compiled for each target and
-the latencies are printed side by side, measured interleaved in one run, with each target's
-speedup over the first (e.g. the host's AVX-512 code against AVX2 code on the same machine);
-the header names the CPU and each target's ISA."""
+the latencies are printed side by side, timed interleaved with ONNX Runtime in one run, with
+each target's speedup over the first (e.g. the host's AVX-512 code against AVX2 code on the
+same machine); the header names the CPU and each target's ISA."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
+from overhead import interleaved
 
 import opfusion as opf
 from opfusion.frontend import from_onnx
-from opfusion.target import host_cpu_name
+from opfusion.target import Target, host_cpu_name
 from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
 
-
-def median_seconds(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+BATCH_SECONDS = 0.25
+MAX_DIFF = 1e-3  # relative to max|output|; f32 engines agree to about 1e-5
 
 
-def interleaved_medians(fns: list[Callable[[], Any]], repeat: int,
-                        warmup: int = 2) -> list[float]:
-    """Median seconds of each of ``fns``, run in turn (one call of each per round), so that a
-    machine whose speed drifts during the run (other jobs, clock changes) slows them alike
-    and their ratio stays fair."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, out in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+@dataclass
+class Engine:
+    """One way to run a model: ``run`` is what is timed, ``outputs`` runs it once and returns
+    its outputs as arrays in graph-output order (for the comparison with opfusion's)."""
+
+    name: str
+    run: Callable[[], Any]
+    outputs: Callable[[], list[np.ndarray]]
 
 
-def ort_session(path: str) -> Any | None:
+def opfusion_engine(name: str, exe: Any, feeds: dict[str, np.ndarray]) -> Engine:
+    run = partial(exe.run, feeds)
+    return Engine(name, run, run)
+
+
+def ort_engine(path: str, x: np.ndarray) -> Engine | None:
+    """ONNX Runtime on the CPU provider with one intra-op thread per core; None when it is
+    not installed."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None
     options = ort.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count() or 1
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    options.intra_op_num_threads = Target.current().num_cores
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    run = partial(session.run, None, {session.get_inputs()[0].name: x})
+    return Engine("ort", run, run)
+
+
+def openvino_engine(path: str, x: np.ndarray) -> tuple[Engine, bool] | None:
+    """OpenVINO on the CPU in f32, tuned for latency, with one thread per core, and whether
+    every operation of the compiled model runs in f32 (not bf16 or f16); None when it is not
+    installed."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": Target.current().num_cores})
+    request = compiled.create_infer_request()
+    run = partial(request.infer, {0: x})
+
+    def outputs() -> list[np.ndarray]:
+        result = run()
+        return [np.asarray(result[port]) for port in compiled.outputs]
+
+    return Engine("openvino", run, outputs), openvino_runs_f32(compiled)
+
+
+def openvino_runs_f32(compiled: Any) -> bool:
+    """Whether the precision hint reads f32 and no operation of the executable graph computes
+    in a narrower float type."""
+    if str(compiled.get_property("INFERENCE_PRECISION_HINT")) not in ("<Type: 'float32'>",
+                                                                      "f32", "float32"):
+        return False
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "runtimePrecision" in info and info["runtimePrecision"].astype(str) in (
+                "bf16", "f16"):
+            return False
+    return True
+
+
+def max_relative_diff(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """Largest |got - want| over all outputs, relative to the largest |want|."""
+    scale = max(float(np.max(np.abs(w))) for w in want) or 1.0
+    return max(float(np.max(np.abs(np.asarray(g, np.float64) - w))) for g, w in zip(got, want)
+               ) / scale
 
 
 def compile_times(mod: opf.IRModule, params: dict[str, np.ndarray],
@@ -100,51 +157,99 @@ def compile_times(mod: opf.IRModule, params: dict[str, np.ndarray],
     return exe, cold, cached
 
 
+def timed(engines: list[Engine], repeat: int, warmup: int = 2) -> list[float]:
+    """Median seconds per call of each engine, interleaved in batches (see the module's
+    docstring)."""
+    for engine in engines:
+        for _ in range(warmup):
+            engine.run()
+    return interleaved([e.run for e in engines], repeat, batch=1, batch_seconds=BATCH_SECONDS)
+
+
+def model_input(exe: Any) -> tuple[str, np.ndarray]:
+    (input_name,) = exe.input_names
+    shape = next(v.type.shape for v in exe.values if v.input_index == 0)
+    return input_name, np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def print_header() -> None:
+    versions = []
+    for module in ("onnxruntime", "openvino"):
+        try:
+            versions.append(f"{module} {__import__(module).__version__.split('-')[0]}")
+        except ImportError:
+            versions.append(f"no {module}")
+    host = Target("c")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, cpu: {host_cpu_name()}, ISA {host.isa}, "
+          f"{host.num_cores} cores; {', '.join(versions)}; load {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=LIGHT_MODEL_NAMES)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=30,
+                        help="calls per engine at least (5 batches at least)")
     parser.add_argument("--no-ort", action="store_true")
+    parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--target", action="append", default=[],
                         help="compare these targets (give it once per target)")
     args = parser.parse_args()
-    import onnx
-
+    print_header()
     if args.target:
         compare_targets(args.names, args.target, args.repeat, not args.no_ort)
-        return
+    else:
+        compare_engines(args.names, args.repeat, not args.no_ort, not args.no_openvino)
+    print(f"# load after: {os.getloadavg()[0]:.2f}")
 
-    print(f"{'model':<14} {'fused':>9} {'unfused':>9} {'ort':>9} {'fused/unf':>9} "
-          f"{'ort/fused':>9} {'kernels':>8} {'cold':>7} {'cached':>7} {'plan MB':>8} "
-          f"{'all MB':>7}")
-    speedups, ort_ratios = [], []
-    for name in args.names:
+
+def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino: bool) -> None:
+    """The table of the module's docstring."""
+    import onnx
+
+    print(f"{'model':<14} {'fused':>9} {'unfused':>9} {'ort':>9} {'openvino':>9} "
+          f"{'fused/unf':>9} {'ort/opf':>8} {'ov/opf':>8} {'max diff':>9} {'kernels':>8} "
+          f"{'cold':>7} {'cached':>7} {'plan MB':>8} {'all MB':>7}")
+    ratios: dict[str, list[float]] = {"ort": [], "openvino": [], "unfused": []}
+    notes: list[str] = []
+    openvino_f32: list[bool] = []
+    for name in names:
         path = str(light_model(name))
         mod, params = from_onnx(onnx.load(path))
         fused, cold, cached = compile_times(mod, params)
-        unfused = opf.compile(mod, params=params, fusion="none")
-        (input_name,) = fused.input_names
-        shape = next(v.type.shape for v in fused.values if v.input_index == 0)
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        # Fused and unfused in turn (both use OpenMP threads that sleep when idle); ONNX
-        # Runtime after them, in a block of its own: its threads spin between runs.
-        t_fused, t_unfused = interleaved_medians(
-            [partial(fused.run, {input_name: x}), partial(unfused.run, {input_name: x})],
-            args.repeat)
-        session = None if args.no_ort else ort_session(path)
-        t_ort = math.nan
-        if session is not None:
-            feed_name = session.get_inputs()[0].name
-            t_ort = median_seconds(partial(session.run, None, {feed_name: x}), args.repeat)
-            ort_ratios.append(t_ort / t_fused)
-        speedups.append(t_unfused / t_fused)
-        print(f"{name:<14} {t_fused * 1e3:>7.2f}ms {t_unfused * 1e3:>7.2f}ms "
-              f"{t_ort * 1e3:>7.2f}ms {t_unfused / t_fused:>8.2f}x {t_ort / t_fused:>8.2f}x "
-              f"{fused.num_kernels:>8} {cold:>6.1f}s {cached:>6.2f}s "
-              f"{fused.plan.total_bytes / 2**20:>8.1f} {fused.plan.naive_bytes / 2**20:>7.1f}")
-
-    print(f"geomean fused_vs_unfused {geomean(speedups):.3f} "
-          f"ort_vs_opfusion {geomean(ort_ratios):.3f}")
+        input_name, x = model_input(fused)
+        engines = [opfusion_engine("fused", fused, {input_name: x}),
+                   opfusion_engine("unfused", opf.compile(mod, params=params, fusion="none"),
+                                   {input_name: x})]
+        ort = ort_engine(path, x) if with_ort else None
+        engines += [ort] if ort is not None else []
+        openvino = openvino_engine(path, x) if with_openvino else None
+        if openvino is not None:
+            engines.append(openvino[0])
+            openvino_f32.append(openvino[1])
+        want = [np.asarray(a, np.float64) for a in engines[0].outputs()]
+        diffs = {e.name: max_relative_diff(e.outputs(), want) for e in engines[1:]}
+        notes += [f"# {name}: {engine} differs from opfusion by {diff:.1e} of max|output|"
+                  for engine, diff in diffs.items() if diff > MAX_DIFF]
+        seconds = dict(zip([e.name for e in engines], timed(engines, repeat)))
+        t_fused = seconds["fused"]
+        cells = [seconds.get(e, math.nan) for e in ("unfused", "ort", "openvino")]
+        for engine, value in zip(("unfused", "ort", "openvino"), cells):
+            if not math.isnan(value):
+                ratios[engine].append(value / t_fused)
+        print(f"{name:<14} {t_fused * 1e3:>7.2f}ms "
+              + " ".join(f"{t * 1e3:>7.2f}ms" for t in cells) + " "
+              + " ".join(f"{t / t_fused:>{w}.2f}x" for t, w in zip(cells, (8, 7, 7)))
+              + f" {max(diffs.values()):>9.1e} {fused.num_kernels:>8} {cold:>6.1f}s "
+              f"{cached:>6.2f}s {fused.plan.total_bytes / 2**20:>8.1f} "
+              f"{fused.plan.naive_bytes / 2**20:>7.1f}")
+    for note in notes:
+        print(note)
+    if openvino_f32:
+        print(f"# openvino in f32 on every model (hint and every operation's runtime "
+              f"precision): {'yes' if all(openvino_f32) else 'NO'}")
+    print(f"geomean ort/opfusion {geomean(ratios['ort']):.3f} "
+          f"openvino/opfusion {geomean(ratios['openvino']):.3f} "
+          f"fused/unfused {geomean(ratios['unfused']):.3f}")
 
 
 def geomean(values: list[float]) -> float:
@@ -156,8 +261,6 @@ def compare_targets(names: list[str], specs: list[str], repeat: int, with_ort: b
     import onnx
 
     targets = [opf.Target(spec) for spec in specs]
-    print(f"# cpu: {host_cpu_name()}, host ISA {opf.Target('c').isa}, "
-          f"{opf.Target('c').num_cores} cores, load {os.getloadavg()[0]:.2f}")
     for index, target in enumerate(targets):
         print(f"# t{index}: {target.describe()}")
     heads = "".join(f"{'t' + str(i):>10}" for i in range(len(targets)))
@@ -168,16 +271,12 @@ def compare_targets(names: list[str], specs: list[str], repeat: int, with_ort: b
         path = str(light_model(name))
         mod, params = from_onnx(onnx.load(path))
         compiled = [compile_times(mod, params, str(t)) for t in targets]
-        exes = [exe for exe, _, _ in compiled]
-        (input_name,) = exes[0].input_names
-        shape = next(v.type.shape for v in exes[0].values if v.input_index == 0)
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        times = interleaved_medians([partial(e.run, {input_name: x}) for e in exes], repeat)
-        session = ort_session(path) if with_ort else None
-        t_ort = math.nan
-        if session is not None:
-            feed_name = session.get_inputs()[0].name
-            t_ort = median_seconds(partial(session.run, None, {feed_name: x}), repeat)
+        input_name, x = model_input(compiled[0][0])
+        engines = [opfusion_engine(f"t{i}", exe, {input_name: x})
+                   for i, (exe, _, _) in enumerate(compiled)]
+        ort = ort_engine(path, x) if with_ort else None
+        times = timed(engines + ([ort] if ort is not None else []), repeat)
+        t_ort = times.pop() if ort is not None else math.nan
         for i, t in enumerate(times):
             speedups[i].append(times[0] / t)
         cells = "".join(f"{t * 1e3:>8.2f}ms" for t in times)
