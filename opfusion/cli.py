@@ -552,12 +552,13 @@ def _threads_option(parser: argparse.ArgumentParser) -> None:
 
 def _thread_count(text: str) -> int:
     """``--threads``'s value: an int from 0 (every core) to 4096."""
+    from .compiler.executor import check_num_threads
+
     try:
         value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 4096:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (0 to 4096)")
+        check_num_threads(value)
+    except (ValueError, OpfusionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (0 to 4096)") from None
     return value
 
 

@@ -192,13 +192,16 @@ class Executor:
         self._native: Any = None  # a NativePlan (or _NO_NATIVE_PLAN), decided on the first run
         self._num_threads = 0
         self._output_types = [self.values[index].type for index in self.outputs]
-        self._first_output: dict[int, int] = {}
-        for position, index in enumerate(self.outputs):
-            self._first_output.setdefault(index, position)
-        self._written = {value for step in self.steps for value in step.writes}
         self._input_specs = [_array_spec(self.values[index].type)
                              for index in self._input_values]
-        self._output_specs = [(tuple(ty.shape), np.dtype(ty.dtype)) for ty in self._output_types]
+        self._output_specs = [_array_spec(ty)[:2] for ty in self._output_types]
+        # Outputs a step writes -> the first position they are returned at (where the native
+        # entry has a kernel write them; a reference step must write them there too).
+        written = {value for step in self.steps for value in step.writes}
+        self._written_outputs: dict[int, int] = {}
+        for position, index in enumerate(self.outputs):
+            if index in written:
+                self._written_outputs.setdefault(index, position)
         self.modules: dict[str, Any] = {}  # kernel name -> runtime Module (set by the builder)
         self.source_code = ""
         #: The target the kernels were generated for (set by opf.compile and opf.load).
@@ -274,18 +277,12 @@ class Executor:
         results allocated, intermediates in the workspace), between the Ctrl-C hooks."""
         bound = dict(zip(self._input_values, self._bind_inputs(feeds)))
         results = self._new_results()
-        with self._in_workspace() as workspace:
-            yield workspace, {**workspace.arrays, **bound, **results}
-
-    @contextlib.contextmanager
-    def _in_workspace(self) -> Iterator[Workspace]:
-        """A workspace of the caller's own, between the Ctrl-C hooks."""
         self._connect_interrupts()
         begin, end = self._run_hooks
         workspace = self.workspaces.take()
         try:
             begin()
-            yield workspace
+            yield workspace, {**workspace.arrays, **bound, **results}
         finally:
             end()  # first: a KeyboardInterrupt may come at any Python call from here on
             self.workspaces.give(workspace)
@@ -354,8 +351,8 @@ class Executor:
         stretch, or per kernel when timed), reference ones in Python on arrays over the same
         memory; then the entry's output copies."""
         arrays = {**workspace.arrays, **dict(zip(self._input_values, inputs)),
-                  **{value: outputs[position] for value, position in
-                     self._first_output.items() if value in self._written}}
+                  **{value: outputs[position]
+                     for value, position in self._written_outputs.items()}}
         for first, stop in plan.stretches:
             if self.steps[first].function is None:
                 started = time.perf_counter()
@@ -590,7 +587,7 @@ def _nothing() -> None:
 @dataclass
 class NativePlan:
     """How a run goes native: the library's model entry (``run``), the constants' pointer
-    table (``constants``, with the arrays it points into kept alive), whether every step is
+    table (``constants``), whether every step is
     compiled (``whole``: a run is one call), and the stretches ``(first, stop)`` of the steps
     in order, each a run of compiled steps or one reference step."""
 
@@ -605,7 +602,7 @@ class NativePlan:
     def of(executor: Executor) -> NativePlan | None:
         """The plan of ``executor``, or None when its kernels have no usable model entry."""
         library = _library_model(executor)
-        if library is None or executor.native_mismatch():
+        if library is None or library.layout != executor.model_layout():
             return None
         steps = executor.steps
         stretches: list[tuple[int, int]] = []
@@ -617,8 +614,8 @@ class NativePlan:
             else:
                 stretches.append((index, index + 1))
         arrays = list(executor._constants.values())  # value order: the constants' slots
+        # The arrays stay alive with the executor's constants.
         table = (ctypes.c_void_p * max(1, len(arrays)))(*[_address(a) for a in arrays])
-        table._opf_arrays = arrays  # alive as long as the table
         return NativePlan(library.run, len(steps), table, ctypes.addressof(table),
                           all(step.function is not None for step in steps), stretches)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,8 @@ from ..backend.cpu.export import (
     header_c,
     wrapper_c,
 )
-from ..backend.cpu.toolchain import find_compiler, target_flags
-from ..errors import CompileError, CompilerNotFoundError, OpfusionError
+from ..backend.cpu.toolchain import build_shared_library, target_flags
+from ..errors import OpfusionError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -85,7 +83,11 @@ def export_library(exe: Any, directory: str | os.PathLike[str],
                                          has_weights=bool(constants))
     (folder / f"{name}.c").write_text(source)
     library = folder / f"lib{name}.so"
-    _build(folder, f"{name}.c", library.name, exe.target)
+    # Only the API is exported (-fvisibility=hidden), so that two models linked into one
+    # program cannot call each other's kernels; -lm: the kernels call libm (expf, ...), which
+    # a program linking the library may not.
+    build_shared_library(folder / f"{name}.c", library,
+                         [*target_flags(exe.target), "-fvisibility=hidden"], ["-lm"])
     build = f"cc -O2 -o example example.c -L. -l{name} -Wl,-rpath,'$ORIGIN'"
     (folder / "example.c").write_text(example_c(name, build))
     (folder / "README.txt").write_text(_readme(name, build, description))
@@ -103,26 +105,6 @@ def _weights(constants: list[np.ndarray]) -> tuple[list[int], list[memoryview]]:
 
     index, chunks = weights_layout({str(i): array for i, array in enumerate(constants)})
     return [index["arrays"][str(i)]["offset"] for i in range(len(constants))], chunks
-
-
-def _build(folder: Path, source: str, library: str, target: Any) -> None:
-    """Compile ``source`` in ``folder`` (where ``.incbin`` finds weights.bin) into
-    ``library`` with the target's flags, only the API visible."""
-    argv = find_compiler()
-    # -lm: the kernels call libm (expf, ...), which a program linking the library may not.
-    command = [*argv, *target_flags(target), "-fvisibility=hidden", "-o", library, source,
-               "-lm"]
-    try:
-        result = subprocess.run(command, cwd=folder, capture_output=True, text=True,
-                                check=False)
-    except OSError as err:
-        raise CompilerNotFoundError(f"the C compiler {argv[0]!r} could not be run ({err}); "
-                                    f"install gcc or set CC") from err
-    if result.returncode != 0:
-        output = (result.stderr + result.stdout).strip()
-        raise CompileError(f"the C compiler failed (exit status {result.returncode}) on "
-                           f"{folder / source}\ncommand: {shlex.join(command)}\n{output}",
-                           source_path=str(folder / source), compiler_output=output)
 
 
 def _readme(name: str, build: str, description: str) -> str:

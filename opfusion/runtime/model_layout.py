@@ -91,11 +91,6 @@ class ModelLayout:
                  self.workspace_bytes, *(c.nbytes for c in self.copies)]
         return all(n < limit for n in sizes)
 
-    @property
-    def native_steps(self) -> list[int]:
-        """The steps that call a kernel."""
-        return [s for s, k in enumerate(self.step_kernels) if k != NO_KERNEL]
-
 
 def constant_slots(values: Sequence[Any]) -> dict[int, int]:
     """Value index -> slot of the constants' pointer table (constants in value order)."""

@@ -90,8 +90,6 @@ class Module:
         self._source = source
         self._kernels = kernels if kernels is not None else LibraryKernels(library)
         self._function = self._kernels.function(entry_name, self.params)
-        #: Address of the kernel's thunk (checked to lie inside the library).
-        self.thunk = self._kernels.entry(entry_name).thunk
         #: Position of the kernel in the library's table (what the model's tables name).
         self.table_index = self._kernels.entry(entry_name).index
 

@@ -363,12 +363,23 @@ def _compile_and_link(parts: list[tuple[str, str]], argv: list[str], flags: tupl
                                 "linking the units")
 
 
-def _run_compiler(command: list[str], stdin: str | None = None
+def build_shared_library(source: Path, library: Path, flags: Sequence[str],
+                         libraries: Sequence[str] = ()) -> None:
+    """Compile ``source`` into ``library`` once, outside the cache (an exported model's): in
+    the source's directory, so that its relative paths (an ``.incbin``) resolve there, with
+    ``flags`` and then ``libraries`` (``-lm``). Errors as :func:`compile_source`'s."""
+    command = [*find_compiler(), *flags, "-o", str(library), source.name, *libraries]
+    result = _run_compiler(command, cwd=source.parent)
+    if result.returncode != 0:
+        raise compile_error(result.returncode, _output(result), source, command)
+
+
+def _run_compiler(command: list[str], stdin: str | None = None, cwd: Path | None = None
                   ) -> subprocess.CompletedProcess[str]:
     """Run one compiler command (reading ``stdin`` when given), capturing its output."""
     try:
         return subprocess.run(command, input=stdin, capture_output=True, text=True,
-                              check=False)
+                              check=False, cwd=cwd)
     except OSError as err:
         raise CompilerNotFoundError(
             f"the C compiler {command[0]!r} could not be run ({err}); install gcc or set CC"
