@@ -30,7 +30,7 @@ entry (see :mod:`opfusion.backend.cpu.module`). The tables are data, not code: a
 
 from __future__ import annotations
 
-from ...runtime.model_layout import MODEL_BAD_RANGE, ModelLayout
+from ...runtime.model_layout import MODEL_BAD_RANGE, ModelArg, ModelLayout
 
 #: Type declarations shared by the library's model tables and the loader's ctypes mirror.
 MODEL_TYPES_C = [
@@ -61,8 +61,8 @@ def _array(ctype: str, name: str, items: list[str]) -> list[str]:
     return lines
 
 
-def _arg(arg: object) -> str:
-    return f"{{{arg.kind}, {arg.index}, {arg.offset}}}"  # type: ignore[attr-defined]
+def _arg(arg: ModelArg) -> str:
+    return f"{{{arg.kind}, {arg.index}, {arg.offset}}}"
 
 
 def model_tables_c(layout: ModelLayout) -> list[str]:
