@@ -32,11 +32,14 @@ from ..ir.visitor import post_order
 from ..runtime.model_layout import NO_KERNEL, model_layout
 from ..stages import stage
 from ..target import Target, as_target
+from ..transform.alter_op_layout import AlterOpLayout
 from ..transform.context import PassContext
+from ..transform.fold_constant import FoldConstant
 from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
+from ..transform.pass_infra import Sequential
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
@@ -89,6 +92,7 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     with ctx.with_opt_level(level), stage("optimize and fuse"):
         mod = InferType()(mod)
         mod = optimize(mod, params)
+        mod = alter_layout(mod, resolved)
         mod = fuse(mod, strategy, level)
     with resolved:
         executor = build_executor(mod, backend)
@@ -130,6 +134,13 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
         else:
             arrays.append(rng.integers(0, 4, ty.shape).astype(ty.dtype))
     return arrays
+
+
+def alter_layout(mod: IRModule, target: Target) -> IRModule:
+    """``mod`` with its convolutions in the target's blocked layout (AlterOpLayout, at
+    opt_level 3 unless disabled) and the weights' layout transforms folded into constants."""
+    return Sequential([AlterOpLayout(target), FoldConstant(), InferType()],
+                      name="AlterLayout")(mod)
 
 
 def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:

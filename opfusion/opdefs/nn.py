@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpAttributeError
-from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
+from ..ir.layout import Layout, LayoutError, transform_array
+from ..ir.op import Attr, Attrs, Op, OpPatternKind, get_op, register_op
 from ..ir.types import TensorType, Type, is_float
 from . import nn_norm, nn_pool  # noqa: F401  (registers the pooling and normalization ops)
 from ._common import broadcast_shape, normalize_axis, same_dtype
@@ -125,6 +126,84 @@ class Conv2D(_ConvBase):
         kernel = wide(weight).reshape(groups, out_channels // groups, per_group * kh * kw)
         out = cols @ kernel.transpose(0, 2, 1)  # N, G, OH*OW, O/G
         return out.transpose(0, 1, 3, 2).reshape(batch, out_channels, *out_hw)
+
+
+def _block(op: Op, attrs: Attrs, name: str, pattern: str) -> Layout:
+    """The parsed layout attribute ``name``; a type error unless it is ``pattern`` with
+    positive block sizes (``NCHW<k>c`` for data, ``OIHW<i>i<o>o`` for weights)."""
+    text = attrs[name]
+    try:
+        layout = Layout.parse(text)
+    except LayoutError as err:
+        raise op.type_error(f"attribute {name!r}: {err}") from None
+    shape = "".join(a if f == 0 else "#" + a.lower() for a, f in layout.axes)
+    if shape != pattern:
+        wanted = pattern.replace("#", "<k>")
+        raise op.type_error(f"attribute {name!r}={text!r} must have the form {wanted}")
+    return layout
+
+
+@register_op
+class Conv2DNCHWc(_ConvBase):
+    name = "nn.conv2d_nchwc"
+    doc = ("2-D convolution in blocked layouts (TVM's conv2d_NCHWc): data NCHW<i>c "
+           "(N, C/i, H, W, i), weight OIHW<i>i<o>o (O/o, C/i, KH, KW, i, o), result NCHW<o>c; "
+           "the layout pass makes it from nn.conv2d. groups must be 1.")
+    attrs = {
+        **_conv_attrs("OIHW"),
+        "data_layout": Attr("str", "NCHW16c", doc="NCHW<i>c: the data's channel block"),
+        "kernel_layout": Attr("str", "OIHW16i16o", doc="OIHW<i>i<o>o: the weight's blocks"),
+        "out_layout": Attr("str", "NCHW16c", doc="NCHW<o>c: the result's channel block"),
+    }
+
+    def blocks(self, attrs: Attrs) -> tuple[int, int]:
+        """(input channel block, output channel block), checked across the three layouts."""
+        data = _block(self, attrs, "data_layout", "NCHW#c")
+        kernel = _block(self, attrs, "kernel_layout", "OIHW#i#o")
+        out = _block(self, attrs, "out_layout", "NCHW#c")
+        if kernel.factor("I") != data.factor("C") or kernel.factor("O") != out.factor("C"):
+            raise self.type_error(
+                f"attribute 'kernel_layout'={attrs.kernel_layout!r} must block I as "
+                f"'data_layout'={attrs.data_layout!r} blocks C and O as "
+                f"'out_layout'={attrs.out_layout!r} does")
+        return data.factor("C"), out.factor("C")
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, weight = self.expect_tensors(arg_types)
+        expect_rank(self, data, "data", 5, ("N", "C", "H", "W", "c"))
+        expect_rank(self, weight, "weight", 6, ("O", "I", "H", "W", "i", "o"))
+        in_block, out_block = self.blocks(attrs)
+        if attrs.groups != 1:
+            raise self.type_error(f"groups={attrs.groups}: only groups=1 runs blocked; keep "
+                                  "grouped convolutions as nn.conv2d")
+        out_dtype = numeric_dtype(self, [data, weight], self.inputs)
+        if data.shape[4] != in_block or weight.shape[4] != in_block \
+                or weight.shape[5] != out_block:
+            raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
+                                  f"the blocks of their layouts ({attrs.data_layout}, "
+                                  f"{attrs.kernel_layout})")
+        if data.shape[1] != weight.shape[1]:
+            raise self.type_error(f"data {data.shape} has {data.shape[1]} channel blocks but "
+                                  f"weight {weight.shape} takes {weight.shape[1]}")
+        kernel = weight.shape[2:4]
+        if min(kernel) < 1:
+            raise self.type_error(f"weight {weight.shape} has an empty kernel {kernel}")
+        if attrs.kernel_size is not None and tuple(attrs.kernel_size) != kernel:
+            raise self.type_error(f"attribute 'kernel_size'={attrs.kernel_size} does not match "
+                                  f"weight {weight.shape} (kernel {kernel})")
+        self._check_channels(weight.shape[0] * out_block, weight, attrs)
+        out_h, out_w = spatial_output(self, data, kernel, attrs.strides, attrs.dilation,
+                                      attrs.padding)
+        return TensorType((data.shape[0], weight.shape[0], out_h, out_w, out_block),
+                          attrs.out_dtype or out_dtype)
+
+    def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
+                  kernel_layout: str, out_layout: str, **attrs: Any) -> np.ndarray:
+        plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
+        plain_weight = transform_array(weight, Layout.parse(kernel_layout),
+                                       Layout.parse("OIHW"))
+        out = get_op("nn.conv2d").reference(plain_data, plain_weight, **attrs)
+        return transform_array(out, Layout.parse("NCHW"), Layout.parse(out_layout))
 
 
 @register_op

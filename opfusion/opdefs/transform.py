@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexOutOfRangeError
+from ..ir.layout import Layout, LayoutError, check_compatible, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, TupleType, Type, is_int
 from ._common import normalize_axes, normalize_axis, same_dtype, shape_size
@@ -637,3 +638,44 @@ class Reverse(TransformOp):
 
     def reference(self, data: np.ndarray, axis: int) -> np.ndarray:
         return np.flip(data, axis=axis)
+
+
+@register_op
+class LayoutTransform(TransformOp):
+    name = "layout_transform"
+    doc = ("The same tensor in another layout of the same primal axes: NCHW <-> NCHW16c, "
+           "NCHW8c -> NCHW16c, OIHW -> OIHW16i16o (see opfusion.ir.layout); every blocked "
+           "axis must be a multiple of its block.")
+    attrs = {
+        "src_layout": Attr("str", required=True, doc="the input's layout, e.g. 'NCHW'"),
+        "dst_layout": Attr("str", required=True, doc="the result's layout, e.g. 'NCHW16c'"),
+    }
+
+    def layouts(self, ndim: int, attrs: Attrs | Mapping[str, Any]) -> tuple[Layout, Layout]:
+        """The parsed (source, destination) layouts, checked against each other and a rank."""
+        try:
+            src, dst = Layout.parse(attrs["src_layout"]), Layout.parse(attrs["dst_layout"])
+            check_compatible(src, dst)
+        except LayoutError as err:
+            raise self.type_error(str(err)) from None
+        if src.ndim != ndim:
+            raise self.type_error(f"data has rank {ndim} but attribute 'src_layout'="
+                                  f"{src.name!r} has {src.ndim} axes")
+        return src, dst
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        src, dst = self.layouts(len(shape), attrs)
+        for (letter, size), extent in zip(src.axes, shape):
+            if size and extent != size:
+                raise self.type_error(f"data {shape} does not fit attribute 'src_layout'="
+                                      f"{src.name!r}: its block {size}{letter.lower()} has "
+                                      f"{extent} elements")
+        extents = src.primal_shape(shape)
+        try:
+            return dst.shape([extents[a] for a in src.primal], src.primal)
+        except LayoutError as err:
+            raise self.type_error(f"data {shape}: {err}") from None
+
+    def reference(self, data: np.ndarray, src_layout: str, dst_layout: str) -> np.ndarray:
+        src, dst = self.layouts(data.ndim, {"src_layout": src_layout, "dst_layout": dst_layout})
+        return transform_array(data, src, dst)

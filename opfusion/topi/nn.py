@@ -25,6 +25,9 @@ from .registry import register_compute
 CONV_PAD = "conv2d_pad"
 CONV_ACC = "conv2d_acc"
 CONV_OUT = "conv2d_out"
+CONV_NCHWC_PAD = "conv2d_nchwc_pad"
+CONV_NCHWC_ACC = "conv2d_nchwc_acc"
+CONV_NCHWC = "conv2d_nchwc"
 MATMUL = "matmul"
 MATMUL_PARTIAL = "matmul_partial"
 MATMUL_DOT = "matmul_dot"
@@ -156,6 +159,91 @@ def conv2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     return _conv2d_nchw(data, lambda o, c, i, j: weight[o, c, i, j], weight.shape[0],
                         weight.shape[2:], attrs.strides, attrs.padding, attrs.dilation,
                         attrs.groups, (out_h, out_w), out_type.dtype, "conv2d")
+
+
+def nchwc_width_unit(out_width: int, budget: int) -> int:
+    """Output columns one register tile of a blocked convolution covers (the compute lays
+    its accumulator out in units of this many, so every tile is whole): 7 when it divides
+    the row (the best tile measured on AVX-512 at 56, 28, 14 and 7 columns), else the
+    largest divisor of the row from 4 to 8, then up to ``budget`` accumulators; a row with
+    none is padded to a multiple of 8 (4 with fewer than 8 accumulators), and a row narrower
+    than 4 is one unit."""
+    if out_width < 4:
+        return out_width
+    if out_width % 7 == 0 and budget >= 7:
+        return 7
+    for low, high in ((4, min(8, budget)), (9, budget)):
+        for unit in range(high, low - 1, -1):
+            if out_width % unit == 0:
+                return unit
+    return 8 if budget >= 8 else 4
+
+
+def conv_accumulators(target: Any) -> int:
+    """Accumulator vectors of a blocked convolution's register tile: half the vector
+    registers (16 with AVX-512, 8 with AVX2), leaving the rest for the weight vectors and
+    the broadcast inputs of one multiply-add row."""
+    return max(2, target.vector_registers // 2)
+
+
+@register_compute("nn.conv2d_nchwc")
+def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Blocked convolution: ``acc[n, ob, y, xb, xi, o] = sum(pad(data)[n, c // ib, y*sh +
+    i*dh, x*sw + j*dw, c % ib] * weight[ob, c // ib, i, j, c % ib, o])`` over every input
+    channel ``c`` and tap ``(i, j)``, with ``x = xb * unit + xi`` (see
+    :func:`nchwc_width_unit`; a last partial unit reads padding and is cropped), then the
+    result ``out[n, ob, y, x, o]``. Vectors run along the output channel block ``o``: each
+    input value is broadcast and multiplied by a vector of weights."""
+    from ..target import Target
+
+    data, weight = inputs
+    batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
+    out_blocks, _, kh, kw, _, out_block = (int(d) for d in weight.shape)
+    _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    top, left = attrs.padding[0], attrs.padding[1]
+    target = Target.current()
+    assert target is not None
+    unit = nchwc_width_unit(out_w, conv_accumulators(target))
+    units = -(-out_w // unit)
+    rows = (out_h - 1) * sh + (kh - 1) * dh + 1
+    cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
+    source = data
+    if top or left or rows > height or cols > width:
+        def padded(n: Any, c: Any, y: Any, x: Any, i: Any) -> te.PrimExpr:
+            inside = []
+            if top:
+                inside.append(y >= top)
+            if rows > top + height:
+                inside.append(y < top + height)
+            if left:
+                inside.append(x >= left)
+            if cols > left + width:
+                inside.append(x < left + width)
+            value = data[n, c, y - top, x - left, i]
+            return te.if_then_else(te.all(*inside), value, _zero(data.dtype)) if inside \
+                else value
+
+        source = te.compute((batch, blocks_in, rows, cols, in_block), padded,
+                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+    final_dtype = out_type.dtype
+    acc_dtype = accumulator_dtype(final_dtype)
+    rc = te.reduce_axis((0, blocks_in * in_block), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    acc = te.compute(
+        (batch, out_blocks, out_h, units, unit, out_block),
+        lambda n, o, y, xb, xi, c: te.sum(
+            te.cast(source[n, rc // in_block, y * sh + ry * dh, (xb * unit + xi) * sw + rx * dw,
+                           rc % in_block], acc_dtype)
+            * te.cast(weight[o, rc // in_block, ry, rx, rc % in_block, c], acc_dtype),
+            axis=[rc, ry, rx]),
+        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+    return te.compute((batch, out_blocks, out_h, out_w, out_block),
+                      lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
+                                                    final_dtype),
+                      name="conv2d_nchwc", tag=CONV_NCHWC)
 
 
 @register_compute("nn.conv2d_transpose")
@@ -531,5 +619,6 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
     return [*term[:at], *(f".{count - e}" for e in range(count)), *term[at + 1:]]
 
 
-__all__ = ["CONV_ACC", "CONV_OUT", "CONV_PAD", "MATMUL", "MATMUL_DOT", "MATMUL_PACK",
-           "MATMUL_PARTIAL", "panel_width", "width_blocks", "dot_lanes", "normalize_axis_of"]
+__all__ = ["CONV_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD", "CONV_OUT", "CONV_PAD",
+           "MATMUL", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL", "conv_accumulators",
+           "dot_lanes", "nchwc_width_unit", "normalize_axis_of", "panel_width", "width_blocks"]

@@ -282,3 +282,13 @@ def compute_space_to_depth(inputs: list[Any], attrs: Any, out_type: Any) -> te.T
         return [n, c, y * b + by, x * b + bx]
 
     return injective("space_to_depth", data, shape_of(out_type), index_map)
+
+
+@register_compute("layout_transform")
+def compute_layout_transform(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Each output element's primal index (through the destination layout), then its place
+    in the source layout: ``NCHW16c[n, cb, h, w, ci] = NCHW[n, cb*16 + ci, h, w]``."""
+    data = inputs[0]
+    src, dst = get_op("layout_transform").layouts(data.ndim, attrs)
+    return injective("layout_transform", data, shape_of(out_type),
+                     lambda i: src.index(dst.primal_index(i)))

@@ -9,6 +9,7 @@ get a new IRModule: ``mod = opf.transform.FoldConstant()(mod)``. ::
         mod = opf.transform.optimize(mod, params)
 """
 
+from .alter_op_layout import AlterOpLayout, alter_op_layout
 from .common_subexpr import EliminateCommonSubexpr
 from .context import ConfigOption, PassContext, list_pass_configs, register_pass_config
 from .dead_code import DeadCodeElimination
@@ -83,20 +84,20 @@ from .simplify_expr import SimplifyExpr
 from .simplify_inference import SimplifyInference
 
 __all__ = [
-    "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption", "DeadCodeElimination",
-    "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis", "ForwardFoldScaleAxis",
-    "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps", "FuseOptions", "FusionGroup",
-    "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport", "FusionStrategy",
-    "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
+    "AlterOpLayout", "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption",
+    "DeadCodeElimination", "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis",
+    "ForwardFoldScaleAxis", "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps",
+    "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport",
+    "FusionStrategy", "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
     "LegalizeCheckedIndices", "ModulePass", "Pass", "PassContext", "PassInfo", "PassInstrument",
-    "PassTiming", "PassTimingInstrument", "Pattern", "PatternCallback", "PatternRewrite",
-    "PrintIR", "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference",
-    "VerticalFusePass", "bind_params", "check_fused_module", "check_fusion_plan",
-    "explain_fusion", "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot",
-    "get_fusion_strategy", "get_pass", "has_attr", "has_dtype", "has_shape", "has_type",
-    "is_constant", "is_expr", "is_op", "is_tuple", "is_tuple_get_item", "is_var",
-    "list_pass_configs", "module_pass", "optimization_passes", "optimize", "pass_factory",
-    "plan_fusion", "register_fusion_policy", "register_fusion_strategy", "register_pass",
-    "register_pass_config", "registered_policies", "render_fusion_svg", "rewrite", "rule",
-    "unregister_fusion_policy", "unregister_fusion_strategy", "wildcard",
+    "PassTiming", "PassTimingInstrument", "Pattern", "PatternCallback", "PatternRewrite", "PrintIR",
+    "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "VerticalFusePass",
+    "alter_op_layout", "bind_params", "check_fused_module", "check_fusion_plan", "explain_fusion",
+    "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot", "get_fusion_strategy",
+    "get_pass", "has_attr", "has_dtype", "has_shape", "has_type", "is_constant", "is_expr", "is_op",
+    "is_tuple", "is_tuple_get_item", "is_var", "list_pass_configs", "module_pass",
+    "optimization_passes", "optimize", "pass_factory", "plan_fusion", "register_fusion_policy",
+    "register_fusion_strategy", "register_pass", "register_pass_config", "registered_policies",
+    "render_fusion_svg", "rewrite", "rule", "unregister_fusion_policy",
+    "unregister_fusion_strategy", "wildcard",
 ]

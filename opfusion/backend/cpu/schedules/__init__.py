@@ -6,6 +6,8 @@ rule           anchors                                     knobs
 conv2d         nn.conv2d, nn.conv2d_transpose              channel_block, col_blocks,
                                                            task_channels, row_block,
                                                            channel_pass
+conv2d_nchwc   nn.conv2d_nchwc                             channel_tile, col_units,
+                                                           task_blocks, row_block
 matmul_dot     nn.dense, nn.matmul, nn.batch_matmul        rows, cols, block
                (both operands along the contraction)
 matmul_plain   the same (any other product)                rows, cols, k_unroll, block
@@ -26,6 +28,7 @@ from __future__ import annotations
 from ...schedule_rule import RuleRegistry
 from .common import arrange_blocked_sums, arrange_rest, sum_parts_at
 from .conv2d import Conv2dRule, conv2d_tiles
+from .conv2d_nchwc import Conv2dNCHWcRule, conv2d_nchwc_tiles
 from .default import DefaultRule, arrange_default, default_schedule
 from .matmul import MatmulDotRule, MatmulPlainRule, dot_tiles, plain_tiles
 from .pool import PoolRule, pool_rows
@@ -33,11 +36,12 @@ from .rows import RowsRule, normalized_rows
 
 #: The CPU backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cpu")
-for _rule in (Conv2dRule(), MatmulDotRule(), MatmulPlainRule(), PoolRule(), RowsRule()):
+for _rule in (Conv2dRule(), Conv2dNCHWcRule(), MatmulDotRule(), MatmulPlainRule(), PoolRule(),
+              RowsRule()):
     RULES.register(_rule)
 RULES.set_fallback(DefaultRule())
 
-__all__ = ["RULES", "Conv2dRule", "DefaultRule", "MatmulDotRule", "MatmulPlainRule",
-           "PoolRule", "RowsRule", "arrange_blocked_sums", "arrange_default", "arrange_rest",
-           "conv2d_tiles", "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles",
-           "pool_rows", "sum_parts_at"]
+__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "MatmulDotRule",
+           "MatmulPlainRule", "PoolRule", "RowsRule", "arrange_blocked_sums", "arrange_default",
+           "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles", "default_schedule", "dot_tiles",
+           "normalized_rows", "plain_tiles", "pool_rows", "sum_parts_at"]

@@ -1,0 +1,130 @@
+"""The blocked convolution rule (nn.conv2d_nchwc): vectors along the output channel block.
+
+A parallel task owns ``task_blocks`` output channel blocks x ``row_block`` output rows; its
+accumulator (of the compute's width units, see :func:`opfusion.topi.nn.nchwc_width_unit`) is
+computed at the task by register tiles of ``channel_tile`` channel blocks x ``col_units``
+units of columns: for every input channel and kernel tap, each of the tile's input values is
+broadcast once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runtime's
+NCHWc kernels and TVM's conv2d_NCHWc schedule do. The epilogue (bias, activation, residual
+add) then reads the accumulator vector by vector, while it is still in cache. The padded
+input, when the convolution has padding, is built first, in parallel.
+
+Knobs: ``channel_tile``, ``col_units`` (the register tile, at most ``vector_registers``
+accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``; each a
+divisor of its axis."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ....topi.nn import CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
+from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
+from .common import arrange_rest, divisor, divisors, owner_of, parallel_outer, producer, tensor_size
+
+#: Parallel tasks a blocked convolution is cut into at least, when it has the rows: enough
+#: that two threads split them evenly whatever each task costs (measured on resnet50's
+#: layers with 2 cores; more tasks only re-read more weights).
+NCHWC_MIN_TASKS = 64
+
+
+def _shape(acc: te.Tensor) -> tuple[int, int, int, int, int]:
+    """(output channel blocks, rows, width units, columns per unit, input channel block)."""
+    _, blocks, height, units, unit, _ = (int(d) for d in acc.shape)
+    source = acc.op.input_tensors[0]
+    return blocks, height, units, unit, int(source.shape[4])
+
+
+class Conv2dNCHWcRule(ScheduleRule):
+    """Blocked direct convolution: per-task accumulators, register tiles of broadcasts."""
+
+    name = "conv2d_nchwc"
+    ops = ("nn.conv2d_nchwc",)
+
+    def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
+        acc = producer(anchor, CONV_NCHWC_ACC)
+        if acc is None:
+            return None
+        blocks, height, units, unit, _ = _shape(acc)
+        registers = target.vector_registers
+
+        def fits(config: Mapping[str, Any]) -> bool:
+            """the register tile fits the vector registers and a task is whole tiles"""
+            return (config["channel_tile"] * config["col_units"] * unit <= registers
+                    and config["task_blocks"] % config["channel_tile"] == 0)
+
+        return ConfigSpace(self.name, [
+            Knob("channel_tile", divisors(blocks, 4),
+                 "output channel blocks of a register tile (one weight vector each)"),
+            Knob("col_units", divisors(units, 4),
+                 f"units of {unit} output columns of a register tile"),
+            Knob("task_blocks", divisors(blocks),
+                 "output channel blocks of one parallel task (a multiple of channel_tile)"),
+            Knob("row_block", divisors(height), "output rows of one parallel task"),
+        ], fits)
+
+    def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
+        acc = producer(anchor, CONV_NCHWC_ACC)
+        assert acc is not None
+        blocks, height, _, unit, _ = _shape(acc)
+        budget = conv_accumulators(target)
+        channel_tile = 1
+        for tile in (4, 2):
+            if blocks % tile == 0 and tile * unit <= budget:
+                channel_tile = tile
+                break
+        # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
+        # tasks (or as many as the shape has).
+        channel_tasks = int(acc.shape[0]) * blocks // channel_tile
+        row_block = divisor(height, max(1, height * channel_tasks // NCHWC_MIN_TASKS))
+        space = self.space(anchor, output, target)
+        assert space is not None
+        return space.config(channel_tile=channel_tile, col_units=1, task_blocks=channel_tile,
+                            row_block=row_block)
+
+    def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
+              config: Config) -> None:
+        conv2d_nchwc_tiles(s, anchor, output, int(config["channel_tile"]),
+                           int(config["col_units"]), int(config["task_blocks"]),
+                           int(config["row_block"]))
+
+
+def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_tile: int,
+                       col_units: int, task_blocks: int, row_block: int) -> None:
+    """The blocked convolution schedule with explicit sizes (see the module docstring)."""
+    acc = producer(anchor, CONV_NCHWC_ACC)
+    assert acc is not None
+    pad = producer(acc, CONV_NCHWC_PAD)
+    _, _, _, unit, in_block = _shape(acc)
+    owner = owner_of(s, anchor, output)
+    stage = s[owner]
+    n, o, y, x, c = stage.op.axis
+    oo, oi = stage.split(o, factor=task_blocks)
+    yo, yi = stage.split(y, factor=row_block)
+    # Columns by the accumulator's units, so that the region computed at a task is whole
+    # units (a last partial unit computes columns that are cropped).
+    xo, xi = stage.split(x, factor=unit)
+    stage.reorder(n, oo, yo, oi, yi, xo, xi, c)
+    task = parallel_outer(stage, [n, oo, yo], tensor_size(owner))
+    stage.vectorize(c)
+
+    acc_stage = s[acc]
+    acc_stage.compute_at(stage, task)
+    an, ao, ay, ab, ax, ac = acc_stage.op.axis
+    rc, ry, rx = acc_stage.op.reduce_axis
+    rco, rci = acc_stage.split(rc, factor=in_block)
+    aoo, aoi = acc_stage.split(ao, factor=channel_tile)
+    abo, abi = acc_stage.split(ab, factor=col_units)
+    acc_stage.reorder(an, aoo, ay, abo, rco, ry, rx, rci, aoi, abi, ax, ac)
+    acc_stage.unroll(aoi)
+    acc_stage.unroll(abi)
+    acc_stage.unroll(ax)
+    acc_stage.vectorize(ac)
+
+    if pad is not None:
+        pad_stage = s[pad]
+        pad_stage.compute_root()
+        parallel_outer(pad_stage, list(pad.op.axis)[:3], tensor_size(pad))
+    arrange_rest(s)
