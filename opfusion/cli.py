@@ -339,7 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .compiler.compile import fuse
+    from .compiler.compile import alter_layout, fuse
     from .transform import InferType, PassContext, explain_fusion, fusion_to_dot, optimize
 
     mod, params = load_onnx(args.model, args.shape, args.verbose)
@@ -347,7 +347,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     with PassContext(opt_level=args.opt_level):
         imported = InferType()(mod)
         optimized = optimize(imported, params)
-        fused = fuse(optimized, args.fusion, args.opt_level)
+        # What opf.compile fuses: the optimized graph in the host's blocked layouts.
+        laid_out = alter_layout(optimized, None)
+        fused = fuse(laid_out, args.fusion, args.opt_level)
         stage = args.stage or ("fused" if not (args.dot or args.explain) else None)
         if stage is not None:
             shown = {"imported": imported, "optimized": optimized, "fused": fused}[stage]
@@ -358,13 +360,13 @@ def cmd_show(args: argparse.Namespace) -> int:
                   + (f" in {count_groups(fused)} fused groups (fusion {args.fusion}, opt "
                      f"level {args.opt_level})" if stage == "fused" else ""), file=sys.stderr)
         if args.explain:
-            report = explain_fusion(optimized, fuse_opt_level=fuse_level)
+            report = explain_fusion(laid_out, fuse_opt_level=fuse_level)
             _print(report.render())
             if report:
                 rules = ", ".join(f"{rule} {n}" for rule, n in report.by_rule().items())
                 _print(f"refusals by rule: {rules}")
         if args.dot:
-            write_dot(fusion_to_dot(optimized, fuse_opt_level=fuse_level), args.dot)
+            write_dot(fusion_to_dot(laid_out, fuse_opt_level=fuse_level), args.dot)
         if args.fusion == "cinn" and (args.explain or args.dot):
             _print("(--explain and --dot show FuseOps' groups; with --fusion cinn, FusionMerge "
                   "then merges some of them: see --stage fused)")

@@ -136,9 +136,10 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
     return arrays
 
 
-def alter_layout(mod: IRModule, target: Target) -> IRModule:
-    """``mod`` with its convolutions in the target's blocked layout (AlterOpLayout, at
-    opt_level 3 unless disabled) and the weights' layout transforms folded into constants."""
+def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
+    """``mod`` with its convolutions in the blocked layout of ``target`` (None: the current
+    target, else the host) by AlterOpLayout (opt_level 3, unless the pass context disables
+    it), and the weights' layout transforms folded into constants."""
     return Sequential([AlterOpLayout(target), FoldConstant(), InferType()],
                       name="AlterLayout")(mod)
 

@@ -151,9 +151,12 @@ class Conv2DNCHWc(_ConvBase):
            "the layout pass makes it from nn.conv2d. groups must be 1.")
     attrs = {
         **_conv_attrs("OIHW"),
-        "data_layout": Attr("str", "NCHW16c", doc="NCHW<i>c: the data's channel block"),
-        "kernel_layout": Attr("str", "OIHW16i16o", doc="OIHW<i>i<o>o: the weight's blocks"),
-        "out_layout": Attr("str", "NCHW16c", doc="NCHW<o>c: the result's channel block"),
+        "data_layout": Attr("str", "NCHW16c", always_print=True,
+                            doc="NCHW<i>c: the data's channel block"),
+        "kernel_layout": Attr("str", "OIHW16i16o", always_print=True,
+                              doc="OIHW<i>i<o>o: the weight's blocks"),
+        "out_layout": Attr("str", "NCHW16c", always_print=True,
+                           doc="NCHW<o>c: the result's channel block"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int]:

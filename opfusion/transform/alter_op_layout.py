@@ -22,7 +22,8 @@ this pass in ``opf.compile``) turns into constants in the new layout: packed at 
 The transforms fuse like any injective operator.
 
 Grouped and depthwise convolutions stay NCHW, as do convolutions whose output channels have
-no power-of-two block of at least 4. The pass needs opt_level 3 and a target (the current
+no power-of-two block of at least 4, and small convolutions (MIN_BLOCKED_MACS) whose input
+would have to be transformed. The pass needs opt_level 3 and a target (the current
 one, or the host); ``disabled_pass=["AlterOpLayout"]`` turns it off."""
 
 from __future__ import annotations
@@ -35,11 +36,17 @@ from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import post_order
-from ..target import Target
+from ..target import Target, as_target
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 PLAIN = 0
+
+#: Multiply-adds below which a convolution whose input is still NCHW stays NCHW: the two
+#: layout transforms around a lone small convolution cost more than blocking saves (a
+#: 3->8 channel 3x3 convolution on 16x16 pixels is 55k). One whose input is already blocked
+#: is always blocked: that costs no transform.
+MIN_BLOCKED_MACS = 1 << 20
 
 #: Broadcasting operators whose attributes name axes or shapes of the NCHW layout: they get
 #: NCHW operands. (Every elementwise operator's attributes were checked: none names an axis.)
@@ -73,7 +80,7 @@ class _alter_op_layout_pass:  # noqa: N801 - a pass class, named like the others
         self.target = target
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        target = _resolve(self.target)
+        target = as_target(self.target)  # None: the current target, else the host
         lanes = target.vector_lanes("float32")
         new = IRModule()
         for name, func in mod.functions.items():
@@ -82,14 +89,6 @@ class _alter_op_layout_pass:  # noqa: N801 - a pass class, named like the others
                 func = _LayoutRewriter(lanes).rewrite(func)
             new[mod.get_global_var(name)] = func
         return new
-
-
-def _resolve(target: Target | str | None) -> Target:
-    if isinstance(target, Target):
-        return target
-    if target is not None:
-        return Target(target)
-    return Target.current(allow_none=True) or Target("llvm")
 
 
 def _tensor(expr: Expr) -> TensorType | None:
@@ -122,6 +121,14 @@ def _input_block(channels: int, lanes: int) -> int:
     if channels <= lanes:
         return channels
     return max(d for d in range(1, lanes + 1) if channels % d == 0)
+
+
+def _macs(out_type: TensorType, weight_type: TensorType) -> int:
+    """Multiply-adds of a convolution: every output element times one filter's taps."""
+    size = 1
+    for dim in (*out_type.shape, *weight_type.shape[1:]):
+        size *= int(dim)
+    return size
 
 
 class _LayoutRewriter:
@@ -211,6 +218,8 @@ class _LayoutRewriter:
         if out_block == PLAIN:
             return None
         current = self.forms[data].block
+        if current == PLAIN and _macs(out_type, weight_type) < MIN_BLOCKED_MACS:
+            return None
         in_block = current if current != PLAIN else _input_block(data_type.shape[1],
                                                                    self.lanes)
         packed = self.transform(self.get(weight, PLAIN), "OIHW",

@@ -16,9 +16,11 @@ pytestmark = pytest.mark.skipif(not have_c_compiler(), reason="no C compiler ins
 
 # Deep random networks amplify float32 rounding differences (a different summation order in a
 # convolution) layer by layer: ONNX Runtime itself differs from the reference interpreter by
-# 2.2e-4 (resnet50) and 2.9e-5 (vgg19) of the output's largest value on these copies. Those two
+# 1.3-2.2e-4 (resnet50) and 2.9e-5 (vgg19) of the output's largest value on these copies, and
+# on inception_v2 ONNX Runtime, opfusion in NCHW and opfusion in NCHW16c each range from 1e-5
+# to 1.1e-4 over four input seeds (which one is closest changes with the seed). Those three
 # get the tolerance ONNX Runtime would need; every other model is held to 1e-4.
-TOLERANCE = {"resnet50": 3e-4, "vgg19": 2e-4}
+TOLERANCE = {"resnet50": 3e-4, "vgg19": 2e-4, "inception_v2": 2e-4}
 
 
 @pytest.mark.parametrize("name", LIGHT_MODEL_NAMES)

@@ -9,12 +9,20 @@ import opfusion as opf
 from opfusion import te
 from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
+from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
 from opfusion.te.lower import lower
 from opfusion.testing import assert_close
 from opfusion.tir.interp import run
 from opfusion.topi import get_compute
-from opfusion.topi.nn import CONV_ACC, CONV_PAD, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from opfusion.topi.nn import (
+    CONV_ACC,
+    CONV_PAD,
+    MATMUL_DOT,
+    MATMUL_PACK,
+    MATMUL_PARTIAL,
+    nchwc_width_unit,
+)
 from opfusion.topi.testing import call_over_arrays, check_compute
 
 nn = opf.op.nn
@@ -91,6 +99,49 @@ def test_conv2d_without_padding_reads_the_input_in_place():
     lanes = opf.Target.current().vector_lanes("float32")
     tags = stage_tags(nn.conv2d, normal(1, 2, 6, lanes + 2), normal(3, 2, 3, 3))
     assert CONV_PAD not in tags
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d_nchwc (blocked)
+
+CONV2D_NCHWC_CASES = [
+    # (data NCHW, weight OIHW, in block, out block, attrs)
+    ((1, 8, 6, 6), (8, 8, 3, 3), 4, 8, {"padding": 1}),
+    ((1, 3, 9, 17), (8, 3, 3, 3), 3, 8, {"padding": 1}),  # RGB block; 17 columns: padded units
+    ((2, 8, 9, 9), (4, 8, 3, 3), 8, 4, {"strides": 2, "padding": (1, 0, 2, 1)}),
+    ((1, 4, 9, 9), (4, 4, 3, 3), 4, 4, {"dilation": 2, "padding": 2}),
+    ((1, 4, 5, 5), (8, 4, 1, 1), 4, 8, {"padding": 2}),  # padding wider than the kernel
+    ((1, 4, 7, 3), (4, 4, 3, 2), 4, 4, {"strides": (1, 2)}),  # 1 output column
+    ((1, 4, 11, 11), (4, 4, 7, 7), 4, 4, {"strides": 2, "padding": 3}),  # a 7x7 stem
+]
+
+
+def _blocked(x, src, dst):
+    return transform_array(x, Layout.parse(src), Layout.parse(dst))
+
+
+@pytest.mark.parametrize("data, weight, ib, ob, attrs", CONV2D_NCHWC_CASES, ids=str)
+def test_conv2d_nchwc(data, weight, ib, ob, attrs):
+    x = _blocked(normal(*data), "NCHW", f"NCHW{ib}c")
+    w = _blocked(normal(*weight, seed=1), "OIHW", f"OIHW{ib}i{ob}o")
+    layouts = {"data_layout": f"NCHW{ib}c", "kernel_layout": f"OIHW{ib}i{ob}o",
+               "out_layout": f"NCHW{ob}c"}
+    check_compute(nn.conv2d_nchwc, x, w, **layouts, **attrs)
+
+
+def test_conv2d_nchwc_compiled_matches_on_a_padded_row():
+    # 23 output columns: no unit divides them, so the accumulator's last unit is padding
+    # that the result crops (compiled, so the register tiles run).
+    x = _blocked(normal(1, 8, 5, 23), "NCHW", "NCHW8c")
+    w = _blocked(normal(16, 8, 3, 3, seed=1), "OIHW", "OIHW8i16o")
+    check_compute(nn.conv2d_nchwc, x, w, padding=1, data_layout="NCHW8c",
+                  kernel_layout="OIHW8i16o", out_layout="NCHW16c", compiled=True, rtol=1e-5)
+
+
+def test_conv2d_nchwc_width_units():
+    assert [nchwc_width_unit(w, 16) for w in (56, 28, 14, 7, 3, 13, 17, 55, 112)] == \
+        [7, 7, 7, 7, 3, 13, 8, 5, 7]
+    assert nchwc_width_unit(12, 8) == 6 and nchwc_width_unit(13, 8) == 8
 
 
 # ---------------------------------------------------------------------------------------------

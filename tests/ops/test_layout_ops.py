@@ -1,0 +1,107 @@
+"""The blocked-layout operators: layout_transform and nn.conv2d_nchwc. Their references agree
+with NCHW convolution and plain reshapes; malformed layouts and shapes are type errors that
+name the attribute."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.errors import OpfusionError
+from opfusion.ir.expr import Function, Var
+from opfusion.ir.layout import Layout, transform_array
+from opfusion.ir.module import IRModule
+from opfusion.ir.op import get_op
+from opfusion.ir.visitor import post_order
+from opfusion.testing import assert_close
+
+nn = opf.op.nn
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def relayout(array, src, dst):
+    return transform_array(array, Layout.parse(src), Layout.parse(dst))
+
+
+def infer(expr):
+    """The type of ``expr``, a call of variables."""
+    params = [node for node in post_order(expr) if isinstance(node, Var)]
+    mod = opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+    return mod["main"].body.checked_type
+
+
+def test_layout_transform_infers_the_blocked_shape():
+    x = opf.var("x", shape=(2, 32, 5, 7))
+    ty = infer(opf.op.layout_transform(x, src_layout="NCHW", dst_layout="NCHW16c"))
+    assert ty.shape == (2, 2, 5, 7, 16)
+    w = opf.var("w", shape=(32, 8, 3, 3))
+    assert infer(opf.op.layout_transform(w, src_layout="OIHW",
+                                         dst_layout="OIHW8i16o")).shape == (2, 1, 3, 3, 8, 16)
+
+
+@pytest.mark.parametrize("shape, src, dst, words", [
+    ((1, 12, 5, 5), "NCHW", "NCHW8c", "not a multiple of the block 8"),
+    ((1, 2, 5, 5, 8), "NCHW16c", "NCHW", "block 16c has 8 elements"),
+    ((1, 16, 5, 5), "NCHW", "OIHW", "primal axes differ"),
+    ((1, 16, 5), "NCHW", "NCHW8c", "rank 3"),
+    ((1, 16, 5, 5), "NCHW", "NCHW8", "does not parse"),
+])
+def test_layout_transform_type_errors_name_the_problem(shape, src, dst, words):
+    x = opf.var("x", shape=shape)
+    with pytest.raises(OpfusionError, match=words):
+        infer(opf.op.layout_transform(x, src_layout=src, dst_layout=dst))
+
+
+CONV_CASES = [
+    # (data NCHW, weight OIHW, in block, out block, attrs)
+    ((1, 32, 9, 9), (48, 32, 3, 3), 8, 16, {"strides": 2, "padding": 1}),
+    ((1, 3, 11, 11), (16, 3, 5, 5), 3, 16, {"padding": 2}),
+    ((2, 16, 7, 6), (8, 16, 1, 1), 16, 8, {}),
+    ((1, 8, 9, 9), (4, 8, 3, 3), 4, 4, {"dilation": 2, "padding": (2, 1, 0, 3)}),
+]
+
+
+@pytest.mark.parametrize("data, weight, ib, ob, attrs", CONV_CASES, ids=str)
+def test_conv2d_nchwc_reference_is_the_blocked_conv2d(data, weight, ib, ob, attrs):
+    x, w = normal(*data), normal(*weight, seed=1)
+    want = get_op("nn.conv2d").reference(
+        x, w, **get_op("nn.conv2d").make_attrs(attrs))
+    got = get_op("nn.conv2d_nchwc").reference(
+        relayout(x, "NCHW", f"NCHW{ib}c"), relayout(w, "OIHW", f"OIHW{ib}i{ob}o"),
+        **get_op("nn.conv2d_nchwc").make_attrs({
+            **attrs, "data_layout": f"NCHW{ib}c", "kernel_layout": f"OIHW{ib}i{ob}o",
+            "out_layout": f"NCHW{ob}c"}))
+    assert_close(relayout(got, f"NCHW{ob}c", "NCHW").astype("float32"), want.astype("float32"),
+                 1e-5)
+
+
+def _conv(data_shape, weight_shape, **attrs):
+    x, w = opf.var("x", shape=data_shape), opf.var("w", shape=weight_shape)
+    return nn.conv2d_nchwc(x, w, **attrs)
+
+
+def test_conv2d_nchwc_infers_the_blocked_result():
+    ty = infer(_conv((1, 4, 14, 14, 8), (3, 4, 3, 3, 8, 16), padding=1, strides=2,
+                     data_layout="NCHW8c", kernel_layout="OIHW8i16o", out_layout="NCHW16c"))
+    assert ty.shape == (1, 3, 7, 7, 16)
+
+
+@pytest.mark.parametrize("shapes, attrs, words", [
+    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"kernel_layout": "OIHW8i16o"},
+     "must block I as 'data_layout'"),
+    (((1, 2, 5, 5, 8), (2, 2, 3, 3, 8, 16)), {}, "do not have the blocks of their layouts"),
+    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"kernel_layout": "OIHW16o16i"},
+     "must have the form OIHW<k>i<k>o"),
+    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"data_layout": "NHWC16c"},
+     "must have the form NCHW<k>c"),
+    (((1, 2, 5, 5, 16), (2, 3, 3, 3, 16, 16)), {}, "2 channel blocks but weight"),
+    (((1, 2, 5, 5, 8), (2, 2, 3, 3, 8, 16)),
+     {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i16o", "groups": 2}, "only groups=1"),
+    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"channels": 16}, "'channels'=16"),
+    (((1, 2, 5, 5), (2, 2, 3, 3, 16, 16)), {}, "must be 5-D"),
+])
+def test_conv2d_nchwc_type_errors_name_the_attribute(shapes, attrs, words):
+    with pytest.raises(OpfusionError, match=words):
+        infer(_conv(*shapes, **attrs))

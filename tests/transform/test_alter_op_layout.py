@@ -1,0 +1,168 @@
+"""AlterOpLayout: convolutions and the operators between them in NCHW<x>c, transforms only at
+the boundaries, weights folded into blocked constants, and the same numbers as the reference
+interpreter (opf.compile runs the pass; every model here is checked end to end)."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.compile import alter_layout
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Call, Constant, Function, Tuple
+from opfusion.ir.module import IRModule
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target
+from opfusion.testing import assert_close, workloads
+from opfusion.testing.workloads import workload_input
+
+nn = opf.op.nn
+AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+AVX2 = Target("c -mattr=+avx2,+fma")
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def laid_out(expr, target=AVX512):
+    """``@main`` of ``expr`` (free variables as parameters) after the layout pass and
+    FoldConstant, as opf.compile runs them."""
+    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+    with opf.transform.PassContext(opt_level=3):
+        return alter_layout(mod, target)["main"]
+
+
+def calls(func, name):
+    return [n for n in post_order(func.body) if isinstance(n, Call) and n.op_name == name]
+
+
+def conv_bn_relu(x, in_channels, out_channels, seed, kernel=3, **attrs):
+    w = opf.const(normal(out_channels, in_channels, kernel, kernel, seed=seed) * 0.2)
+    b = opf.const(normal(out_channels, 1, 1, seed=seed + 100))
+    return nn.relu(opf.op.add(nn.conv2d(x, w, padding=kernel // 2, **attrs), b))
+
+
+def block(channels=32, size=12):
+    x = opf.var("x", shape=(1, channels, size, size))
+    y = conv_bn_relu(x, channels, channels, 1)
+    y = conv_bn_relu(y, channels, channels, 2)
+    return x, nn.relu(opf.op.add(y, x))
+
+
+def test_a_residual_block_runs_blocked_between_two_transforms():
+    _, out = block()
+    func = laid_out(out)
+    transforms = calls(func, "layout_transform")
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [
+        ("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    convs = calls(func, "nn.conv2d_nchwc")
+    assert len(convs) == 2 and not calls(func, "nn.conv2d")
+    for c in convs:  # weights packed at compile time: constants in OIHW16i16o
+        assert isinstance(c.args[1], Constant) and c.args[1].data.shape == (2, 2, 3, 3, 16, 16)
+    # The residual add reads the blocked input: the one transform of x is shared.
+    add = calls(func, "add")[-1]
+    assert add.checked_type.shape == (1, 2, 12, 12, 16)
+
+
+def test_the_block_is_the_target_vector():
+    _, out = block()
+    assert calls(laid_out(out, AVX2), "nn.conv2d_nchwc")[0].attrs.out_layout == "NCHW8c"
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_a_residual_block_computes_the_reference(target):
+    x, out = block(24, 9)
+    mod = IRModule.from_expr(Function([x], out))
+    value = normal(1, 24, 9, 9, seed=5)
+    want = evaluate(mod, [value])
+    exe = opf.compile(mod, target=target) if target.missing_on_host() == [] else None
+    if exe is None:
+        pytest.skip(f"{target} does not run here")
+    assert_close(exe(value), want, 1e-5)
+
+
+def test_grouped_small_and_unblockable_convolutions_stay_nchw():
+    x = opf.var("x", shape=(1, 16, 64, 64))
+    grouped = nn.conv2d(x, opf.const(normal(16, 4, 3, 3)), groups=4, padding=1)
+    odd = nn.conv2d(x, opf.const(normal(6, 16, 3, 3)), padding=1)  # 6: no block of 4 or more
+    small = nn.conv2d(x, opf.const(normal(8, 16, 1, 1)))  # 524k multiply-adds
+    func = laid_out(opf.op.concatenate([grouped, odd, small], axis=1))
+    assert len(calls(func, "nn.conv2d")) == 3
+    assert not calls(func, "nn.conv2d_nchwc") and not calls(func, "layout_transform")
+
+
+def test_an_rgb_input_is_blocked_by_its_three_channels():
+    x = opf.var("x", shape=(1, 3, 64, 64))
+    out = nn.conv2d(x, opf.const(normal(16, 3, 7, 7)), strides=2, padding=3)
+    (c,) = calls(laid_out(out), "nn.conv2d_nchwc")
+    assert c.attrs.data_layout == "NCHW3c" and c.attrs.kernel_layout == "OIHW3i16o"
+
+
+def test_bias_add_scale_and_clip_stay_blocked():
+    x = opf.var("x", shape=(1, 16, 16, 16))
+    y = nn.conv2d(x, opf.const(normal(32, 16, 3, 3)), padding=1)
+    y = nn.bias_add(y, opf.const(normal(32)))
+    y = opf.op.multiply(y, opf.const(normal(32, 1, 1, seed=2)))
+    y = opf.op.clip(opf.op.add(y, opf.const(np.float32(0.5))), a_min=0.0, a_max=6.0)
+    func = laid_out(y)
+    assert len(calls(func, "layout_transform")) == 2  # in and out; the vectors are folded
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 16, 16, 16, seed=3)
+    assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
+
+
+def test_concatenation_of_whole_blocks_stays_blocked():
+    x = opf.var("x", shape=(1, 16, 32, 32))
+    y = nn.conv2d(x, opf.const(normal(16, 16, 3, 3)), padding=1)
+    a = nn.conv2d(y, opf.const(normal(16, 16, 1, 1)))
+    b = nn.conv2d(y, opf.const(normal(32, 16, 3, 3)), padding=1)
+    out = nn.conv2d(opf.op.concatenate([a, b], axis=1), opf.const(normal(16, 48, 1, 1)))
+    func = laid_out(out)
+    assert [c.checked_type.shape for c in calls(func, "concatenate")] == [(1, 3, 32, 32, 16)]
+    assert len(calls(func, "layout_transform")) == 2
+
+
+def test_a_value_used_in_both_layouts_is_transformed_once():
+    x = opf.var("x", shape=(1, 16, 32, 32))
+    y = nn.conv2d(x, opf.const(normal(16, 16, 3, 3)), padding=1)
+    out = Tuple([nn.relu(y), nn.softmax(y, axis=1), nn.softmax(y, axis=2)])
+    transforms = calls(laid_out(out), "layout_transform")
+    # x in; y out once for both softmaxes; relu(y) out.
+    assert len(transforms) == 3
+    assert len({t.args[0] for t in transforms}) == 3
+
+
+def test_the_pass_is_switched_off_from_the_pass_context():
+    x, out = block()
+    mod = IRModule.from_expr(Function([x], out))
+    with opf.transform.PassContext(opt_level=3, disabled_pass=["AlterOpLayout"]):
+        func = alter_layout(opf.transform.InferType()(mod), AVX512)["main"]
+        exe = opf.compile(mod)
+    assert not calls(func, "nn.conv2d_nchwc")
+    assert "conv2d_nchwc" not in exe.source()
+    with opf.transform.PassContext(opt_level=2):
+        assert not calls(alter_layout(opf.transform.InferType()(mod), AVX512)["main"],
+                         "nn.conv2d_nchwc")
+
+
+def test_printing_shows_the_layouts():
+    _, out = block()
+    text = str(IRModule.from_expr(laid_out(out)))
+    assert 'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c")' in text
+    assert 'nn.conv2d_nchwc(' in text and 'out_layout="NCHW16c"' in text
+
+
+@pytest.mark.parametrize("name, build", [
+    ("resnet18", lambda: workloads.resnet(num_layers=18, image_shape=(3, 64, 64))),
+    ("squeezenet", lambda: workloads.squeezenet(image_shape=(3, 64, 64))),
+    ("mobilenet_v2", lambda: workloads.mobilenet_v2(image_shape=(3, 128, 128))),
+    ("shufflenet_v2", lambda: workloads.shufflenet_v2(image_shape=(3, 64, 64))),
+])
+def test_workloads_compile_blocked_to_the_reference(name, build):
+    mod, params = build()
+    inputs = workload_input(mod, params)
+    want = evaluate(mod, {**inputs, **params})
+    exe = opf.compile(mod, params=params)
+    assert "conv2d_nchwc" in exe.source()
+    assert_close(exe.run(inputs)[0], np.asarray(want), 1e-4)
