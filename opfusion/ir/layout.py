@@ -87,6 +87,10 @@ class Layout:
                 return size
         return 1
 
+    def blocked(self, letter: str) -> bool:
+        """Whether primal axis ``letter`` has a block axis (``OIHW1i16o`` blocks I by 1)."""
+        return any(axis == letter and size for axis, size in self.axes)
+
     @property
     def ndim(self) -> int:
         return len(self.axes)
@@ -149,7 +153,7 @@ def transform_array(data: np.ndarray, src: Layout, dst: Layout) -> np.ndarray:
     order = []
     for letter in src.primal:
         order.append(src.axes.index((letter, 0)))
-        if src.factor(letter) > 1:
+        if src.blocked(letter):
             order.append(src.axes.index((letter, src.factor(letter))))
     merged = np.transpose(data, order)
     extents = src.primal_shape(data.shape)
@@ -160,7 +164,7 @@ def transform_array(data: np.ndarray, src: Layout, dst: Layout) -> np.ndarray:
     for letter in src.primal:
         block = dst.factor(letter)
         position[(letter, 0)] = len(split_shape)
-        if block > 1:
+        if dst.blocked(letter):
             if extents[letter] % block:
                 raise LayoutError(f"axis {letter} has {extents[letter]} elements, not a "
                                   f"multiple of the block {block} of layout {dst.name!r}")

@@ -148,7 +148,8 @@ class Conv2DNCHWc(_ConvBase):
     name = "nn.conv2d_nchwc"
     doc = ("2-D convolution in blocked layouts (TVM's conv2d_NCHWc): data NCHW<i>c "
            "(N, C/i, H, W, i), weight OIHW<i>i<o>o (O/o, C/i, KH, KW, i, o), result NCHW<o>c; "
-           "the layout pass makes it from nn.conv2d. groups must be 1.")
+           "the layout pass makes it from nn.conv2d. Grouped: every block inside one group; "
+           "depthwise: weight OIHW1i<k>o, data and result NCHW<k>c.")
     attrs = {
         **_conv_attrs("OIHW"),
         "data_layout": Attr("str", "NCHW16c", always_print=True,
@@ -159,35 +160,32 @@ class Conv2DNCHWc(_ConvBase):
                            doc="NCHW<o>c: the result's channel block"),
     }
 
-    def blocks(self, attrs: Attrs) -> tuple[int, int]:
-        """(input channel block, output channel block), checked across the three layouts."""
+    def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
+        """(data channel block, weight input block, output channel block), with the weight's
+        output block checked against the result's."""
         data = _block(self, attrs, "data_layout", "NCHW#c")
         kernel = _block(self, attrs, "kernel_layout", "OIHW#i#o")
         out = _block(self, attrs, "out_layout", "NCHW#c")
-        if kernel.factor("I") != data.factor("C") or kernel.factor("O") != out.factor("C"):
+        if kernel.factor("O") != out.factor("C"):
             raise self.type_error(
-                f"attribute 'kernel_layout'={attrs.kernel_layout!r} must block I as "
-                f"'data_layout'={attrs.data_layout!r} blocks C and O as "
-                f"'out_layout'={attrs.out_layout!r} does")
-        return data.factor("C"), out.factor("C")
+                f"attribute 'kernel_layout'={attrs.kernel_layout!r} must block O as "
+                f"'out_layout'={attrs.out_layout!r} blocks C")
+        return data.factor("C"), kernel.factor("I"), out.factor("C")
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         data, weight = self.expect_tensors(arg_types)
         expect_rank(self, data, "data", 5, ("N", "C", "H", "W", "c"))
         expect_rank(self, weight, "weight", 6, ("O", "I", "H", "W", "i", "o"))
-        in_block, out_block = self.blocks(attrs)
-        if attrs.groups != 1:
-            raise self.type_error(f"groups={attrs.groups}: only groups=1 runs blocked; keep "
-                                  "grouped convolutions as nn.conv2d")
+        in_block, kernel_block, out_block = self.blocks(attrs)
         out_dtype = numeric_dtype(self, [data, weight], self.inputs)
-        if data.shape[4] != in_block or weight.shape[4] != in_block \
+        if data.shape[4] != in_block or weight.shape[4] != kernel_block \
                 or weight.shape[5] != out_block:
             raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
                                   f"the blocks of their layouts ({attrs.data_layout}, "
                                   f"{attrs.kernel_layout})")
-        if data.shape[1] != weight.shape[1]:
-            raise self.type_error(f"data {data.shape} has {data.shape[1]} channel blocks but "
-                                  f"weight {weight.shape} takes {weight.shape[1]}")
+        self._check_groups(data.shape[1] * in_block, weight.shape[1] * kernel_block,
+                           weight.shape[0] * out_block, (in_block, kernel_block, out_block),
+                           attrs)
         kernel = weight.shape[2:4]
         if min(kernel) < 1:
             raise self.type_error(f"weight {weight.shape} has an empty kernel {kernel}")
@@ -199,6 +197,29 @@ class Conv2DNCHWc(_ConvBase):
                                       attrs.padding)
         return TensorType((data.shape[0], weight.shape[0], out_h, out_w, out_block),
                           attrs.out_dtype or out_dtype)
+
+    def _check_groups(self, channels: int, per_group: int, out_channels: int,
+                      blocks: tuple[int, int, int], attrs: Attrs) -> None:
+        """The two blocked forms: every block inside one group (groups=1 included; the
+        weight's input block is the data's), or depthwise (one input channel per group, one
+        output per input channel, the weight's input block 1)."""
+        in_block, kernel_block, out_block = blocks
+        groups = attrs.groups
+        if channels % groups or out_channels % groups or per_group * groups != channels:
+            raise self.type_error(
+                f"data has {channels} input channels and the weight {out_channels} outputs "
+                f"of {per_group} input channels each, which groups={groups} does not split; "
+                "check the weight shape or the 'groups' attribute")
+        depthwise = per_group == 1 and out_channels == channels and kernel_block == 1 \
+            and out_block == in_block
+        within = kernel_block == in_block and per_group % in_block == 0 \
+            and (out_channels // groups) % out_block == 0
+        if not (depthwise or within):
+            raise self.type_error(
+                f"groups={groups} with blocks {attrs.data_layout}, {attrs.kernel_layout}, "
+                f"{attrs.out_layout}: blocked convolutions need every block inside one group "
+                "(the weight's input block equal to the data's) or a depthwise form "
+                "(OIHW1i<k>o with data and result in NCHW<k>c)")
 
     def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
                   kernel_layout: str, out_layout: str, **attrs: Any) -> np.ndarray:

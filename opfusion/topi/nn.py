@@ -193,7 +193,9 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     channel ``c`` and tap ``(i, j)``, with ``x = xb * unit + xi`` (see
     :func:`nchwc_width_unit`; a last partial unit reads padding and is cropped), then the
     result ``out[n, ob, y, x, o]``. Vectors run along the output channel block ``o``: each
-    input value is broadcast and multiplied by a vector of weights."""
+    input value is broadcast and multiplied by a vector of weights. Grouped: the sum runs
+    over the input channels of ``ob``'s group. Depthwise (weight ``OIHW1i<k>o``): output
+    channel ``(ob, o)`` sums input channel ``(ob, o)`` over the taps alone."""
     from ..target import Target
 
     data, weight = inputs
@@ -229,17 +231,41 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                             name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
-    rc = te.reduce_axis((0, blocks_in * in_block), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    acc = te.compute(
-        (batch, out_blocks, out_h, units, unit, out_block),
-        lambda n, o, y, xb, xi, c: te.sum(
-            te.cast(source[n, rc // in_block, y * sh + ry * dh, (xb * unit + xi) * sw + rx * dw,
-                           rc % in_block], acc_dtype)
-            * te.cast(weight[o, rc // in_block, ry, rx, rc % in_block, c], acc_dtype),
-            axis=[rc, ry, rx]),
-        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+    shape = (batch, out_blocks, out_h, units, unit, out_block)
+
+    def column(xb: Any, xi: Any) -> Any:
+        return (xb * unit + xi) * sw + rx * dw
+
+    if weight.shape[4] == 1 and attrs.groups > 1:
+        # Depthwise: output channel (o, c) reads input channel (o, c) alone; the vector runs
+        # along the channels, so every multiply-add is a vector of inputs times a vector of
+        # weights, no broadcast.
+        acc = te.compute(
+            shape,
+            lambda n, o, y, xb, xi, c: te.sum(
+                te.cast(source[n, o, y * sh + ry * dh, column(xb, xi), c], acc_dtype)
+                * te.cast(weight[o, 0, ry, rx, 0, c], acc_dtype), axis=[ry, rx]),
+            name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+    else:
+        # Each output block lies in one group; its group's input blocks start at
+        # group * blocks_per_group (groups=1: at 0).
+        blocks_per_group = int(weight.shape[1])
+        out_blocks_per_group = out_blocks // attrs.groups
+        rc = te.reduce_axis((0, blocks_per_group * in_block), name="rc")
+
+        def first_block(o: Any) -> Any:
+            return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
+
+        acc = te.compute(
+            shape,
+            lambda n, o, y, xb, xi, c: te.sum(
+                te.cast(source[n, first_block(o) + rc // in_block, y * sh + ry * dh,
+                               column(xb, xi), rc % in_block], acc_dtype)
+                * te.cast(weight[o, rc // in_block, ry, rx, rc % in_block, c], acc_dtype),
+                axis=[rc, ry, rx]),
+            name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),

@@ -21,9 +21,10 @@ The weights' transforms are ``layout_transform`` of constants, which FoldConstan
 this pass in ``opf.compile``) turns into constants in the new layout: packed at compile time.
 The transforms fuse like any injective operator.
 
-Grouped and depthwise convolutions stay NCHW, as do convolutions whose output channels have
-no power-of-two block of at least 4, and small convolutions (MIN_BLOCKED_MACS) whose input
-would have to be transformed. The pass needs opt_level 3 and a target (the current
+Grouped convolutions are blocked when every block lies inside one group (ShuffleNet's 1x1
+group convolutions), depthwise ones with the weight in OIHW1i<x>o (one input channel per
+output). Convolutions stay NCHW when their channels have no power-of-two block of at least 4
+(per group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. The pass needs opt_level 3 and a target (the current
 one, or the host); ``disabled_pass=["AlterOpLayout"]`` turns it off."""
 
 from __future__ import annotations
@@ -211,27 +212,44 @@ class _LayoutRewriter:
         data, weight = call.args
         data_type, weight_type, out_type = _tensor(data), _tensor(weight), _tensor(call)
         attrs = call.attrs
-        if (attrs.groups != 1 or not _is_nchw_float(data_type) or weight_type is None
-                or out_type is None or weight_type.dtype != data_type.dtype):
-            return None
-        out_block = _power_of_two_block(out_type.shape[1], self.lanes)
-        if out_block == PLAIN:
+        if (not _is_nchw_float(data_type) or weight_type is None or out_type is None
+                or weight_type.dtype != data_type.dtype):
             return None
         current = self.forms[data].block
+        blocks = self._conv_blocks(data_type.shape[1], weight_type.shape[1],
+                                   out_type.shape[1], attrs.groups, current)
+        if blocks is None:
+            return None
         if current == PLAIN and _macs(out_type, weight_type) < MIN_BLOCKED_MACS:
             return None
-        in_block = current if current != PLAIN else _input_block(data_type.shape[1],
-                                                                   self.lanes)
-        packed = self.transform(self.get(weight, PLAIN), "OIHW",
-                                f"OIHW{in_block}i{out_block}o")
+        in_block, kernel_block, out_block = blocks
+        kernel_layout = f"OIHW{kernel_block}i{out_block}o"
+        packed = self.transform(self.get(weight, PLAIN), "OIHW", kernel_layout)
         new_attrs = {key: attrs[key] for key in ("strides", "padding", "dilation", "groups",
                                                   "channels", "kernel_size", "out_dtype")}
-        new_attrs.update(data_layout=data_layout(in_block),
-                         kernel_layout=f"OIHW{in_block}i{out_block}o",
+        new_attrs.update(data_layout=data_layout(in_block), kernel_layout=kernel_layout,
                          out_layout=data_layout(out_block))
         conv = Call(get_op("nn.conv2d_nchwc"), [self.get(data, in_block), packed], new_attrs,
                     call.span)
         return _Form(conv, out_block)
+
+    def _conv_blocks(self, channels: int, per_group: int, out_channels: int, groups: int,
+                     current: int) -> tuple[int, int, int] | None:
+        """(data block, weight input block, output block) of a convolution, or None when it
+        stays NCHW: ``current`` is the block the data has already (PLAIN: none)."""
+        if groups == 1:
+            out_block = _power_of_two_block(out_channels, self.lanes)
+            in_block = current or _input_block(channels, self.lanes)
+            return (in_block, in_block, out_block) if out_block else None
+        if per_group == 1 and out_channels == channels:  # depthwise, one output per channel
+            block = current or _power_of_two_block(channels, self.lanes)
+            return (block, 1, block) if block else None
+        # Grouped: every block inside one group.
+        out_block = _power_of_two_block(out_channels // groups, self.lanes)
+        in_block = current or _power_of_two_block(per_group, self.lanes)
+        if not out_block or not in_block or per_group % in_block:
+            return None
+        return in_block, in_block, out_block
 
     def _broadcast(self, call: Call, op: Op) -> _Form | None:
         out_type = _tensor(call)

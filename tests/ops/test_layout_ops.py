@@ -60,7 +60,21 @@ CONV_CASES = [
     ((1, 3, 11, 11), (16, 3, 5, 5), 3, 16, {"padding": 2}),
     ((2, 16, 7, 6), (8, 16, 1, 1), 16, 8, {}),
     ((1, 8, 9, 9), (4, 8, 3, 3), 4, 4, {"dilation": 2, "padding": (2, 1, 0, 3)}),
+    ((1, 16, 7, 7), (8, 8, 3, 3), 4, 4, {"groups": 2, "padding": 1}),
 ]
+
+
+def test_conv2d_nchwc_depthwise_reference():
+    x, w = normal(1, 16, 9, 9), normal(16, 1, 3, 3, seed=1)
+    want = get_op("nn.conv2d").reference(x, w, **get_op("nn.conv2d").make_attrs(
+        {"groups": 16, "padding": 1, "strides": 2}))
+    got = get_op("nn.conv2d_nchwc").reference(
+        relayout(x, "NCHW", "NCHW8c"), relayout(w, "OIHW", "OIHW1i8o"),
+        **get_op("nn.conv2d_nchwc").make_attrs({
+            "groups": 16, "padding": 1, "strides": 2, "data_layout": "NCHW8c",
+            "kernel_layout": "OIHW1i8o", "out_layout": "NCHW8c"}))
+    assert_close(relayout(got, "NCHW8c", "NCHW").astype("float32"), want.astype("float32"),
+                 1e-5)
 
 
 @pytest.mark.parametrize("data, weight, ib, ob, attrs", CONV_CASES, ids=str)
@@ -89,16 +103,22 @@ def test_conv2d_nchwc_infers_the_blocked_result():
 
 
 @pytest.mark.parametrize("shapes, attrs, words", [
-    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"kernel_layout": "OIHW8i16o"},
-     "must block I as 'data_layout'"),
+    (((1, 2, 5, 5, 16), (2, 4, 3, 3, 8, 16)), {"kernel_layout": "OIHW8i16o"},
+     "the weight's input block equal to the data's"),
+    (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"out_layout": "NCHW8c"},
+     "must block O as 'out_layout'"),
     (((1, 2, 5, 5, 8), (2, 2, 3, 3, 8, 16)), {}, "do not have the blocks of their layouts"),
     (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"kernel_layout": "OIHW16o16i"},
      "must have the form OIHW<k>i<k>o"),
     (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"data_layout": "NHWC16c"},
      "must have the form NCHW<k>c"),
-    (((1, 2, 5, 5, 16), (2, 3, 3, 3, 16, 16)), {}, "2 channel blocks but weight"),
-    (((1, 2, 5, 5, 8), (2, 2, 3, 3, 8, 16)),
-     {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i16o", "groups": 2}, "only groups=1"),
+    (((1, 2, 5, 5, 16), (2, 3, 3, 3, 16, 16)), {}, "which groups=1 does not split"),
+    (((1, 2, 5, 5, 8), (2, 1, 3, 3, 4, 16)),
+     {"data_layout": "NCHW8c", "kernel_layout": "OIHW4i16o", "groups": 4},
+     "every block inside one group"),
+    (((1, 2, 5, 5, 8), (4, 1, 3, 3, 1, 8)),
+     {"data_layout": "NCHW8c", "kernel_layout": "OIHW1i8o", "out_layout": "NCHW8c",
+      "groups": 16}, "or a depthwise form"),
     (((1, 2, 5, 5, 16), (2, 2, 3, 3, 16, 16)), {"channels": 16}, "'channels'=16"),
     (((1, 2, 5, 5), (2, 2, 3, 3, 16, 16)), {}, "must be 5-D"),
 ])

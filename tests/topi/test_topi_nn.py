@@ -113,7 +113,18 @@ CONV2D_NCHWC_CASES = [
     ((1, 4, 5, 5), (8, 4, 1, 1), 4, 8, {"padding": 2}),  # padding wider than the kernel
     ((1, 4, 7, 3), (4, 4, 3, 2), 4, 4, {"strides": (1, 2)}),  # 1 output column
     ((1, 4, 11, 11), (4, 4, 7, 7), 4, 4, {"strides": 2, "padding": 3}),  # a 7x7 stem
+    ((1, 16, 6, 9), (8, 8, 3, 3), 4, 4, {"groups": 2, "padding": 1}),  # grouped
+    ((1, 24, 7, 7), (12, 8, 1, 1), 8, 4, {"groups": 3}),  # ShuffleNet's 1x1 groups
 ]
+
+
+@pytest.mark.parametrize("attrs", [{"padding": 1}, {"strides": 2, "padding": (1, 2, 0, 1)},
+                                   {"dilation": 2, "padding": 2}], ids=str)
+def test_conv2d_nchwc_depthwise(attrs):
+    x = _blocked(normal(1, 16, 9, 11), "NCHW", "NCHW8c")
+    w = _blocked(normal(16, 1, 3, 3, seed=1), "OIHW", "OIHW1i8o")
+    check_compute(nn.conv2d_nchwc, x, w, groups=16, data_layout="NCHW8c",
+                  kernel_layout="OIHW1i8o", out_layout="NCHW8c", **attrs)
 
 
 def _blocked(x, src, dst):

@@ -84,12 +84,27 @@ def test_a_residual_block_computes_the_reference(target):
 
 def test_grouped_small_and_unblockable_convolutions_stay_nchw():
     x = opf.var("x", shape=(1, 16, 64, 64))
-    grouped = nn.conv2d(x, opf.const(normal(16, 4, 3, 3)), groups=4, padding=1)
+    grouped = nn.conv2d(x, opf.const(normal(16, 2, 3, 3)), groups=8, padding=1)  # 2 a group
     odd = nn.conv2d(x, opf.const(normal(6, 16, 3, 3)), padding=1)  # 6: no block of 4 or more
     small = nn.conv2d(x, opf.const(normal(8, 16, 1, 1)))  # 524k multiply-adds
     func = laid_out(opf.op.concatenate([grouped, odd, small], axis=1))
     assert len(calls(func, "nn.conv2d")) == 3
     assert not calls(func, "nn.conv2d_nchwc") and not calls(func, "layout_transform")
+
+
+def test_grouped_and_depthwise_convolutions_run_blocked():
+    x = opf.var("x", shape=(1, 48, 28, 28))
+    y = nn.relu(nn.conv2d(x, opf.const(normal(96, 16, 1, 1) * .3), groups=3))
+    y = nn.conv2d(y, opf.const(normal(96, 1, 3, 3) * .3), groups=96, padding=1, strides=2)
+    y = nn.conv2d(y, opf.const(normal(32, 96, 1, 1) * .3))
+    func = laid_out(y)
+    convs = calls(func, "nn.conv2d_nchwc")
+    assert [(c.attrs.kernel_layout, c.attrs.groups) for c in convs] == [
+        ("OIHW16i16o", 3), ("OIHW1i16o", 96), ("OIHW16i16o", 1)]
+    assert len(calls(func, "layout_transform")) == 2
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 48, 28, 28, seed=4)
+    assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
 
 
 def test_an_rgb_input_is_blocked_by_its_three_channels():

@@ -5,7 +5,8 @@ accumulator (of the compute's width units, see :func:`opfusion.topi.nn.nchwc_wid
 computed at the task by register tiles of ``channel_tile`` channel blocks x ``col_units``
 units of columns: for every input channel and kernel tap, each of the tile's input values is
 broadcast once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runtime's
-NCHWc kernels and TVM's conv2d_NCHWc schedule do. The epilogue (bias, activation, residual
+NCHWc kernels and TVM's conv2d_NCHWc schedule do (a depthwise tile multiplies a vector of
+inputs by a vector of weights instead, one channel tile by default). The epilogue (bias, activation, residual
 add) then reads the accumulator vector by vector, while it is still in cache. The padded
 input, when the convolution has padding, is built first, in parallel.
 
@@ -35,6 +36,11 @@ def _shape(acc: te.Tensor) -> tuple[int, int, int, int, int]:
     _, blocks, height, units, unit, _ = (int(d) for d in acc.shape)
     source = acc.op.input_tensors[0]
     return blocks, height, units, unit, int(source.shape[4])
+
+
+def is_depthwise(acc: te.Tensor) -> bool:
+    """Whether the accumulator is a depthwise convolution's (it sums the taps alone)."""
+    return len(acc.op.reduce_axis) == 2
 
 
 class Conv2dNCHWcRule(ScheduleRule):
@@ -71,7 +77,7 @@ class Conv2dNCHWcRule(ScheduleRule):
         blocks, height, _, unit, _ = _shape(acc)
         budget = conv_accumulators(target)
         channel_tile = 1
-        for tile in (4, 2):
+        for tile in (4, 2) if not is_depthwise(acc) else ():
             if blocks % tile == 0 and tile * unit <= budget:
                 channel_tile = tile
                 break
@@ -113,11 +119,15 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     acc_stage = s[acc]
     acc_stage.compute_at(stage, task)
     an, ao, ay, ab, ax, ac = acc_stage.op.axis
-    rc, ry, rx = acc_stage.op.reduce_axis
-    rco, rci = acc_stage.split(rc, factor=in_block)
     aoo, aoi = acc_stage.split(ao, factor=channel_tile)
     abo, abi = acc_stage.split(ab, factor=col_units)
-    acc_stage.reorder(an, aoo, ay, abo, rco, ry, rx, rci, aoi, abi, ax, ac)
+    if is_depthwise(acc):
+        ry, rx = acc_stage.op.reduce_axis
+        acc_stage.reorder(an, aoo, ay, abo, ry, rx, aoi, abi, ax, ac)
+    else:
+        rc, ry, rx = acc_stage.op.reduce_axis
+        rco, rci = acc_stage.split(rc, factor=in_block)
+        acc_stage.reorder(an, aoo, ay, abo, rco, ry, rx, rci, aoi, abi, ax, ac)
     acc_stage.unroll(aoi)
     acc_stage.unroll(abi)
     acc_stage.unroll(ax)

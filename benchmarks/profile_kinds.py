@@ -1,0 +1,94 @@
+"""Where a model's time goes, by kind of operator: ``exe.profile``'s kernel times summed by
+the kernel's anchor (convolutions split by kernel size and stride, since they cost
+differently), with each kind's achieved GFLOP/s for the convolutions and dense layers.
+
+    python benchmarks/profile_kinds.py resnet50 [--repeat 20] [--no-layout]
+
+``--no-layout`` compiles with AlterOpLayout disabled (the NCHW kernels), for before/after
+tables. Times are per-kernel medians from ``exe.profile`` (each kernel timed alone, so the
+total is a little above a whole run's). Check that the machine is quiet (``uptime``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from collections import defaultdict
+
+import numpy as np
+
+import opfusion as opf
+from opfusion.ir.expr import Call
+from opfusion.ir.visitor import post_order
+from opfusion.testing import light_model
+
+#: Operators that name a kernel's kind (the first one found in the group, in this order).
+ANCHORS = ("nn.conv2d_nchwc", "nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.matmul",
+           "nn.batch_matmul", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d",
+           "nn.global_max_pool2d", "concatenate", "layout_transform", "nn.softmax")
+
+
+def kind_and_flops(group) -> tuple[str, float]:
+    """The kind of one lowered group and its multiply-adds x 2 (0 when not a product)."""
+    func = group.function
+    calls = [n for n in post_order(func.body) if isinstance(n, Call)] if func else []
+    for name in ANCHORS:
+        for call in calls:
+            if call.op_name != name:
+                continue
+            if "conv2d" in name:
+                weight = call.args[1].checked_type.shape
+                kh, kw = weight[2], weight[3]
+                stride = call.attrs.strides[0]
+                groups = call.attrs.groups
+                label = f"conv {kh}x{kw}" + (f" s{stride}" if stride > 1 else "")
+                if groups > 1:
+                    label += " grouped"
+                out = call.checked_type.shape
+                taps = int(np.prod(weight[1:]))  # per output element (blocked: in x o lanes)
+                if name == "nn.conv2d_nchwc":
+                    taps //= weight[5]
+                return label, 2.0 * int(np.prod(out)) * taps
+            if name in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
+                depth = call.args[0].checked_type.shape[-1]
+                return "dense/matmul", 2.0 * int(np.prod(call.checked_type.shape)) * depth
+            return name.removeprefix("nn."), 0.0
+    return "elementwise/other", 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a light model's name (resnet50, squeezenet, ...)")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--no-layout", action="store_true",
+                        help="compile with AlterOpLayout disabled (NCHW kernels)")
+    args = parser.parse_args()
+    mod, params = opf.frontend.from_onnx(str(light_model(args.model)))
+    disabled = ["AlterOpLayout"] if args.no_layout else []
+    with opf.transform.PassContext(opt_level=3, disabled_pass=disabled):
+        exe = opf.compile(mod, params=params)
+    x = np.random.default_rng(0).standard_normal(exe.get_inputs()[0].shape).astype(np.float32)
+    exe.run([x])
+    profile = exe.profile([x], repeat=args.repeat)
+    seconds: dict[str, float] = defaultdict(float)
+    flops: dict[str, float] = defaultdict(float)
+    kernels: dict[str, int] = defaultdict(int)
+    for step, (_, _, time, _) in zip(exe.steps, profile.rows):
+        kind, work = kind_and_flops(step.group)
+        seconds[kind] += time
+        flops[kind] += work
+        kernels[kind] += 1
+    total = sum(seconds.values())
+    print(f"# {args.model}{' (NCHW, no layout pass)' if args.no_layout else ''}: "
+          f"{platform.processor() or platform.machine()}, ISA {opf.Target('c').isa}, "
+          f"load {os.getloadavg()[0]:.2f}; kernel medians of {args.repeat} runs")
+    print(f"{'kind':<22} {'kernels':>7} {'time':>9} {'share':>6} {'GFLOP/s':>8}")
+    for kind in sorted(seconds, key=lambda k: -seconds[k]):
+        rate = f"{flops[kind] / seconds[kind] / 1e9:8.0f}" if flops[kind] else " " * 8
+        print(f"{kind:<22} {kernels[kind]:>7} {seconds[kind] * 1e3:>7.2f}ms "
+              f"{seconds[kind] / total:>6.1%} {rate}")
+    print(f"{'total':<22} {sum(kernels.values()):>7} {total * 1e3:>7.2f}ms")
+
+
+if __name__ == "__main__":
+    main()
