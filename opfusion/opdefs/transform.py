@@ -679,3 +679,48 @@ class LayoutTransform(TransformOp):
     def reference(self, data: np.ndarray, src_layout: str, dst_layout: str) -> np.ndarray:
         src, dst = self.layouts(data.ndim, {"src_layout": src_layout, "dst_layout": dst_layout})
         return transform_array(data, src, dst)
+
+
+@register_op
+class ChannelShuffle(TransformOp):
+    name = "channel_shuffle"
+    doc = ("ShuffleNet's channel shuffle of NCHW or blocked NCHW<k>c data: output channel "
+           "j * groups + i is input channel i * (C / groups) + j, the reshape (N, groups, "
+           "C/groups, H, W) -> transpose -> reshape that models spell it with, as one "
+           "layout-aware permutation.")
+    attrs = {
+        "groups": Attr("int", required=True, doc="the number of channel groups"),
+        "layout": Attr("str", "NCHW", doc="NCHW or NCHW<k>c"),
+    }
+
+    def layout_of(self, ndim: int, text: str) -> Layout:
+        try:
+            layout = Layout.parse(text)
+        except LayoutError as err:
+            raise self.type_error(f"attribute 'layout': {err}") from None
+        if layout.primal != "NCHW" or layout.ndim != ndim or any(
+                size and letter != "C" for letter, size in layout.axes):
+            raise self.type_error(f"attribute 'layout'={text!r} must be NCHW or NCHW<k>c for "
+                                  f"data of rank {ndim}")
+        return layout
+
+    def out_shape(self, shape: tuple[int, ...], attrs: Attrs) -> tuple[int, ...]:
+        layout = self.layout_of(len(shape), attrs.layout)
+        channels = layout.primal_shape(shape)["C"]
+        if attrs.groups < 1 or channels % attrs.groups:
+            raise self.type_error(f"data {shape} has {channels} channels, which "
+                                  f"'groups'={attrs.groups} does not divide")
+        return shape
+
+    @staticmethod
+    def source_channel(channel: Any, channels: int, groups: int) -> Any:
+        """The input channel that output ``channel`` reads (ints or TE expressions)."""
+        return channel % groups * (channels // groups) + channel // groups
+
+    def reference(self, data: np.ndarray, groups: int, layout: str) -> np.ndarray:
+        blocked = self.layout_of(data.ndim, layout)
+        plain = Layout.parse("NCHW")
+        x = transform_array(data, blocked, plain)
+        n, c, h, w = x.shape
+        shuffled = x.reshape(n, groups, c // groups, h, w).transpose(0, 2, 1, 3, 4)
+        return transform_array(shuffled.reshape(n, c, h, w), plain, blocked)

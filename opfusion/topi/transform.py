@@ -292,3 +292,20 @@ def compute_layout_transform(inputs: list[Any], attrs: Any, out_type: Any) -> te
     src, dst = get_op("layout_transform").layouts(data.ndim, attrs)
     return injective("layout_transform", data, shape_of(out_type),
                      lambda i: src.index(dst.primal_index(i)))
+
+
+@register_compute("channel_shuffle")
+def compute_channel_shuffle(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Each output channel reads its source channel (see the op), in either layout: the
+    channel index is read through the layout, permuted, and put back."""
+    data = inputs[0]
+    op = get_op("channel_shuffle")
+    layout = op.layout_of(data.ndim, attrs.layout)
+    channels = layout.primal_shape(data.shape)["C"]
+
+    def index_map(i: Sequence[PrimExpr]) -> list[Any]:
+        primal = layout.primal_index(i)
+        primal["C"] = op.source_channel(primal["C"], channels, attrs.groups)
+        return layout.index(primal)
+
+    return injective("channel_shuffle", data, shape_of(out_type), index_map)

@@ -13,7 +13,14 @@ instead of going back to NCHW:
   folded batch-norm scale) or single values: the vectors are laid out in blocks as well;
   ``nn.bias_add`` along the channels becomes such an add;
 * concatenate along the channels, when every part's channels are whole blocks;
+* ShuffleNet's channel shuffle (reshape to (N, g, C/g, H, W), transpose, reshape back)
+  becomes one ``channel_shuffle`` of the blocked tensor: a permutation of its channels;
 * everything else, and the function's result, gets NCHW back.
+
+A broadcast or concatenation whose operands come in both layouts goes blocked only when its
+result is on the way to a blocked convolution (or every operand is at hand blocked already);
+otherwise it runs in NCHW, so a value does not go in and out of the blocked layout around
+each NCHW convolution.
 
 ``layout_transform`` calls are inserted only where a value changes layout, once per value and
 layout (every consumer shares it), so a value never goes NCHW -> blocked -> NCHW -> blocked.
@@ -21,11 +28,12 @@ The weights' transforms are ``layout_transform`` of constants, which FoldConstan
 this pass in ``opf.compile``) turns into constants in the new layout: packed at compile time.
 The transforms fuse like any injective operator.
 
-Grouped convolutions are blocked when every block lies inside one group (ShuffleNet's 1x1
-group convolutions), depthwise ones with the weight in OIHW1i<x>o (one input channel per
-output). Convolutions stay NCHW when their channels have no power-of-two block of at least 4
-(per group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. The pass needs opt_level 3 and a target (the current
-one, or the host); ``disabled_pass=["AlterOpLayout"]`` turns it off."""
+Grouped convolutions are blocked when every block lies inside one group (ShuffleNet's 1x1 group
+convolutions), depthwise ones with the weight in OIHW1i<x>o (one input channel per output).
+Convolutions stay NCHW when their channels have no power-of-two block of at least 4 (per group),
+and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. The pass needs
+opt_level 3 and a target (the current one, or the host); ``disabled_pass=["AlterOpLayout"]``
+turns it off."""
 
 from __future__ import annotations
 
@@ -124,6 +132,15 @@ def _input_block(channels: int, lanes: int) -> int:
     return max(d for d in range(1, lanes + 1) if channels % d == 0)
 
 
+def _keeps_layout(op: Op) -> bool:
+    """Whether ``op`` can run in the layout of its operands (see the module docstring)."""
+    if op.name in ("concatenate", "nn.bias_add", "reshape", "transpose"):
+        return True  # (reshape and transpose: the pieces of a channel shuffle)
+    if op.pattern == OpPatternKind.kElemWise:
+        return True
+    return op.pattern == OpPatternKind.kBroadcast and op.name not in _BROADCAST_EXCLUDED
+
+
 def _macs(out_type: TensorType, weight_type: TensorType) -> int:
     """Multiply-adds of a convolution: every output element times one filter's taps."""
     size = 1
@@ -139,11 +156,44 @@ class _LayoutRewriter:
         self.lanes = lanes
         self.forms: dict[Expr, _Form] = {}
         self.converted: dict[tuple[Expr, int], Expr] = {}
+        #: values a blocked convolution reads, directly or through operators that keep the
+        #: layout (see :meth:`_find_wanted`)
+        self.wanted: set[Expr] = set()
 
     def rewrite(self, func: Function) -> Function:
-        for node in post_order(func.body, into_functions=False):
+        order = post_order(func.body, into_functions=False)
+        self._find_wanted(order)
+        for node in order:
             self.forms[node] = self._visit(node)
         return Function(func.params, self.get(func.body, PLAIN), None, func.attrs)
+
+    def _find_wanted(self, order: list[Expr]) -> None:
+        """Mark, consumers before producers, the values that would reach a blocked
+        convolution through layout-keeping operators. A broadcast or a concatenation whose
+        operands come in both layouts goes blocked only if its result is wanted so: else
+        it converts the blocked operands to NCHW once, instead of converting the NCHW ones
+        in and the result out again (ShuffleNet's residual adds between NCHW convolutions)."""
+        for node in reversed(order):
+            if not isinstance(node, Call) or not isinstance(node.op, Op):
+                continue
+            if node.op.name == "nn.conv2d":
+                if self._would_block(node):
+                    self.wanted.add(node.args[0])
+            elif node in self.wanted and _keeps_layout(node.op):
+                for arg in node.args:
+                    self.wanted.add(arg)
+                    if isinstance(arg, Tuple):
+                        self.wanted.update(arg.fields)
+
+    def _would_block(self, conv: Call) -> bool:
+        """Whether a convolution would be blocked when its input is NCHW."""
+        data_type, weight_type, out_type = (_tensor(conv.args[0]), _tensor(conv.args[1]),
+                                            _tensor(conv))
+        if not _is_nchw_float(data_type) or weight_type is None or out_type is None:
+            return False
+        blocks = self._conv_blocks(data_type.shape[1], weight_type.shape[1], out_type.shape[1],
+                                   conv.attrs.groups, PLAIN)
+        return blocks is not None and _macs(out_type, weight_type) >= MIN_BLOCKED_MACS
 
     # -- values in a layout ------------------------------------------------------------------
 
@@ -157,6 +207,11 @@ class _LayoutRewriter:
             self.converted[key] = self.transform(form.expr, data_layout(form.block),
                                                  data_layout(block))
         return self.converted[key]
+
+    def has_block(self, node: Expr, block: int) -> bool:
+        """Whether ``node`` is already at hand in layout ``block`` (its form, or a
+        conversion made for another consumer)."""
+        return self.forms[node].block == block or (node, block) in self.converted
 
     @staticmethod
     def transform(expr: Expr, src: str, dst: str) -> Expr:
@@ -199,6 +254,8 @@ class _LayoutRewriter:
             return self._concatenate(call)
         if op.name == "nn.bias_add":
             return self._bias_add(call)
+        if op.name == "reshape":
+            return self._channel_shuffle(call)
         if op.pattern == OpPatternKind.kElemWise and len(call.args) == 1:
             block = self.forms[call.args[0]].block
             if block == PLAIN:
@@ -256,12 +313,14 @@ class _LayoutRewriter:
         if not _is_nchw_float(out_type):
             return None
         assert out_type is not None
-        blocks = [self.forms[arg].block for arg in call.args
-                  if self.forms[arg].block != PLAIN and _tensor(arg) is not None
-                  and _tensor(arg).shape == out_type.shape]  # type: ignore[union-attr]
+        same_shape = [arg for arg in call.args
+                      if _tensor(arg) is not None and _tensor(arg).shape == out_type.shape]
+        blocks = [self.forms[arg].block for arg in same_shape if self.forms[arg].block != PLAIN]
         if not blocks:
             return None
         block = blocks[0]
+        if call not in self.wanted and not all(self.has_block(arg, block) for arg in same_shape):
+            return None
         args = []
         for arg in call.args:
             laid = self._operand_in_block(arg, out_type, block)
@@ -283,6 +342,31 @@ class _LayoutRewriter:
         laid = self.transform(vector, "NCHW", data_layout(block))
         return _Form(Call(get_op("add"), [self.get(data, block), laid], None, call.span),
                      block)
+
+    def _channel_shuffle(self, call: Call) -> _Form | None:
+        """``reshape(transpose(reshape(x, (N, g, C/g, H, W)), (0, 2, 1, 3, 4)), x's shape)``
+        of a blocked ``x``: one channel_shuffle in the blocked layout."""
+        transpose = call.args[0]
+        if not (isinstance(transpose, Call) and transpose.op_name == "transpose"
+                and isinstance(transpose.args[0], Call)
+                and transpose.args[0].op_name == "reshape"):
+            return None
+        split = transpose.args[0]
+        data = split.args[0]
+        block = self.forms[data].block
+        data_type, split_type, out_type = _tensor(data), _tensor(split), _tensor(call)
+        if (block == PLAIN or data_type is None or split_type is None or out_type is None
+                or data_type.ndim != 4 or out_type.shape != data_type.shape):
+            return None
+        n, c, h, w = data_type.shape
+        groups = split_type.shape[1] if split_type.ndim == 5 else 0
+        axes = transpose.attrs.axes
+        if (groups < 1 or split_type.shape != (n, groups, c // groups, h, w)
+                or axes is None or tuple(a % 5 for a in axes) != (0, 2, 1, 3, 4)):
+            return None
+        shuffle = Call(get_op("channel_shuffle"), [self.get(data, block)],
+                       {"groups": groups, "layout": data_layout(block)}, call.span)
+        return _Form(shuffle, block)
 
     def _operand_in_block(self, arg: Expr, out_type: TensorType, block: int) -> Expr | None:
         """A broadcast operand laid out against a blocked result: the same shape converted,
@@ -314,6 +398,8 @@ class _LayoutRewriter:
         if not blocks:
             return None
         block = blocks[0]
+        if call not in self.wanted and not all(self.has_block(f, block) for f in tup.fields):
+            return None
         fields: list[Expr] = []
         for field in tup.fields:
             ty = _tensor(field)

@@ -125,3 +125,22 @@ def test_conv2d_nchwc_infers_the_blocked_result():
 def test_conv2d_nchwc_type_errors_name_the_attribute(shapes, attrs, words):
     with pytest.raises(OpfusionError, match=words):
         infer(_conv(*shapes, **attrs))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NCHW4c", "NCHW8c"])
+def test_channel_shuffle_is_the_reshape_transpose_reshape(layout):
+    x = normal(2, 24, 3, 5)
+    want = x.reshape(2, 3, 8, 3, 5).transpose(0, 2, 1, 3, 4).reshape(2, 24, 3, 5)
+    got = get_op("channel_shuffle").reference(relayout(x, "NCHW", layout), groups=3,
+                                              layout=layout)
+    np.testing.assert_array_equal(relayout(got, layout, "NCHW"), want)
+
+
+@pytest.mark.parametrize("shape, attrs, words", [
+    ((1, 10, 4, 4), {"groups": 3}, "does not divide"),
+    ((1, 2, 4, 4, 8), {"groups": 2, "layout": "NHWC8c"}, "must be NCHW or NCHW<k>c"),
+    ((1, 2, 4, 4, 8), {"groups": 2}, "must be NCHW or NCHW<k>c for data of rank 5"),
+])
+def test_channel_shuffle_type_errors(shape, attrs, words):
+    with pytest.raises(OpfusionError, match=words):
+        infer(opf.op.channel_shuffle(opf.var("x", shape=shape), **attrs))

@@ -149,6 +149,12 @@ def test_conv2d_nchwc_compiled_matches_on_a_padded_row():
                   kernel_layout="OIHW8i16o", out_layout="NCHW16c", compiled=True, rtol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NCHW8c"])
+def test_channel_shuffle(layout):
+    x = _blocked(normal(1, 24, 3, 4), "NCHW", layout)
+    check_compute(opf.op.channel_shuffle, x, groups=3, layout=layout, rtol=0)
+
+
 def test_conv2d_nchwc_width_units():
     assert [nchwc_width_unit(w, 16) for w in (56, 28, 14, 7, 3, 13, 17, 55, 112)] == \
         [7, 7, 7, 7, 3, 13, 8, 5, 7]

@@ -148,6 +148,34 @@ def test_a_value_used_in_both_layouts_is_transformed_once():
     assert len({t.args[0] for t in transforms}) == 3
 
 
+def test_a_channel_shuffle_of_a_blocked_tensor_is_one_blocked_permutation():
+    x = opf.var("x", shape=(1, 48, 28, 28))
+    y = nn.relu(nn.conv2d(x, opf.const(normal(48, 48, 1, 1) * .2)))
+    y = opf.op.reshape(opf.op.transpose(opf.op.reshape(y, newshape=(1, 3, 16, 28, 28)),
+                                        axes=(0, 2, 1, 3, 4)), newshape=(1, 48, 28, 28))
+    y = nn.conv2d(y, opf.const(normal(32, 48, 3, 3) * .2), padding=1)
+    func = laid_out(y)
+    (shuffle,) = calls(func, "channel_shuffle")
+    assert shuffle.attrs.groups == 3 and shuffle.attrs.layout == "NCHW16c"
+    assert len(calls(func, "layout_transform")) == 2
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 48, 28, 28, seed=6)
+    assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
+
+
+def test_mixed_operands_stay_nchw_unless_a_blocked_convolution_wants_the_result():
+    x = opf.var("x", shape=(1, 32, 28, 28))
+    blocked = nn.conv2d(x, opf.const(normal(32, 32, 3, 3) * .1), padding=1)
+    plain = nn.conv2d(x, opf.const(normal(32, 4, 3, 3) * .1), padding=1, groups=8)
+    mixed = opf.op.add(blocked, plain)
+    # Only NCHW consumers: the add runs in NCHW, with one transform of the blocked operand.
+    func = laid_out(nn.conv2d(mixed, opf.const(normal(32, 4, 1, 1)), groups=8))
+    assert [a.checked_type.ndim for a in calls(func, "add")] == [4]
+    # A blocked convolution reads it: the add runs blocked.
+    func = laid_out(nn.conv2d(mixed, opf.const(normal(32, 32, 3, 3)), padding=1))
+    assert [a.checked_type.ndim for a in calls(func, "add")] == [5]
+
+
 def test_the_pass_is_switched_off_from_the_pass_context():
     x, out = block()
     mod = IRModule.from_expr(Function([x], out))

@@ -2,13 +2,13 @@
 
 A parallel task owns ``task_blocks`` output channel blocks x ``row_block`` output rows; its
 accumulator (of the compute's width units, see :func:`opfusion.topi.nn.nchwc_width_unit`) is
-computed at the task by register tiles of ``channel_tile`` channel blocks x ``col_units``
-units of columns: for every input channel and kernel tap, each of the tile's input values is
-broadcast once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runtime's
-NCHWc kernels and TVM's conv2d_NCHWc schedule do (a depthwise tile multiplies a vector of
-inputs by a vector of weights instead, one channel tile by default). The epilogue (bias, activation, residual
-add) then reads the accumulator vector by vector, while it is still in cache. The padded
-input, when the convolution has padding, is built first, in parallel.
+computed at the task by register tiles of ``channel_tile`` channel blocks x ``col_units`` units
+of columns: for every input channel and kernel tap, each of the tile's input values is broadcast
+once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runtime's NCHWc
+kernels and TVM's conv2d_NCHWc schedule do (a depthwise tile multiplies a vector of inputs by a
+vector of weights instead, one channel tile by default). The epilogue (bias, activation,
+residual add) then reads the accumulator vector by vector, while it is still in cache. The
+padded input, when the convolution has padding, is built first, in parallel.
 
 Knobs: ``channel_tile``, ``col_units`` (the register tile, at most ``vector_registers``
 accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``; each a
