@@ -16,12 +16,14 @@ from ..errors import OpAttributeError
 from ..ir.layout import Layout, LayoutError, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, get_op, register_op
 from ..ir.types import TensorType, Type, is_float
+from . import _winograd as winograd
 from . import nn_norm, nn_pool  # noqa: F401  (registers the pooling and normalization ops)
 from ._common import broadcast_shape, normalize_axis, same_dtype
 from ._nn_common import (
     along,
     check_positive,
     expect_rank,
+    float_dtype,
     normalize_padding,
     numeric_dtype,
     pad_spatial,
@@ -29,6 +31,7 @@ from ._nn_common import (
     wide,
     windows,
 )
+from ._winograd import TILE_SIZES
 
 # ---------------------------------------------------------------------------------------------
 # convolution
@@ -228,6 +231,91 @@ class Conv2DNCHWc(_ConvBase):
                                        Layout.parse("OIHW"))
         out = get_op("nn.conv2d").reference(plain_data, plain_weight, **attrs)
         return transform_array(out, Layout.parse("NCHW"), Layout.parse(out_layout))
+
+
+@register_op
+class WinogradWeightTransform(Op):
+    name = "nn.winograd_weight_transform"
+    doc = ("G g G^T of every 3x3 filter of a blocked weight OIHW<i>i<o>o (O/o, C/i, 3, 3, i, "
+           "o): (alpha, alpha, O/o, C/i, i, o) with alpha = tile_size + 2; the layout pass "
+           "applies it to constant weights, so it runs once, at compile time.")
+    inputs = ("weight",)
+    pattern = OpPatternKind.kOpaque
+    attrs = {"tile_size": Attr("int", 4, choices=TILE_SIZES,
+                               doc="m of F(m x m, 3 x 3): output tiles of m x m")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        (weight,) = self.expect_tensors(arg_types)
+        expect_rank(self, weight, "weight", 6, ("O", "I", "H", "W", "i", "o"))
+        if weight.shape[2:4] != (3, 3):
+            raise self.type_error(f"weight {weight.shape} has a {weight.shape[2]}x"
+                                  f"{weight.shape[3]} kernel; Winograd here is for 3x3")
+        if not is_float(weight.dtype):
+            raise self.type_error(f"weight has dtype {weight.dtype}; Winograd needs floats")
+        alpha = attrs.tile_size + 2
+        kb, cb, _, _, ib, ob = weight.shape
+        return TensorType((alpha, alpha, kb, cb, ib, ob), weight.dtype)
+
+    def reference(self, weight: np.ndarray, tile_size: int) -> np.ndarray:
+        return winograd.transform_weight(weight, tile_size)
+
+
+@register_op
+class Conv2DWinogradNCHWc(Op):
+    name = "nn.conv2d_winograd_nchwc"
+    doc = ("3x3 stride-1 convolution of blocked data NCHW<i>c by Winograd's F(m x m, 3 x 3), "
+           "with a weight already transformed by nn.winograd_weight_transform (alpha, alpha, "
+           "O/o, C/i, i, o); the result is NCHW<o>c. The layout pass makes it from nn.conv2d.")
+    inputs = ("data", "weight")
+    pattern = OpPatternKind.kOutEWiseFusable
+    attrs = {
+        "tile_size": Attr("int", 4, choices=TILE_SIZES, always_print=True,
+                          doc="m of F(m x m, 3 x 3)"),
+        "padding": Attr("ints", 0, always_print=True,
+                        doc="1, 2 or 4 values, normalized to (top, left, bottom, right)"),
+        "channels": Attr("int", optional=True, doc="output channels, checked against weight"),
+        "data_layout": Attr("str", "NCHW16c", always_print=True,
+                            doc="NCHW<i>c: the data's channel block"),
+        "out_layout": Attr("str", "NCHW16c", always_print=True,
+                           doc="NCHW<o>c: the result's channel block"),
+        "out_dtype": Attr("dtype", optional=True, doc="result dtype (default: the input's)"),
+    }
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["padding"] = normalize_padding(self, attrs["padding"])
+        check_positive(self, attrs, ("channels",))
+        return attrs
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data, weight = self.expect_tensors(arg_types)
+        expect_rank(self, data, "data", 5, ("N", "C", "H", "W", "c"))
+        expect_rank(self, weight, "weight", 6, ("alpha", "alpha", "O", "I", "i", "o"))
+        in_block = _block(self, attrs, "data_layout", "NCHW#c").factor("C")
+        out_block = _block(self, attrs, "out_layout", "NCHW#c").factor("C")
+        alpha = attrs.tile_size + 2
+        dtype = float_dtype(self, [data, weight], self.inputs)
+        if weight.shape[:2] != (alpha, alpha) or weight.shape[4:] != (in_block, out_block) \
+                or data.shape[4] != in_block or weight.shape[3] != data.shape[1]:
+            raise self.type_error(
+                f"data {data.shape} and the transformed weight {weight.shape} do not match "
+                f"tile_size={attrs.tile_size} (alpha {alpha}) and the layouts "
+                f"{attrs.data_layout}, {attrs.out_layout}: the weight must be "
+                f"({alpha}, {alpha}, O/{out_block}, {data.shape[1]}, {in_block}, {out_block})")
+        self._check(weight.shape[2] * out_block, attrs)
+        out_h, out_w = spatial_output(self, data, (3, 3), (1, 1), (1, 1), attrs.padding)
+        return TensorType((data.shape[0], weight.shape[2], out_h, out_w, out_block),
+                          attrs.out_dtype or dtype)
+
+    def _check(self, out_channels: int, attrs: Attrs) -> None:
+        if attrs.channels is not None and attrs.channels != out_channels:
+            raise self.type_error(f"attribute 'channels'={attrs.channels} but the weight "
+                                  f"gives {out_channels} output channels")
+
+    def reference(self, data: np.ndarray, weight: np.ndarray, *, tile_size: int,
+                  padding: tuple, **_: Any) -> np.ndarray:
+        out_h = data.shape[2] + padding[0] + padding[2] - 2
+        out_w = data.shape[3] + padding[1] + padding[3] - 2
+        return winograd.convolve(wide(data), weight, tile_size, padding, (out_h, out_w))
 
 
 @register_op

@@ -43,6 +43,7 @@ from ..tir.simplify import (
     simplify,
     simplify_stmt,
     structural_key,
+    unroll_selecting_loops,
 )
 from .reduction import Reduce
 from .schedule import Schedule, Split, Stage, split_extents
@@ -119,7 +120,7 @@ class _Lowering:
                 assert info.buffer is not None
                 body = S.Allocate(info.buffer, body)
         params = [self.arg_buffers[self._arg_key(t)] for t in self.args]
-        simple = simplify_stmt(body) or S.Evaluate(E.IntImm(0))
+        simple = unroll_selecting_loops(simplify_stmt(body) or S.Evaluate(E.IntImm(0)))
         return _rename(S.PrimFunc(self.name, params, simple))
 
     def _bind_args(self) -> None:

@@ -498,3 +498,58 @@ def _simplify_stmt(stmt: S.Stmt, ranges: Ranges) -> S.Stmt | None:
     if isinstance(stmt, S.Evaluate):
         return S.Evaluate(simplify(stmt.value, ranges))
     raise TypeError(f"unknown statement {type(stmt).__name__}")
+
+
+#: Longest UNROLLED loop :func:`unroll_selecting_loops` copies out.
+MAX_UNROLL_SELECTING = 16
+
+
+def unroll_selecting_loops(stmt: S.Stmt) -> S.Stmt:
+    """Copy out every UNROLLED loop of constant extent (at most MAX_UNROLL_SELECTING) whose
+    body selects on its variable, one simplified copy per value, so that each copy's selects
+    are decided: a compute written as ``select(i == 0, f0, select(i == 1, f1, ...))`` (the
+    rows of a Winograd transform, each with its own few non-zero terms) becomes straight-line
+    code with only the chosen branch's loads, which vectorizes. Other loops are kept (the C
+    compiler unrolls them; register tiles plan them as they are)."""
+    if isinstance(stmt, S.SeqStmt):
+        return S.SeqStmt([unroll_selecting_loops(s) for s in stmt.stmts])
+    if isinstance(stmt, S.For):
+        body = stmt.body
+        if (stmt.kind is S.ForKind.UNROLLED and isinstance(stmt.extent, E.IntImm)
+                and isinstance(stmt.min, E.IntImm)
+                and stmt.extent.value <= MAX_UNROLL_SELECTING
+                and _selects_on(body, stmt.loop_var)):
+            copies = []
+            for i in range(stmt.extent.value):
+                value = E.IntImm(stmt.min.value + i, stmt.loop_var.dtype)
+                copy = simplify_stmt(substitute_stmt(body, {stmt.loop_var: value}))
+                if copy is not None:
+                    copies.append(unroll_selecting_loops(copy))
+            return S.seq(copies) or S.Evaluate(E.IntImm(0))
+        return S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                     unroll_selecting_loops(body))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, unroll_selecting_loops(stmt.then_case),
+                            None if stmt.else_case is None
+                            else unroll_selecting_loops(stmt.else_case))
+    if isinstance(stmt, S.LetStmt):
+        return S.LetStmt(stmt.var, stmt.value, unroll_selecting_loops(stmt.body))
+    if isinstance(stmt, S.Allocate):
+        return S.Allocate(stmt.buffer, unroll_selecting_loops(stmt.body))
+    return stmt
+
+
+def _selects_on(stmt: S.Stmt, var: E.Var) -> bool:
+    """Whether a select in ``stmt`` has a condition that reads ``var``."""
+    found = False
+
+    def visit(expr: E.PrimExpr) -> E.PrimExpr:
+        nonlocal found
+        if not found:
+            found = any(isinstance(node, E.Select)
+                        and any(n is var for n in E.post_order(node.condition))
+                        for node in E.post_order(expr))
+        return expr
+
+    map_stmt(stmt, visit)
+    return found

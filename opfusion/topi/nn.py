@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import te
+from ..opdefs._winograd import matrices as winograd_matrices
 from ..opdefs.einsum import parse_equation
 from ._util import accumulator_dtype, vector_lanes
 from .registry import register_compute
@@ -28,6 +29,11 @@ CONV_OUT = "conv2d_out"
 CONV_NCHWC_PAD = "conv2d_nchwc_pad"
 CONV_NCHWC_ACC = "conv2d_nchwc_acc"
 CONV_NCHWC = "conv2d_nchwc"
+WINO_PAD = "winograd_pad"
+WINO_ROWS = "winograd_input_rows"
+WINO_INPUT = "winograd_input"
+WINO_PRODUCT = "winograd_product"
+WINO_OUT = "conv2d_winograd"
 MATMUL = "matmul"
 MATMUL_PARTIAL = "matmul_partial"
 MATMUL_DOT = "matmul_dot"
@@ -270,6 +276,99 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
                       name="conv2d_nchwc", tag=CONV_NCHWC)
+
+
+def sparse_rows(matrix: Any, index: Any, term: Callable[[int], te.PrimExpr]) -> te.PrimExpr:
+    """``sum(matrix[index, c] * term(c))`` over the non-zero entries of row ``index``, as a
+    select over the rows: once a loop over ``index`` is unrolled (see
+    :func:`opfusion.tir.simplify.unroll_selecting_loops`) each copy keeps its row's few terms,
+    without multiplying by the zeros."""
+    expr = None
+    for row in reversed(range(matrix.shape[0])):
+        total = None
+        for col in range(matrix.shape[1]):
+            coef = float(matrix[row, col])
+            if coef == 0.0:
+                continue
+            value = term(col)
+            value = value if coef == 1.0 else -value if coef == -1.0 else value * coef
+            total = value if total is None else total + value
+        assert total is not None, "a transform row of zeros"
+        expr = total if expr is None else te.if_then_else(index == row, total, expr)
+    assert expr is not None
+    return expr
+
+
+@register_compute("nn.winograd_weight_transform")
+def winograd_weight_transform(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``U[x, y, k, c, i, o] = sum(G[x, a] * G[y, b] * weight[k, c, a, b, i, o])`` (run at
+    compile time by FoldConstant; a compute for completeness)."""
+    (weight,) = inputs
+    _, g, _ = winograd_matrices(attrs.tile_size)
+    rows = te.compute((g.shape[0], *weight.shape[:2], 3, *weight.shape[4:]),
+                      lambda x, k, c, b, i, o: sparse_rows(
+                          g, x, lambda col: weight[k, c, col, b, i, o]),
+                      name="winograd_weight_rows")
+    return te.compute(tuple(int(d) for d in out_type.shape),
+                      lambda x, y, k, c, i, o: sparse_rows(
+                          g, y, lambda col: rows[x, k, c, col, i, o]),
+                      name="winograd_weight_transform")
+
+
+@register_compute("nn.conv2d_winograd_nchwc")
+def conv2d_winograd_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """Winograd F(m x m, 3 x 3) over blocked data, in stages the schedule rule finds by tag:
+    ``winograd_pad`` (the input padded to whole tiles), ``winograd_input_rows`` and
+    ``winograd_input`` (``B^T d B`` of every tile and channel, rows then columns),
+    ``winograd_product`` (for each of the alpha x alpha positions, a matrix product over the
+    input channels: vectors along the output channel block, as in the direct convolution) and
+    the result (``A^T M A``, read for each output pixel from its tile)."""
+    data, weight = inputs
+    tile = attrs.tile_size
+    bt, _, at = winograd_matrices(tile)
+    alpha = tile + 2
+    batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
+    out_blocks, out_block = int(weight.shape[2]), int(weight.shape[5])
+    _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
+    tiles_h, tiles_w = -(-out_h // tile), -(-out_w // tile)
+    rows, cols = tiles_h * tile + 2, tiles_w * tile + 2
+    top, left = attrs.padding[0], attrs.padding[1]
+    source = data
+    if top or left or rows != height or cols != width:
+        def padded(n: Any, c: Any, y: Any, x: Any, i: Any) -> te.PrimExpr:
+            inside = te.all(y >= top, y < top + height, x >= left, x < left + width)
+            return te.if_then_else(inside, data[n, c, y - top, x - left, i],
+                                   _zero(data.dtype))
+
+        source = te.compute((batch, blocks_in, rows, cols, in_block), padded,
+                            name="winograd_pad", tag=WINO_PAD)
+    dtype = accumulator_dtype(out_type.dtype)
+    input_rows = te.compute(
+        (batch, blocks_in, tiles_h, tiles_w, alpha, alpha, in_block),
+        lambda n, c, ty, tx, x, b, i: sparse_rows(
+            bt, x, lambda a: te.cast(source[n, c, ty * tile + a, tx * tile + b, i], dtype)),
+        name="winograd_input_rows", tag=WINO_ROWS)
+    transformed = te.compute(
+        (alpha, alpha, batch, blocks_in, tiles_h, tiles_w, in_block),
+        lambda x, y, n, c, ty, tx, i: sparse_rows(
+            bt, y, lambda b: input_rows[n, c, ty, tx, x, b, i]),
+        name="winograd_input", tag=WINO_INPUT)
+    rc = te.reduce_axis((0, blocks_in * in_block), name="rc")
+    product = te.compute(
+        (alpha, alpha, batch, out_blocks, tiles_h, tiles_w, out_block),
+        lambda x, y, n, k, ty, tx, o: te.sum(
+            transformed[x, y, n, rc // in_block, ty, tx, rc % in_block]
+            * te.cast(weight[x, y, k, rc // in_block, rc % in_block, o], dtype), axis=[rc]),
+        name="winograd_product", tag=WINO_PRODUCT)
+
+    def result(n: Any, k: Any, y: Any, x: Any, o: Any) -> te.PrimExpr:
+        ty, tx = y // tile, x // tile
+        value = sparse_rows(at, x % tile, lambda col: sparse_rows(
+            at, y % tile, lambda row: product[row, col, n, k, ty, tx, o]))
+        return te.cast(value, out_type.dtype)
+
+    return te.compute((batch, out_blocks, out_h, out_w, out_block), result,
+                      name="conv2d_winograd", tag=WINO_OUT)
 
 
 @register_compute("nn.conv2d_transpose")
@@ -647,4 +746,6 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
 
 __all__ = ["CONV_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD", "CONV_OUT", "CONV_PAD",
            "MATMUL", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL", "conv_accumulators",
-           "dot_lanes", "nchwc_width_unit", "normalize_axis_of", "panel_width", "width_blocks"]
+           "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
+           "nchwc_width_unit", "normalize_axis_of", "panel_width", "sparse_rows",
+           "width_blocks"]

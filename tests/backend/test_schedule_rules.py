@@ -18,6 +18,7 @@ from opfusion.compiler.lower_group import lower_primitive_function
 from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
+from opfusion.opdefs import _winograd as winograd
 from opfusion.target import Target
 from opfusion.testing import assert_close
 from opfusion.topi import get_compute
@@ -123,6 +124,15 @@ CASES = {
                                {"padding": 1, "strides": 2, "groups": 16,
                                 "data_layout": "NCHW8c", "kernel_layout": "OIHW1i8o",
                                 "out_layout": "NCHW8c"}),
+    "conv2d_winograd_f2": (nn.conv2d_winograd_nchwc, (
+        normal(1, 2, 9, 11, 4), winograd.transform_weight(normal(2, 2, 3, 3, 4, 4, seed=1),
+                                                          2).astype("float32")), True,
+        {"padding": 1, "tile_size": 2, "data_layout": "NCHW4c", "out_layout": "NCHW4c"}),
+    "conv2d_winograd_f4": (nn.conv2d_winograd_nchwc, (
+        normal(1, 1, 10, 9, 8), winograd.transform_weight(normal(2, 1, 3, 3, 8, 8, seed=1),
+                                                          4).astype("float32")), False,
+        {"padding": (1, 0, 1, 2), "tile_size": 4, "data_layout": "NCHW8c",
+         "out_layout": "NCHW8c"}),
     "conv2d_transpose": (nn.conv2d_transpose, (normal(1, 4, 5, 5),
                                                normal(4, 2, 3, 3, seed=1)), False,
                          {"strides": 2, "padding": 1, "output_padding": 1}),

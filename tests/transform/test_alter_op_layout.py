@@ -12,6 +12,7 @@ from opfusion.ir.expr import Call, Constant, Function, Tuple
 from opfusion.ir.module import IRModule
 from opfusion.ir.visitor import post_order
 from opfusion.target import Target
+from opfusion.transform.alter_op_layout import WINOGRAD
 from opfusion.testing import assert_close, workloads
 from opfusion.testing.workloads import workload_input
 
@@ -24,12 +25,12 @@ def normal(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
-def laid_out(expr, target=AVX512):
+def laid_out(expr, target=AVX512, winograd="never"):
     """``@main`` of ``expr`` (free variables as parameters) after the layout pass and
-    FoldConstant, as opf.compile runs them."""
+    FoldConstant, as opf.compile runs them (direct convolutions unless ``winograd`` says)."""
     params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
     mod = opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
-    with opf.transform.PassContext(opt_level=3):
+    with opf.transform.PassContext(opt_level=3, config={WINOGRAD: winograd}):
         return alter_layout(mod, target)["main"]
 
 
@@ -174,6 +175,42 @@ def test_mixed_operands_stay_nchw_unless_a_blocked_convolution_wants_the_result(
     # A blocked convolution reads it: the add runs blocked.
     func = laid_out(nn.conv2d(mixed, opf.const(normal(32, 32, 3, 3)), padding=1))
     assert [a.checked_type.ndim for a in calls(func, "add")] == [5]
+
+
+def test_3x3_convolutions_with_enough_channels_run_winograd_f2_by_default():
+    _, out = block()
+    func = laid_out(out, winograd="auto")
+    convs = calls(func, "nn.conv2d_winograd_nchwc")
+    assert [c.attrs.tile_size for c in convs] == [2, 2] and not calls(func, "nn.conv2d_nchwc")
+    for c in convs:  # the weight transformed at compile time
+        assert isinstance(c.args[1], Constant) and c.args[1].data.shape == (4, 4, 2, 2, 16, 16)
+    assert [c.attrs.tile_size for c in calls(laid_out(out, winograd="f4"),
+                                             "nn.conv2d_winograd_nchwc")] == [4, 4]
+
+
+@pytest.mark.parametrize("shape, weight, attrs", [
+    ((1, 32, 3, 3), (32, 32, 3, 3), {"padding": 1}),  # a 3x3 output: too small
+    ((1, 8, 32, 32), (32, 8, 3, 3), {"padding": 1}),  # 8 input channels
+    ((1, 32, 32, 32), (32, 32, 3, 3), {"padding": 1, "strides": 2}),
+    ((1, 32, 32, 32), (32, 32, 3, 3), {"padding": 2, "dilation": 2}),
+    ((1, 32, 32, 32), (32, 32, 5, 5), {"padding": 2}),
+])
+def test_winograd_is_only_for_3x3_stride_1_with_enough_channels(shape, weight, attrs):
+    x = opf.var("x", shape=shape)
+    y = nn.conv2d(nn.relu(nn.conv2d(x, opf.const(normal(shape[1], shape[1], 1, 1)))),
+                  opf.const(normal(*weight)), **attrs)
+    assert not calls(laid_out(y, winograd="auto"), "nn.conv2d_winograd_nchwc")
+
+
+@pytest.mark.parametrize("winograd", ["f2", "f4"])
+def test_a_winograd_block_computes_the_reference(winograd):
+    x, out = block(32, 14)
+    mod = IRModule.from_expr(Function([x], out))
+    value = normal(1, 32, 14, 14, seed=5)
+    with opf.transform.PassContext(opt_level=3, config={WINOGRAD: winograd}):
+        exe = opf.compile(mod)
+    assert "winograd" in exe.source()
+    assert_close(exe(value), evaluate(mod, [value]), 4e-5)
 
 
 def test_the_pass_is_switched_off_from_the_pass_context():

@@ -8,6 +8,8 @@ conv2d         nn.conv2d, nn.conv2d_transpose              channel_block, col_bl
                                                            channel_pass
 conv2d_nchwc   nn.conv2d_nchwc                             channel_tile, col_units,
                                                            task_blocks, row_block
+conv2d_        nn.conv2d_winograd_nchwc                    channel_tile, col_tiles,
+winograd                                                   task_blocks, row_tiles
 matmul_dot     nn.dense, nn.matmul, nn.batch_matmul        rows, cols, block
                (both operands along the contraction)
 matmul_plain   the same (any other product)                rows, cols, k_unroll, block
@@ -33,15 +35,17 @@ from .default import DefaultRule, arrange_default, default_schedule
 from .matmul import MatmulDotRule, MatmulPlainRule, dot_tiles, plain_tiles
 from .pool import PoolRule, pool_rows
 from .rows import RowsRule, normalized_rows
+from .winograd import WinogradRule, winograd_tiles
 
 #: The CPU backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cpu")
-for _rule in (Conv2dRule(), Conv2dNCHWcRule(), MatmulDotRule(), MatmulPlainRule(), PoolRule(),
-              RowsRule()):
+for _rule in (Conv2dRule(), Conv2dNCHWcRule(), WinogradRule(), MatmulDotRule(),
+              MatmulPlainRule(), PoolRule(), RowsRule()):
     RULES.register(_rule)
 RULES.set_fallback(DefaultRule())
 
 __all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "MatmulDotRule",
-           "MatmulPlainRule", "PoolRule", "RowsRule", "arrange_blocked_sums", "arrange_default",
-           "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles", "default_schedule", "dot_tiles",
-           "normalized_rows", "plain_tiles", "pool_rows", "sum_parts_at"]
+           "MatmulPlainRule", "PoolRule", "RowsRule", "WinogradRule", "arrange_blocked_sums",
+           "arrange_default", "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles",
+           "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles", "pool_rows",
+           "sum_parts_at", "winograd_tiles"]
