@@ -12,9 +12,9 @@ from opfusion.ir.expr import Call, Constant, Function, Tuple
 from opfusion.ir.module import IRModule
 from opfusion.ir.visitor import post_order
 from opfusion.target import Target
-from opfusion.transform.alter_op_layout import WINOGRAD
 from opfusion.testing import assert_close, workloads
 from opfusion.testing.workloads import workload_input
+from opfusion.transform.alter_op_layout import WINOGRAD
 
 nn = opf.op.nn
 AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
