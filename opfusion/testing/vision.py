@@ -2,12 +2,16 @@
 
 ``mobilenet_v3_large``, ``efficientnet_b0``, ``shufflenet_v2_x1_0`` and ``resnet18`` are
 written node by node with ``onnx.helper``, layer for layer as torchvision defines them, in the
-forms ``torch.onnx.export`` gives a model in eval mode at opset 18: Conv without bias followed
-by BatchNormalization, Relu, HardSwish and HardSigmoid (MobileNet v3), Sigmoid and Mul for
-SiLU (EfficientNet), squeeze-excitation as GlobalAveragePool, two 1x1 Convs with biases and a
-Mul, ShuffleNet v2's channel split as Split and its shuffle as Reshape, Transpose, Reshape,
-global pooling as GlobalAveragePool (or ReduceMean for ShuffleNet's ``x.mean([2, 3])``),
-Flatten and Gemm; Dropout and stochastic depth are the identity in eval mode and left out.
+operator forms of ``torch.onnx.export`` in eval mode at opset 18: Conv, Relu, HardSwish and
+HardSigmoid (MobileNet v3), Sigmoid and Mul for SiLU (EfficientNet), squeeze-excitation as
+GlobalAveragePool, two 1x1 Convs with biases and a Mul, ShuffleNet v2's channel shuffle as
+Reshape, Transpose, Reshape, global pooling as GlobalAveragePool (ReduceMean for ShuffleNet's
+``x.mean([2, 3])``), Flatten and Gemm; Dropout and stochastic depth are the identity in eval
+mode and left out. torch's TorchScript-based exporter gives these nodes op for op, but folds
+each batch norm into a bias of its convolution and spells ShuffleNet's ``chunk`` as Shape,
+Gather and Slice; here every convolution but squeeze-excitation's is bias-free and followed
+by a BatchNormalization (so that the passes that fold them have work), and the chunk is one
+Split.
 
 Initializers carry the names of torchvision's ``state_dict`` keys (``layer1.0.conv1.weight``,
 ``features.3.block.2.fc1.bias``, ...), so the weights load into the torch modules one to one.

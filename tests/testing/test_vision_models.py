@@ -3,8 +3,9 @@
 Each is valid ONNX whose shapes infer to (1, 1000) logits and whose weights number exactly
 what torchvision's model has; it imports and type-checks; its output depends on the input
 under opfusion's interpreter and under onnxruntime, and the two agree; compiled, it computes
-the same numbers (slow). With torch installed, a plain-torch ResNet-18 holding the same
-weights (loaded by their state_dict names) computes the same logits too. Building a model
+the same numbers (slow). With torch installed, each architecture written again in plain torch
+(torch_vision.py) takes the same weights by their state_dict names and computes the same
+logits. Building a model
 takes a few seconds; the copies are cached on disk."""
 
 import numpy as np
@@ -107,71 +108,27 @@ def test_compiled_model_matches_reference(reference):
         assert_close(got, want, rtol=RTOL)
 
 
-# -- the same architecture in torch ------------------------------------------------------------
+# -- the same architectures in torch -----------------------------------------------------------
 
 
-def torch_resnet18(torch):
-    """torchvision's ResNet-18 (BasicBlock, layers [2, 2, 2, 2]) in plain torch modules named
-    as torchvision names them, so that its state_dict keys are the ONNX initializers'."""
-    nn = torch.nn
-
-    class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU()
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                                nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            identity = x if self.downsample is None else self.downsample(x)
-            return self.relu(out + identity)
-
-    class ResNet18(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            self.relu = nn.ReLU()
-            self.maxpool = nn.MaxPool2d(3, 2, 1)
-            cin = 64
-            for stage, cout in enumerate((64, 128, 256, 512), start=1):
-                stride = 1 if stage == 1 else 2
-                setattr(self, f"layer{stage}", nn.Sequential(BasicBlock(cin, cout, stride),
-                                                             BasicBlock(cout, cout, 1)))
-                cin = cout
-            self.avgpool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(512, 1000)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    return ResNet18()
-
-
-def test_resnet18_matches_torch_with_the_same_weights():
+def test_torch_model_with_the_same_weights_computes_the_same_logits(vision, reference):
+    # torch_vision states each architecture again in plain torch, as torchvision's source
+    # does: the builder matches it layer for layer if the weights load by name, one to one,
+    # and give the same logits.
     torch = pytest.importorskip("torch")
-    model = onnx.load(vision_model("resnet18"))
-    net = torch_resnet18(torch).eval()
+    from torch_vision import TORCH_MODELS
+
+    name, _, model = vision
+    inputs, _, outputs = reference
+    net = TORCH_MODELS[name]().eval()
     state = {t.name: torch.from_numpy(onnx.numpy_helper.to_array(t).copy())
-             for t in model.graph.initializer}
+             for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
     missing, unexpected = net.load_state_dict(state, strict=False)
     assert unexpected == []
-    assert all(key.endswith("num_batches_tracked") for key in missing)
-    x = np.random.default_rng(3).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    assert all(key.endswith("num_batches_tracked") for key in missing), missing
     with torch.no_grad():
-        want = net(torch.from_numpy(x)).numpy()
-    mod, _ = from_onnx(model)
-    assert_close(opf.ir.evaluate(mod, [x]), want, rtol=RTOL)
+        for x, want in zip(inputs, outputs):
+            assert_close(net(torch.from_numpy(x)).numpy(), want, rtol=RTOL)
 
 
 # -- the cache ---------------------------------------------------------------------------------
