@@ -7,8 +7,8 @@ For each model (by default the nine light models: the random-weight copies of
 opfusion.testing.light_model; ``--vision`` adds the four torchvision classifiers of
 opfusion.testing.vision_model, resnet18, mobilenet_v3_large, efficientnet_b0 and
 shufflenet_v2_x1_0, which may also be named one by one; batch 1, standard-normal input) it
-times, in one process and interleaved: opfusion (``opf.compile``'s
-defaults), opfusion with ``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
+times, in one process and interleaved: opfusion (``opf.compile``'s defaults), opfusion with
+``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
 when importable: it is an optional peer, ``pip install openvino``, never a dependency of
 opfusion), every engine on the host's cores. OpenVINO gets ``INFERENCE_PRECISION_HINT=f32``
 (it computes in bf16 by default on CPUs that have it), ``PERFORMANCE_HINT=LATENCY`` and as

@@ -55,8 +55,8 @@ def vision_model(name: str, seed: int = 0) -> Path:
     """The path of a random-weight, calibrated ONNX copy of torchvision model ``name`` (one of
     :data:`VISION_MODEL_NAMES`).
 
-    Generated on first use (seconds to a minute per model) and cached; feed it standard-normal
-    inputs of shape (1, 3, 224, 224)."""
+    Generated on first use (1-4 s per model, most of it calibration) and cached; feed it
+    standard-normal inputs of shape (1, 3, 224, 224)."""
     _check_name(name)
     path = models_dir() / f"vision_{name}_seed{int(seed)}_{FORMAT_VERSION}.onnx"
     if path.is_file():
@@ -140,6 +140,7 @@ class _Net:
         return name
 
     def model(self, name: str, output: str) -> Any:
+        """The ``onnx.ModelProto`` of the graph so far, whose logits are tensor ``output``."""
         from onnx import TensorProto, helper
 
         # The logits come from the last node and nothing else reads them: name them "output".
