@@ -1,11 +1,14 @@
 """Latency of whole models: opfusion against fusion="none", ONNX Runtime and OpenVINO.
 
-    python benchmarks/models.py [names...] [--repeat 30] [--no-ort] [--no-openvino]
+    python benchmarks/models.py [names...] [--vision] [--repeat 30] [--no-ort] [--no-openvino]
     python benchmarks/models.py [names...] --target "c -mattr=+avx2,+fma" --target c
 
-For each light model (the random-weight copies of opfusion.testing.light_model; batch 1,
-standard-normal input) it times, in one process and interleaved: opfusion (``opf.compile``'s
-defaults), opfusion with ``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
+For each model (by default the nine light models: the random-weight copies of
+opfusion.testing.light_model; ``--vision`` adds the four torchvision classifiers of
+opfusion.testing.vision_model, resnet18, mobilenet_v3_large, efficientnet_b0 and
+shufflenet_v2_x1_0, which may also be named one by one; batch 1, standard-normal input) it
+times, in one process and interleaved: opfusion (``opf.compile``'s defaults), opfusion with
+``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
 when importable: it is an optional peer, ``pip install openvino``, never a dependency of
 opfusion), every engine on the host's cores. OpenVINO gets ``INFERENCE_PRECISION_HINT=f32``
 (it computes in bf16 by default on CPUs that have it), ``PERFORMANCE_HINT=LATENCY`` and as
@@ -58,8 +61,10 @@ import opfusion as opf
 from opfusion.frontend import from_onnx
 from opfusion.target import Target, host_cpu_name
 from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
+from opfusion.testing.vision import VISION_MODEL_NAMES, vision_model
 
 BATCH_SECONDS = 0.25
+NAME_WIDTH = 18  # shufflenet_v2_x1_0
 MAX_DIFF = 1e-3  # relative to max|output|; f32 engines agree to about 1e-5
 
 
@@ -166,6 +171,23 @@ def timed(engines: list[Engine], repeat: int, warmup: int = 2) -> list[float]:
     return interleaved([e.run for e in engines], repeat, batch=1, batch_seconds=BATCH_SECONDS)
 
 
+def model_path(name: str) -> str:
+    """The ONNX file of a light or vision model (generated and cached on first use)."""
+    return str(vision_model(name) if name in VISION_MODEL_NAMES else light_model(name))
+
+
+def model_names(names: list[str], vision: bool) -> list[str]:
+    """The models to run: those named (light models when none are and not ``vision``), then
+    the vision models if ``vision``."""
+    chosen = list(names) or ([] if vision else list(LIGHT_MODEL_NAMES))
+    known = set(LIGHT_MODEL_NAMES) | set(VISION_MODEL_NAMES)
+    unknown = [name for name in chosen if name.removeprefix("light_") not in known]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the names are "
+                         f"{', '.join(LIGHT_MODEL_NAMES + VISION_MODEL_NAMES)}")
+    return chosen + [name for name in VISION_MODEL_NAMES if vision and name not in chosen]
+
+
 def model_input(exe: Any) -> tuple[str, np.ndarray]:
     (input_name,) = exe.input_names
     shape = next(v.type.shape for v in exe.values if v.input_index == 0)
@@ -186,7 +208,10 @@ def print_header() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=LIGHT_MODEL_NAMES)
+    parser.add_argument("names", nargs="*",
+                        help="light or vision models (default: the nine light models)")
+    parser.add_argument("--vision", action="store_true",
+                        help="run the four torchvision models too (alone if no names)")
     parser.add_argument("--repeat", type=int, default=30,
                         help="calls per engine at least (5 batches at least)")
     parser.add_argument("--no-ort", action="store_true")
@@ -194,11 +219,12 @@ def main() -> None:
     parser.add_argument("--target", action="append", default=[],
                         help="compare these targets (give it once per target)")
     args = parser.parse_args()
+    names = model_names(args.names, args.vision)
     print_header()
     if args.target:
-        compare_targets(args.names, args.target, args.repeat, not args.no_ort)
+        compare_targets(names, args.target, args.repeat, not args.no_ort)
     else:
-        compare_engines(args.names, args.repeat, not args.no_ort, not args.no_openvino)
+        compare_engines(names, args.repeat, not args.no_ort, not args.no_openvino)
     print(f"# load after: {os.getloadavg()[0]:.2f}")
 
 
@@ -206,14 +232,14 @@ def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino
     """The table of the module's docstring."""
     import onnx
 
-    print(f"{'model':<14} {'fused':>9} {'unfused':>9} {'ort':>9} {'openvino':>9} "
+    print(f"{'model':<{NAME_WIDTH}} {'fused':>9} {'unfused':>9} {'ort':>9} {'openvino':>9} "
           f"{'fused/unf':>9} {'ort/opf':>8} {'ov/opf':>8} {'max diff':>9} {'kernels':>8} "
           f"{'cold':>7} {'cached':>7} {'plan MB':>8} {'all MB':>7}")
     ratios: dict[str, list[float]] = {"ort": [], "openvino": [], "unfused": []}
     notes: list[str] = []
     openvino_f32: list[bool] = []
     for name in names:
-        path = str(light_model(name))
+        path = model_path(name)
         mod, params = from_onnx(onnx.load(path))
         fused, cold, cached = compile_times(mod, params)
         input_name, x = model_input(fused)
@@ -236,7 +262,7 @@ def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino
         for engine, value in zip(("unfused", "ort", "openvino"), cells):
             if not math.isnan(value):
                 ratios[engine].append(value / t_fused)
-        print(f"{name:<14} {t_fused * 1e3:>7.2f}ms "
+        print(f"{name:<{NAME_WIDTH}} {t_fused * 1e3:>7.2f}ms "
               + " ".join(f"{t * 1e3:>7.2f}ms" for t in cells) + " "
               + " ".join(f"{t / t_fused:>{w}.2f}x" for t, w in zip(cells, (8, 7, 7)))
               + f" {max(diffs.values()):>9.1e} {fused.num_kernels:>8} {cold:>6.1f}s "
@@ -265,10 +291,10 @@ def compare_targets(names: list[str], specs: list[str], repeat: int, with_ort: b
         print(f"# t{index}: {target.describe()}")
     heads = "".join(f"{'t' + str(i):>10}" for i in range(len(targets)))
     ratios = "".join(f"{'t0/t' + str(i):>8}" for i in range(1, len(targets)))
-    print(f"{'model':<14}{heads}{ratios}{'ort':>10}{'ort/t-1':>9}{'cold':>7}")
+    print(f"{'model':<{NAME_WIDTH}}{heads}{ratios}{'ort':>10}{'ort/t-1':>9}{'cold':>7}")
     speedups: list[list[float]] = [[] for _ in targets]
     for name in names:
-        path = str(light_model(name))
+        path = model_path(name)
         mod, params = from_onnx(onnx.load(path))
         compiled = [compile_times(mod, params, str(t)) for t in targets]
         input_name, x = model_input(compiled[0][0])
@@ -281,7 +307,7 @@ def compare_targets(names: list[str], specs: list[str], repeat: int, with_ort: b
             speedups[i].append(times[0] / t)
         cells = "".join(f"{t * 1e3:>8.2f}ms" for t in times)
         cells += "".join(f"{times[0] / t:>7.2f}x" for t in times[1:])
-        print(f"{name:<14}{cells}{t_ort * 1e3:>8.2f}ms{t_ort / times[-1]:>8.2f}x"
+        print(f"{name:<{NAME_WIDTH}}{cells}{t_ort * 1e3:>8.2f}ms{t_ort / times[-1]:>8.2f}x"
               f"{compiled[-1][1]:>6.1f}s")
     summary = " ".join(f"t0/t{i} {geomean(s):.3f}" for i, s in enumerate(speedups) if i)
     print(f"geomean {summary}")

@@ -1,6 +1,7 @@
 """Helpers for tests and benchmarks: closeness checks, one-operator evaluation, and workloads
-whose numbers prove something (random-weight copies of the onnx light models, TVM-style
-builders of real architectures; see :mod:`.light` and :mod:`.workloads`).
+whose numbers prove something (random-weight copies of the onnx light models, ONNX builds of
+four torchvision classifiers, TVM-style builders of real architectures; see :mod:`.light`,
+:mod:`.vision` and :mod:`.workloads`).
 
 Closeness is measured relative to the largest magnitude of the expected output, never by an
 absolute tolerance that could be as large as the values under test."""
@@ -18,6 +19,7 @@ from ..ir.expr import Expr, Function, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
 from .light import LIGHT_MODEL_NAMES, light_model, shipped_light_model
+from .vision import VISION_MODEL_NAMES, vision_model
 from .workloads import (
     SMALL_WORKLOAD_ARGS,
     WORKLOADS,
@@ -31,10 +33,10 @@ from .workloads import (
 )
 
 __all__ = [
-    "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "WORKLOADS", "assert_close", "eval_op",
-    "light_model", "mlp", "mobilenet_v2", "resnet", "run_in_threads", "run_onnx_node",
-    "shipped_light_model",
-    "shufflenet_v2", "squeezenet", "transformer_encoder", "workload_input",
+    "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "VISION_MODEL_NAMES", "WORKLOADS",
+    "assert_close", "eval_op", "light_model", "mlp", "mobilenet_v2", "resnet", "run_in_threads",
+    "run_onnx_node", "shipped_light_model", "shufflenet_v2", "squeezenet",
+    "transformer_encoder", "vision_model", "workload_input",
 ]
 
 

@@ -75,7 +75,7 @@ def light_model(name: str, seed: int = 0) -> Path:
         return path
     model = randomized_light_model(name, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(model, path)
+    write_atomically(model, path)
     return path
 
 
@@ -87,7 +87,9 @@ def _check_name(name: str) -> str:
     return short
 
 
-def _write_atomically(model: Any, path: Path) -> None:
+def write_atomically(model: Any, path: Path) -> None:
+    """Write ``model`` (an ``onnx.ModelProto``) to ``path`` so that no reader sees a partial
+    file."""
     # A temporary file in the same directory, renamed into place: readers never see half a
     # file, and two processes generating the same model both end with a complete one.
     handle, temp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
@@ -109,7 +111,7 @@ def randomized_light_model(name: str, seed: int = 0) -> Any:
 
     model = onnx.load(shipped_light_model(name))
     model = _randomize(model, np.random.default_rng(seed))
-    _calibrate(model, np.random.default_rng([seed, 1]))
+    calibrate_onnx_model(model, np.random.default_rng([seed, 1]))
     onnx.checker.check_model(model)
     return model
 
@@ -146,7 +148,7 @@ def _randomize(model: Any, rng: np.random.Generator) -> Any:
             if name in wanted and name not in made:
                 shape, dtype = wanted[name]
                 reader, slot = _weight_reader(name, readers)
-                value = _random_weight(rng, reader, slot, shape).astype(dtype)
+                value = random_weight(rng, reader, slot, shape).astype(dtype)
                 made[name] = numpy_helper.from_array(value, name)
 
     names = {name for node in graph.node for name in (*node.input, *node.output)}
@@ -194,8 +196,11 @@ def _weight_reader(name: str, readers: dict[str, list[tuple[Any, int]]]) -> tupl
         return node, slot
 
 
-def _random_weight(rng: np.random.Generator, node: Any, slot: int, shape: list[int]
-                   ) -> np.ndarray:
+def random_weight(rng: np.random.Generator, node: Any, slot: int, shape: list[int]
+                  ) -> np.ndarray:
+    """A random value for input ``slot`` of ONNX ``node``: a Conv or Gemm weight of standard
+    deviation 1/sqrt(fan-in), a small bias, a batch norm's scale near 1 with mean 0 and
+    variance 1, or a scale near 1 for anything else."""
     op = node.op_type
     if op in ("Conv", "Gemm") and slot == 1:
         if op == "Gemm" and len(shape) == 2 and not _attr(node, "transB", 0):
@@ -253,8 +258,13 @@ def _unique(name: str, taken: set[str]) -> str:
 # calibration
 
 
-def _calibrate(model: Any, rng: np.random.Generator) -> None:
-    """Standardize every Conv and Gemm of ``model`` (in place) with opfusion's interpreter."""
+def calibrate_onnx_model(model: Any, rng: np.random.Generator,
+                         skip: Container[str] = ()) -> None:
+    """Standardize every Conv and Gemm of ``model`` (in place) with opfusion's interpreter.
+
+    Each needs an initializer weight and either a bias initializer or a batch norm that alone
+    reads its output (whose running mean absorbs the layer's mean); others, and those whose
+    weight is named in ``skip``, are left as they are."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -274,6 +284,8 @@ def _calibrate(model: Any, rng: np.random.Generator) -> None:
             weight = producer[weight].input[0]
         if weight not in tensors:
             continue  # a weight computed at run time: not ours to calibrate
+        if weight in skip:
+            continue
         conv = node.op_type == "Conv"
         bias = node.input[2] if len(node.input) > 2 and node.input[2] in tensors else None
         mean = None if bias else _batch_norm_mean(node, readers, tensors)
