@@ -149,7 +149,7 @@ def transform_array(data: np.ndarray, src: Layout, dst: Layout) -> np.ndarray:
     order = []
     for letter in src.primal:
         order.append(src.axes.index((letter, 0)))
-        if src.factor(letter) > 1:
+        if (letter, src.factor(letter)) in src.axes:  # a block (of any size, 1 included)
             order.append(src.axes.index((letter, src.factor(letter))))
     merged = np.transpose(data, order)
     extents = src.primal_shape(data.shape)
@@ -160,7 +160,7 @@ def transform_array(data: np.ndarray, src: Layout, dst: Layout) -> np.ndarray:
     for letter in src.primal:
         block = dst.factor(letter)
         position[(letter, 0)] = len(split_shape)
-        if block > 1:
+        if (letter, block) in dst.axes:
             if extents[letter] % block:
                 raise LayoutError(f"axis {letter} has {extents[letter]} elements, not a "
                                   f"multiple of the block {block} of layout {dst.name!r}")
