@@ -13,6 +13,7 @@ instead of going back to NCHW:
   folded batch-norm scale) or single values: the vectors are laid out in blocks as well;
   ``nn.bias_add`` along the channels becomes such an add;
 * concatenate along the channels, when every part's channels are whole blocks;
+* pooling (max, average and their global forms) of a blocked tensor, in its block;
 * everything else, and the function's result, gets NCHW back.
 
 ``layout_transform`` calls are inserted only where a value changes layout, once per value and
@@ -191,6 +192,9 @@ class _LayoutRewriter:
             return self._concatenate(call)
         if op.name == "nn.bias_add":
             return self._bias_add(call)
+        if op.name in ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d",
+                       "nn.global_avg_pool2d"):
+            return self._pool(call)
         if op.pattern == OpPatternKind.kElemWise and len(call.args) == 1:
             block = self.forms[call.args[0]].block
             if block == PLAIN:
@@ -256,6 +260,16 @@ class _LayoutRewriter:
         laid = self.transform(vector, "NCHW", data_layout(block))
         return _Form(Call(get_op("add"), [self.get(data, block), laid], None, call.span),
                      block)
+
+    def _pool(self, call: Call) -> _Form | None:
+        """Pooling of a blocked tensor: the same pooling in its layout (NCHW<x>c in, NCHW<x>c
+        out), the window over H and W as before."""
+        data = call.args[0]
+        block = self.forms[data].block
+        if block == PLAIN or call.attrs.layout != "NCHW":
+            return None
+        attrs = {**call.attrs, "layout": data_layout(block)}
+        return _Form(Call(call.op, [self.get(data, block)], attrs, call.span), block)
 
     def _operand_in_block(self, arg: Expr, out_type: TensorType, block: int) -> Expr | None:
         """A broadcast operand laid out against a blocked result: the same shape converted,
