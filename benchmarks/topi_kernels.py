@@ -1,8 +1,12 @@
-"""The topi CPU schedules of conv2d and the products against NumPy formulations, in one run.
+"""The topi CPU schedules of conv2d and the products against NumPy formulations, and pooling
+in NCHW against the blocked layout, in one run.
 
     $ python benchmarks/topi_kernels.py
     kernel                               opfusion         numpy   opfusion/numpy
     conv2d 1x64x56x56 k64 3x3           ... GF/s      ... GF/s           ...x
+    ...
+    pooling                                  NCHW      NCHW16c      NCHW/blocked
+    max_pool2d 64x112x112 3x3 s2 p1      ... ms       ... ms               ...x
     ...
 
 Each kernel is what the group lowering makes of one operator call: the registered TE compute
@@ -10,9 +14,12 @@ and the backend's schedule rule with its default config (with a bias + relu epil
 for the ``+relu`` row), built to C. The NumPy baselines: conv2d as im2col (a strided window
 view copied into a matrix) times the weight matrix, the bias and relu applied after; dense as
 ``x @ w.T`` and matmul as ``a @ b`` (BLAS). The last column is opfusion's speed over NumPy's
-(above 1: opfusion is faster). Times are medians over blocks of runs of each side (see
-:func:`blocked_medians`), both using every core (``--threads 1`` for one: OMP_NUM_THREADS and
-OPENBLAS_NUM_THREADS, set before NumPy loads).
+(above 1: opfusion is faster). The pooling rows time the same pooling (the pools of resnet50,
+squeezenet, densenet and inception) over NCHW data and over the same data in NCHW<x>c, x the
+target's float32 lanes, as the layout pass makes it: the last column is the NCHW kernel's
+time over the blocked one's (above 1: the blocked kernel is faster). Times are medians over
+blocks of runs of each side (see :func:`blocked_medians`), both using every core
+(``--threads 1`` for one: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, set before NumPy loads).
 
 On a machine shared with other work, OpenMP's default of spinning while it waits makes
 parallel kernels stall whenever another process holds a core; OMP_WAIT_POLICY=passive avoids
@@ -38,7 +45,10 @@ import numpy as np  # noqa: E402
 import opfusion as opf  # noqa: E402
 from opfusion import te  # noqa: E402
 from opfusion.backend import get_backend  # noqa: E402
+from opfusion.ir.layout import Layout, transform_array  # noqa: E402
 from opfusion.ir.types import TensorType  # noqa: E402
+from opfusion.target import Target  # noqa: E402
+from opfusion.testing import eval_op  # noqa: E402
 from opfusion.topi import get_compute  # noqa: E402
 from opfusion.topi.testing import call_over_arrays  # noqa: E402
 
@@ -153,6 +163,50 @@ def bench_matmul(rows: int, depth: int, cols: int, repeat: int,
                          f"matmul {rows}x{depth} @ {depth}x{cols}", repeat)
 
 
+#: Pooling layers of the light models: (row name, operator, NCHW input shape, attributes).
+POOLS = [
+    ("max_pool2d 64x112x112 3x3 s2 p1", "max_pool2d", (1, 64, 112, 112),
+     {"pool_size": 3, "strides": 2, "padding": 1}),  # resnet50
+    ("max_pool2d 96x111x111 3x3 s2 ceil", "max_pool2d", (1, 96, 111, 111),
+     {"pool_size": 3, "strides": 2, "ceil_mode": True}),  # squeezenet
+    ("max_pool2d 256x55x55 3x3 s2 ceil", "max_pool2d", (1, 256, 55, 55),
+     {"pool_size": 3, "strides": 2, "ceil_mode": True}),
+    ("max_pool2d 512x27x27 3x3 s2 ceil", "max_pool2d", (1, 512, 27, 27),
+     {"pool_size": 3, "strides": 2, "ceil_mode": True}),
+    ("avg_pool2d 128x56x56 2x2 s2", "avg_pool2d", (1, 128, 56, 56),
+     {"pool_size": 2, "strides": 2}),  # densenet
+    ("max_pool2d 192x35x35 3x3 s1 p1", "max_pool2d", (1, 192, 35, 35),
+     {"pool_size": 3, "padding": 1}),  # inception
+    ("avg_pool2d 192x35x35 3x3 s1 p1", "avg_pool2d", (1, 192, 35, 35),
+     {"pool_size": 3, "padding": 1}),
+    ("global_avg_pool2d 2048x7x7", "global_avg_pool2d", (1, 2048, 7, 7), {}),  # resnet50
+]
+
+
+def bench_pool(op_name: str, shape: tuple[int, ...], attrs: dict[str, Any], block: int,
+               repeat: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Seconds of one pooling layer over NCHW data and over NCHW<block>c data."""
+    builder = getattr(opf.op.nn, op_name)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    plain, blocked = Layout.parse("NCHW"), Layout.parse(f"NCHW{block}c")
+    xb = transform_array(x, plain, blocked)
+    kernel, out = scheduled_kernel(builder, [x], False, **attrs)
+    blocked_kernel, blocked_out = scheduled_kernel(builder, [xb], False,
+                                                   layout=blocked.name, **attrs)
+    want = eval_op(builder, x, **attrs)
+    kernel(x, out)
+    blocked_kernel(xb, blocked_out)
+    for got in (out, transform_array(blocked_out, blocked, plain)):
+        error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        if error > 1e-5:
+            raise SystemExit(f"{op_name} is wrong: relative error {error:.3g}")
+    # No pause between blocks: both sides are opfusion kernels, whose threads spin only
+    # briefly, and after a pause the runs of a block took about twice as long as back to
+    # back (measured), which is how a model runs its kernels.
+    return blocked_medians(lambda: kernel(x, out), lambda: blocked_kernel(xb, blocked_out),
+                           repeat, pause=0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20, help="timed runs of each kernel")
@@ -173,9 +227,17 @@ def main(argv: list[str] | None = None) -> int:
             bench_dense(128, 768, 768, repeat, rng),
             bench_matmul(128, 768, 768, repeat, rng),
         ]
+        lanes = (Target.current(allow_none=True) or Target("llvm")).vector_lanes("float32")
+        # Pools take tens of microseconds: more runs for the same confidence.
+        pools = [(name, *bench_pool(op_name, shape, attrs, lanes, repeat * 5, rng))
+                 for name, op_name, shape, attrs in POOLS]
     print(f"{'kernel':34} {'opfusion':>13} {'numpy':>13} {'opfusion/numpy':>16}")
     for name, ours, theirs in rows:
         print(f"{name:34} {ours:8.1f} GF/s {theirs:8.1f} GF/s {ours / theirs:15.2f}x")
+    print(f"\n{'pooling':34} {'NCHW':>13} {f'NCHW{lanes}c':>13} {'NCHW/blocked':>16}")
+    for name, plain, blocked in pools:
+        print(f"{name:34} {plain * 1e3:10.3f} ms {blocked * 1e3:10.3f} ms "
+              f"{plain / blocked:15.2f}x")
     return 0
 
 

@@ -1,5 +1,9 @@
 """Pooling over the H and W axes of NCHW data: max_pool2d, avg_pool2d and their global forms.
 
+Each also takes data in a blocked layout, ``layout="NCHW<k>c"``: rank 5, (N, C/k, H, W, k),
+the result in the same layout; the layout pass (:mod:`opfusion.transform.alter_op_layout`)
+uses it to keep pooling between blocked convolutions without converting to NCHW and back.
+
 Window geometry follows ONNX: padding is (top, left, bottom, right); with ``ceil_mode`` a last
 partial window is kept unless it would start in the bottom/right padding. Max pooling treats
 padding as -inf; average pooling divides by the taps inside the input, or with
@@ -13,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpAttributeError
+from ..ir.layout import Layout, LayoutError, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, Type
 from ._nn_common import (
@@ -27,6 +32,54 @@ from ._nn_common import (
     windows,
 )
 
+_LAYOUT = Attr("str", "NCHW", doc="'NCHW', or 'NCHW<k>c': channels in blocks of k, data "
+                                   "(N, C/k, H, W, k)")
+
+
+def layout_block(op: Op, layout: str) -> int:
+    """The channel block of a pooling op's ``layout`` attribute: 0 for NCHW, k for
+    NCHW<k>c; OpAttributeError (naming the op) for anything else."""
+    if layout == "NCHW":
+        return 0
+    try:
+        parsed = Layout.parse(layout)
+    except LayoutError:
+        parsed = None
+    if parsed is None or parsed.axes[:4] != (("N", 0), ("C", 0), ("H", 0), ("W", 0)) \
+            or len(parsed.axes) != 5 or parsed.axes[4][0] != "C":
+        raise OpAttributeError(
+            f"{op.name} attribute 'layout'={layout!r} must be 'NCHW' or 'NCHW<k>c' (channels "
+            "in blocks of k, e.g. 'NCHW16c'); transpose other layouts to NCHW first")
+    return parsed.axes[4][1]
+
+
+def _check_data(op: Op, data: TensorType, layout: str) -> None:
+    """``data`` has the rank, and the channel block, of ``layout``."""
+    block = layout_block(op, layout)
+    if not block:
+        if data.ndim == 5:
+            raise op.type_error(f"input 'data' {data.shape} is 5-D but attribute 'layout' is "
+                                "'NCHW'; set layout='NCHW<k>c' for data in channel blocks")
+        expect_rank(op, data, "data", 4, ("N", "C", "H", "W"))
+        return
+    if data.ndim != 5:
+        raise op.type_error(f"attribute 'layout'={layout!r} takes 5-D data (N, C/{block}, H, "
+                            f"W, {block}), got shape {data.shape}; use layout='NCHW' for "
+                            "NCHW data")
+    if data.shape[4] != block:
+        raise op.type_error(f"input 'data' {data.shape} has {data.shape[4]} channels per block "
+                            f"but attribute 'layout'={layout!r} blocks them by {block}; "
+                            "set the layout to the data's block")
+
+
+def _in_nchw(reference: Any, data: np.ndarray, layout: str, **attrs: Any) -> np.ndarray:
+    """``reference`` (an NCHW reference) of ``data`` in ``layout``: NCHW in and out."""
+    if layout == "NCHW":
+        return reference(data, **attrs)
+    blocked, plain = Layout.parse(layout), Layout.parse("NCHW")
+    out = reference(transform_array(data, blocked, plain), **attrs)
+    return transform_array(out, plain, blocked)
+
 
 class _Pool2D(Op):
     inputs = ("data",)
@@ -38,11 +91,12 @@ class _Pool2D(Op):
         "dilation": Attr("ints", 1, length=2, doc="(height, width) spacing of window taps"),
         "padding": Attr("ints", 0, always_print=True,
                         doc="1, 2 or 4 values, normalized to (top, left, bottom, right)"),
-        "layout": Attr("str", "NCHW", choices=("NCHW",)),
+        "layout": _LAYOUT,
         "ceil_mode": Attr("bool", False, doc="round the output size up (keep partial windows)"),
     }
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        layout_block(self, attrs["layout"])
         padding = normalize_padding(self, attrs["padding"])
         attrs["padding"] = padding
         check_positive(self, attrs, ("pool_size", "strides", "dilation"))
@@ -57,12 +111,12 @@ class _Pool2D(Op):
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
-        expect_rank(self, data, "data", 4, ("N", "C", "H", "W"))
+        _check_data(self, data, attrs.layout)
         check = float_dtype if self.float_only else numeric_dtype
         check(self, [data], self.inputs)
         out_h, out_w = spatial_output(self, data, attrs.pool_size, attrs.strides, attrs.dilation,
                                       attrs.padding, attrs.ceil_mode, kernel_name="pool_size")
-        return TensorType((*data.shape[:2], out_h, out_w), data.dtype)
+        return TensorType((*data.shape[:2], out_h, out_w, *data.shape[4:]), data.dtype)
 
     @staticmethod
     def _geometry(data: np.ndarray, pool_size: tuple, strides: tuple, dilation: tuple,
@@ -82,10 +136,14 @@ class _Pool2D(Op):
 @register_op
 class MaxPool2D(_Pool2D):
     name = "nn.max_pool2d"
-    doc = "Maximum over each (dilated) pool_size window of NCHW data; padding counts as -inf."
+    doc = ("Maximum over each (dilated) pool_size window of NCHW (or NCHW<k>c) data; padding "
+           "counts as -inf.")
 
-    def reference(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
-                  padding: tuple, ceil_mode: bool, **_: Any) -> np.ndarray:
+    def reference(self, data: np.ndarray, *, layout: str, **attrs: Any) -> np.ndarray:
+        return _in_nchw(self._nchw, data, layout, **attrs)
+
+    def _nchw(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
+              padding: tuple, ceil_mode: bool) -> np.ndarray:
         out, extra = self._geometry(data, pool_size, strides, dilation, padding, ceil_mode)
         lowest = -np.inf if data.dtype.kind == "f" else np.iinfo(data.dtype).min
         padded = pad_spatial(data, padding, lowest, extra)
@@ -95,7 +153,7 @@ class MaxPool2D(_Pool2D):
 @register_op
 class AvgPool2D(_Pool2D):
     name = "nn.avg_pool2d"
-    doc = "Mean over each (dilated) pool_size window of NCHW data."
+    doc = "Mean over each (dilated) pool_size window of NCHW (or NCHW<k>c) data."
     float_only = True
     attrs = {
         **_Pool2D.attrs,
@@ -103,9 +161,11 @@ class AvgPool2D(_Pool2D):
                                   doc="divide by the taps in the padded input, not the input"),
     }
 
-    def reference(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
-                  padding: tuple, ceil_mode: bool, count_include_pad: bool,
-                  **_: Any) -> np.ndarray:
+    def reference(self, data: np.ndarray, *, layout: str, **attrs: Any) -> np.ndarray:
+        return _in_nchw(self._nchw, data, layout, **attrs)
+
+    def _nchw(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
+              padding: tuple, ceil_mode: bool, count_include_pad: bool) -> np.ndarray:
         out, extra = self._geometry(data, pool_size, strides, dilation, padding, ceil_mode)
         padded = pad_spatial(data.astype(np.float64), padding, 0.0, extra)
         sums = windows(padded, pool_size, strides, dilation, out).sum(axis=(-2, -1))
@@ -127,34 +187,41 @@ class AvgPool2D(_Pool2D):
 class _GlobalPool2D(Op):
     inputs = ("data",)
     pattern = OpPatternKind.kOutEWiseFusable
-    attrs = {"layout": Attr("str", "NCHW", choices=("NCHW",))}
+    attrs = {"layout": _LAYOUT}
     float_only = False
+
+    def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        layout_block(self, attrs["layout"])
+        return attrs
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
-        expect_rank(self, data, "data", 4, ("N", "C", "H", "W"))
+        _check_data(self, data, attrs.layout)
         check = float_dtype if self.float_only else numeric_dtype
         check(self, [data], self.inputs)
         if data.shape[2] == 0 or data.shape[3] == 0:
             raise self.type_error(f"input 'data' {data.shape} has an empty spatial axis; there "
                                   "is nothing to pool")
-        return TensorType((*data.shape[:2], 1, 1), data.dtype)
+        return TensorType((*data.shape[:2], 1, 1, *data.shape[4:]), data.dtype)
 
 
 @register_op
 class GlobalAvgPool2D(_GlobalPool2D):
     name = "nn.global_avg_pool2d"
-    doc = "Mean over H and W of NCHW data: (N, C, H, W) -> (N, C, 1, 1)."
+    doc = ("Mean over H and W of NCHW data: (N, C, H, W) -> (N, C, 1, 1); NCHW<k>c data: "
+           "(N, C/k, H, W, k) -> (N, C/k, 1, 1, k).")
     float_only = True
 
     def reference(self, data: np.ndarray, layout: str) -> np.ndarray:
+        # The blocked layout only moves the channels: H and W are axes 2 and 3 either way.
         return data.astype(np.float64).mean(axis=(2, 3), keepdims=True)
 
 
 @register_op
 class GlobalMaxPool2D(_GlobalPool2D):
     name = "nn.global_max_pool2d"
-    doc = "Maximum over H and W of NCHW data: (N, C, H, W) -> (N, C, 1, 1)."
+    doc = ("Maximum over H and W of NCHW data: (N, C, H, W) -> (N, C, 1, 1); NCHW<k>c data: "
+           "(N, C/k, H, W, k) -> (N, C/k, 1, 1, k).")
 
     def reference(self, data: np.ndarray, layout: str) -> np.ndarray:
         return data.max(axis=(2, 3), keepdims=True)

@@ -1,9 +1,12 @@
-"""TE computes of the 2-D pooling operators over NCHW data: max_pool2d, avg_pool2d and their
-global forms.
+"""TE computes of the 2-D pooling operators over NCHW and NCHW<k>c data: max_pool2d,
+avg_pool2d and their global forms.
 
 Window taps outside the input (padding, and the overhang of a ceil_mode window) read -inf for
-max pooling and 0 for average pooling, from a padded copy of the input built only when a
-window can actually cross an edge (or the columns are strided). Average pooling is a sum
+max pooling and 0 for average pooling. Over NCHW they read a padded copy of the input, built
+only when a window can actually cross an edge (or the columns are strided: the copy is in
+column phases, so that a row's outputs vectorize). Over NCHW<k>c, where the vectors run along
+the channel block, the taps read the input in place: clamped indices, and for average
+pooling or dilated windows a guard (:func:`_blocked_reader`). Average pooling is a sum
 (``pool_sum``) followed by a division by the tap count, a constant when every window counts
 the same taps and otherwise a closed form in the output position; the schedules of
 :mod:`opfusion.backend.cpu.schedules` find the stages by tag."""
@@ -61,6 +64,89 @@ def _window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name
     return acc, lambda n, c, y, x: acc[n, c, y, x // lanes, x % lanes]
 
 
+def blocked_columns(out_width: int) -> int:
+    """Output columns a blocked window reduction computes: the row itself when a register
+    tile of 3 to 8 columns divides it (or it has 8 columns or fewer), else the row rounded
+    up to a multiple of 4, the extra columns cropped: a row of 13 is 16 columns in tiles of
+    8, not 13 tiles of 1 (measured: tiles of one column take 1.3-2x as long as tiles of 4
+    to 8, which all run alike)."""
+    if out_width <= 8 or any(out_width % tile == 0 for tile in range(3, 9)):
+        return out_width
+    return -(-out_width // 4) * 4
+
+
+def _crossing(size: int, out: int, kernel: int, stride: int, dilation: int,
+              before: int) -> tuple[bool, bool]:
+    """Whether some window tap along one axis falls before the input, and after it."""
+    last = (out - 1) * stride + (kernel - 1) * dilation - before
+    return before > 0, last > size - 1
+
+
+def _blocked_reader(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any,
+                    idempotent: bool) -> Any:
+    """``read(n, b, row, col, c)``: NCHW<k>c ``data`` at an input row and column that may
+    lie outside it (padding, ceil_mode's overhang, cropped columns), where a window reads
+    ``empty``; ``idempotent`` for a reduction where a repeated tap changes nothing (max).
+
+    No padded copy: every read is clamped into the input. For an idempotent reduction over
+    consecutive taps (no dilation) that is the whole edge handling: a tap past the edge
+    reads the edge tap, which is in the same window, and max(a, a) = a. Otherwise the taps
+    past the edge are also guarded (``empty`` there), the clamp keeping the address inside
+    the input whether or not the C code loads before it selects."""
+    _, _, height, width, _ = (int(d) for d in data.shape)
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    rows = _crossing(height, out_hw[0], kh, sh, dh, attrs.padding[0])
+    cols = _crossing(width, out_hw[1], kw, sw, dw, attrs.padding[1])
+
+    def edge(index: Any, size: int, crossing: tuple[bool, bool],
+             dilation: int) -> tuple[Any, list[Any]]:
+        """The clamped index, and the guards it needs."""
+        guards = []
+        if crossing[0]:
+            guards.append(index >= 0)
+            index = te.max(index, 0)
+        if crossing[1]:
+            guards.append(index < size)
+            index = te.min(index, size - 1)
+        return index, [] if idempotent and dilation == 1 else guards
+
+    def read(n: Any, b: Any, y: Any, x: Any, c: Any) -> te.PrimExpr:
+        row, row_guards = edge(y, height, rows, dh)
+        col, col_guards = edge(x, width, cols, dw)
+        value = data[n, b, row, col, c]
+        guards = row_guards + col_guards
+        return te.if_then_else(te.all(*guards), value, empty) if guards else value
+
+    return read
+
+
+def _blocked_window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name: str,
+                    reducer: Any, tag: str, idempotent: bool) -> te.Tensor:
+    """``reducer`` over each window of NCHW<k>c ``data``: ``out[n, b, y, x, c]`` over the
+    taps ``data[n, b, y*sh + i*dh - top, x*sw + j*dw - left, c]``, the channel block
+    innermost (one vector of a pixel's channels), for :func:`blocked_columns` columns."""
+    batch, blocks, _, _, block = (int(d) for d in data.shape)
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    top, left = attrs.padding[0], attrs.padding[1]
+    columns = blocked_columns(out_hw[1])
+    read = _blocked_reader(data, attrs, (out_hw[0], columns), empty, idempotent)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    return te.compute(
+        (batch, blocks, out_hw[0], columns, block),
+        lambda n, b, y, x, c: reducer(read(n, b, y * sh + ry * dh - top,
+                                           x * sw + rx * dw - left, c), axis=[ry, rx]),
+        name=name, tag=tag)
+
+
+def _pool_compute(shape: Sequence[int], body: Any, name: str, tag: str) -> te.Tensor:
+    """``te.compute`` of ``body(n, c, y, x, *block)`` over an NCHW or NCHW<k>c shape (the
+    loops named n, c, y, x and k, as they appear in the generated C)."""
+    if len(shape) == 5:
+        return te.compute(shape, lambda n, c, y, x, k: body(n, c, y, x, k), name=name, tag=tag)
+    return te.compute(shape, lambda n, c, y, x: body(n, c, y, x), name=name, tag=tag)
+
+
 def lowest(dtype: str) -> te.PrimExpr:
     """-inf for floats, the smallest value for integers: the identity of max."""
     if dtype.startswith("float"):
@@ -72,6 +158,14 @@ def lowest(dtype: str) -> te.PrimExpr:
 def max_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """Maximum over each (dilated) window; padding counts as -inf."""
     (data,) = inputs
+    if len(data.shape) == 5:
+        out_h, out_w = out_type.shape[2:4]
+        if blocked_columns(out_w) == out_w:
+            return _blocked_window(data, attrs, (out_h, out_w), lowest(data.dtype),
+                                   "max_pool2d", te.max, POOL, idempotent=True)
+        acc = _blocked_window(data, attrs, (out_h, out_w), lowest(data.dtype),
+                              "max_pool2d_acc", te.max, POOL_ACC, idempotent=True)
+        return _pool_compute(out_type.shape, lambda *i: acc[i], "max_pool2d", POOL)
     result, at = _window(data, attrs, out_type.shape[2:], lowest(data.dtype), "max_pool2d",
                          te.max, POOL)
     if tuple(result.shape) == tuple(out_type.shape):
@@ -107,50 +201,60 @@ def avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     the taps inside the padded input (never the ceil_mode overhang)."""
     (data,) = inputs
     dtype = data.dtype
-    out_h, out_w = out_type.shape[2:]
-    _, sums = _window(data, attrs, (out_h, out_w), te.const(0, dtype), "avg_pool2d_sum", te.sum,
-                      POOL_SUM)
-    _, _, height, width = data.shape
+    out_h, out_w = out_type.shape[2:4]
+    if len(data.shape) == 5:
+        blocked = _blocked_window(data, attrs, (out_h, out_w), te.const(0, dtype),
+                                  "avg_pool2d_sum", te.sum, POOL_SUM, idempotent=False)
+
+        def sums(*index: Any) -> te.PrimExpr:
+            return blocked[index]
+    else:
+        _, sums = _window(data, attrs, (out_h, out_w), te.const(0, dtype), "avg_pool2d_sum",
+                          te.sum, POOL_SUM)
+    height, width = data.shape[2:4]
     (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     top, left, bottom, right = attrs.padding
     include = attrs.count_include_pad
 
-    def mean(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
+    def mean(n: Any, c: Any, y: Any, x: Any, *k: Any) -> te.PrimExpr:
         count_h = _count_expr(y, height, out_h, kh, sh, dh, top, bottom, include)
         count_w = _count_expr(x, width, out_w, kw, sw, dw, left, right, include)
         count = count_h * count_w
         if isinstance(count, int):
-            return sums(n, c, y, x) * (1.0 / count)
-        return sums(n, c, y, x) / te.cast(count, dtype)
+            return sums(n, c, y, x, *k) * (1.0 / count)
+        return sums(n, c, y, x, *k) / te.cast(count, dtype)
 
-    return te.compute(out_type.shape, mean, name="avg_pool2d", tag=POOL_AVG)
+    return _pool_compute(out_type.shape, mean, "avg_pool2d", POOL_AVG)
 
 
 @register_compute("nn.global_max_pool2d")
 def global_max_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """Maximum over H and W: (N, C, H, W) -> (N, C, 1, 1)."""
+    """Maximum over H and W: (N, C, H, W) -> (N, C, 1, 1), or (N, C/k, H, W, k) -> (N, C/k,
+    1, 1, k)."""
     (data,) = inputs
     ry = te.reduce_axis((0, data.shape[2]), name="ry")
     rx = te.reduce_axis((0, data.shape[3]), name="rx")
-    return te.compute(out_type.shape,
-                      lambda n, c, y, x: te.max(data[n, c, ry, rx], axis=[ry, rx]),
-                      name="global_max_pool2d", tag=POOL)
+    return _pool_compute(out_type.shape,
+                         lambda n, c, y, x, *k: te.max(data[(n, c, ry, rx, *k)], axis=[ry, rx]),
+                         "global_max_pool2d", POOL)
 
 
 @register_compute("nn.global_avg_pool2d")
 def global_avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """Mean over H and W: (N, C, H, W) -> (N, C, 1, 1); a blocked sum in
-    :func:`._util.sum_dtype` (a whole image is many terms)."""
+    """Mean over H and W: (N, C, H, W) -> (N, C, 1, 1), or (N, C/k, H, W, k) -> (N, C/k, 1,
+    1, k); a sum in :func:`._util.sum_dtype` (a whole image is many terms), blocked along
+    the row for NCHW (where W runs along memory), along the channel block for NCHW<k>c."""
     (data,) = inputs
     wide = sum_dtype(data.dtype)
-    _, _, height, width = (int(d) for d in data.shape)
+    height, width = (int(d) for d in data.shape[2:4])
     sums = blocked_sum(out_type.shape, [height, width],
-                       lambda i, p: te.cast(data[i[0], i[1], p[0], p[1]], wide),
-                       "global_avg_pool2d_sum", tag=POOL_SUM)
+                       lambda i, p: te.cast(data[(i[0], i[1], p[0], p[1], *i[4:])], wide),
+                       "global_avg_pool2d_sum", tag=POOL_SUM, contiguous=len(data.shape) == 4)
     count = te.const(float(height * width), wide)
-    return te.compute(out_type.shape,
-                      lambda n, c, y, x: te.cast(sums[n, c, y, x] / count, data.dtype),
-                      name="global_avg_pool2d", tag=POOL_AVG)
+    return _pool_compute(out_type.shape,
+                         lambda n, c, y, x, *k: te.cast(sums[(n, c, y, x, *k)] / count,
+                                                        data.dtype),
+                         "global_avg_pool2d", POOL_AVG)
 
 
-__all__ = ["POOL", "POOL_ACC", "POOL_AVG", "POOL_PAD", "POOL_SUM", "lowest"]
+__all__ = ["POOL", "POOL_ACC", "POOL_AVG", "POOL_PAD", "POOL_SUM", "blocked_columns", "lowest"]

@@ -15,6 +15,7 @@ instead of going back to NCHW:
 * concatenate along the channels, when every part's channels are whole blocks;
 * ShuffleNet's channel shuffle (reshape to (N, g, C/g, H, W), transpose, reshape back)
   becomes one ``channel_shuffle`` of the blocked tensor: a permutation of its channels;
+* pooling (max, average and their global forms) of a blocked tensor, in its block;
 * everything else, and the function's result, gets NCHW back.
 
 A broadcast or concatenation whose operands come in both layouts goes blocked only when its
@@ -157,9 +158,13 @@ def _input_block(channels: int, lanes: int) -> int:
     return max(d for d in range(1, lanes + 1) if channels % d == 0)
 
 
+#: Pooling operators, which run in any NCHW<x>c layout.
+_POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
+
+
 def _keeps_layout(op: Op) -> bool:
     """Whether ``op`` can run in the layout of its operands (see the module docstring)."""
-    if op.name in ("concatenate", "nn.bias_add", "reshape", "transpose"):
+    if op.name in ("concatenate", "nn.bias_add", "reshape", "transpose", *_POOLS):
         return True  # (reshape and transpose: the pieces of a channel shuffle)
     if op.pattern == OpPatternKind.kElemWise:
         return True
@@ -282,6 +287,8 @@ class _LayoutRewriter:
             return self._bias_add(call)
         if op.name == "reshape":
             return self._channel_shuffle(call)
+        if op.name in _POOLS:
+            return self._pool(call)
         if op.pattern == OpPatternKind.kElemWise and len(call.args) == 1:
             block = self.forms[call.args[0]].block
             if block == PLAIN:
@@ -422,6 +429,15 @@ class _LayoutRewriter:
         shuffle = Call(get_op("channel_shuffle"), [self.get(data, block)],
                        {"groups": groups, "layout": data_layout(block)}, call.span)
         return _Form(shuffle, block)
+    def _pool(self, call: Call) -> _Form | None:
+        """Pooling of a blocked tensor: the same pooling in its layout (NCHW<x>c in, NCHW<x>c
+        out), the window over H and W as before."""
+        data = call.args[0]
+        block = self.forms[data].block
+        if block == PLAIN or call.attrs.layout != "NCHW":
+            return None
+        attrs = {**call.attrs, "layout": data_layout(block)}
+        return _Form(Call(call.op, [self.get(data, block)], attrs, call.span), block)
 
     def _operand_in_block(self, arg: Expr, out_type: TensorType, block: int) -> Expr | None:
         """A broadcast operand laid out against a blocked result: the same shape converted,

@@ -150,6 +150,10 @@ CASES = {
     "avg_pool": (nn.avg_pool2d, (normal(1, 4, 16, 16),), False,
                  {"pool_size": 3, "padding": 1, "count_include_pad": True}),
     "global_avg_pool": (nn.global_avg_pool2d, (normal(2, 4, 9, 9),), True, {}),
+    "max_pool_blocked": (nn.max_pool2d, (normal(1, 2, 15, 15, 8),), True,
+                         {"pool_size": 3, "strides": 2, "padding": 1, "layout": "NCHW8c"}),
+    "avg_pool_blocked": (nn.avg_pool2d, (normal(1, 2, 12, 12, 16),), False,
+                         {"pool_size": 3, "padding": 1, "layout": "NCHW16c"}),
     "softmax": (nn.softmax, (normal(4, 48) * 3,), False, {}),
     "layer_norm": (nn.layer_norm, (normal(6, 64) + 1.0, normal(64, seed=1),
                                    normal(64, seed=2)), False, {"axis": -1}),
@@ -321,6 +325,14 @@ def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
      ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 48})),
     (nn.max_pool2d, [(1, 8, 32, 32)], {"pool_size": 2, "strides": 2},
      ("pool", {"vector_width": 8})),
+    # blocked: 8 accumulators; 55 columns in tiles of 5, 13 computed as 16 in tiles of 8
+    (nn.max_pool2d, [(1, 12, 111, 111, 8)],
+     {"pool_size": 3, "strides": 2, "ceil_mode": True, "layout": "NCHW8c"},
+     ("pool", {"col_tile": 5})),
+    (nn.max_pool2d, [(1, 4, 13, 13, 8)], {"pool_size": 3, "padding": 1, "layout": "NCHW8c"},
+     ("pool", {"col_tile": 8})),
+    (nn.avg_pool2d, [(1, 4, 13, 13, 16)], {"pool_size": 3, "padding": 1, "layout": "NCHW16c"},
+     ("pool", {"col_tile": 4})),  # 16 channels: two vectors per column
     (nn.softmax, [(4, 1000)], {}, ("rows", {"vector_width": 8})),
 ])
 def test_avx2_defaults_are_the_measured_choices(builder, shapes, attrs, want):

@@ -13,7 +13,8 @@ winograd                                                   task_blocks, row_tile
 matmul_dot     nn.dense, nn.matmul, nn.batch_matmul        rows, cols, block
                (both operands along the contraction)
 matmul_plain   the same (any other product)                rows, cols, k_unroll, block
-pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width
+pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width (NCHW), col_tile
+                                                           (NCHW<k>c)
 rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
 default        any other group (the fallback)              vector_width, parallel
 =============  ==========================================  ===================================
