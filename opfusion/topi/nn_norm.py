@@ -165,16 +165,29 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     axis = normalize_axis_of(attrs.axis, data.ndim)
     size, extent = attrs.size, data.shape[axis]
     before = (size - 1) // 2
-    j = te.reduce_axis((0, size), name="j")
     wide = sum_dtype(data.dtype)
 
-    def square(*i: Any) -> te.PrimExpr:
-        pos = i[axis] - before + j
-        value = te.cast(data[_insert(_drop(i, axis), axis, pos)], wide)
-        inside = te.all(pos >= 0, pos < extent)
-        return te.sum(te.if_then_else(inside, value * value, te.const(0, wide)), axis=j)
+    # The squares along ``axis`` with zeros beyond both edges, then the window sums over
+    # them: only this stage selects (and a select of a load runs scalar), the sums and the
+    # quotient vectorize.
+    padded_shape = _insert(_drop(data.shape, axis), axis, extent + size - 1)
 
-    sums = te.compute(data.shape, square, name="lrn_sum", tag=NORM_SUM)
+    def square(*i: Any) -> te.PrimExpr:
+        pos = i[axis] - before
+        value = te.cast(data[_insert(_drop(i, axis), axis, pos)], wide)
+        return te.if_then_else(te.all(pos >= 0, pos < extent), value * value,
+                               te.const(0, wide))
+
+    squares = te.compute(padded_shape, square, name="lrn_squares")
+
+    def window(*i: Any) -> te.PrimExpr:
+        # the window's few squares summed in order, written out: no reduction loop
+        total = squares[_insert(_drop(i, axis), axis, i[axis])]
+        for k in range(1, size):
+            total = total + squares[_insert(_drop(i, axis), axis, i[axis] + k)]
+        return total
+
+    sums = te.compute(data.shape, window, name="lrn_sum", tag=NORM_SUM)
     scale = te.const(attrs.alpha / size, wide)
     bias = te.const(attrs.bias, wide)
 
