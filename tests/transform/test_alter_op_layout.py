@@ -108,6 +108,21 @@ def test_grouped_and_depthwise_convolutions_run_blocked():
     assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
 
 
+def test_a_few_groups_no_block_divides_run_as_one_dense_convolution():
+    x = opf.var("x", shape=(1, 136, 28, 28))
+    y = nn.relu(nn.conv2d(x, opf.const(normal(136, 136, 1, 1) * .2)))
+    y = nn.conv2d(y, opf.const(normal(136, 34, 1, 1) * .2), groups=4)  # 34 a group
+    func = laid_out(y)
+    convs = calls(func, "nn.conv2d_nchwc")
+    assert [(c.attrs.groups, c.attrs.kernel_layout) for c in convs] == [
+        (1, "OIHW8i8o"), (1, "OIHW8i8o")]
+    dense = convs[1].args[1].data  # block diagonal: group 0's outputs read its inputs only
+    assert dense.shape == (17, 17, 1, 1, 8, 8) and not dense[0, 5].any()
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 136, 28, 28, seed=8)
+    assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
+
+
 def test_an_rgb_input_is_blocked_by_its_three_channels():
     x = opf.var("x", shape=(1, 3, 64, 64))
     out = nn.conv2d(x, opf.const(normal(16, 3, 7, 7)), strides=2, padding=3)
