@@ -22,6 +22,7 @@ float to integer, which saturates) and selects whose branches cannot fault (no l
 integer division). Anything else is emitted as a scalar loop under ``#pragma omp simd``.
 
 Register tiles (emitted by :mod:`.regtile`). A nest qualifies when, walking down from a loop:
+no select guards a load (a tile loads its operands before computing);
 the loops are perfectly nested; the innermost is a VECTORIZED loop that can be planned, whose
 body is one store ``buf[i] = f(buf[i], ...)`` (its only read of ``buf``, at the same indices);
 the loops just above it are UNROLLED with constant bounds (the tile), and above those at least
@@ -521,6 +522,12 @@ def plan_register_tile(loop: S.For, target: Target,
         return None
     # The lanes' variable may appear only inside load indices (a ramp value would be lost).
     if any(n is vector_loop.loop_var or isinstance(n, E.Let)
+           for n in value_nodes(store.value)):
+        return None
+    # A tile loads every operand once, before the arithmetic: a load a select guards (an
+    # index checked against the edge) would then run unguarded.
+    if any(isinstance(n, E.Select) and (_has_unsafe_branch(n.true_value)
+                                        or _has_unsafe_branch(n.false_value))
            for n in value_nodes(store.value)):
         return None
     self_load = _self_load(store)
