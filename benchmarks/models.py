@@ -16,7 +16,8 @@ many threads as the others; the header says whether every operation of its compi
 really runs in f32. ``--no-ort`` and ``--no-openvino`` leave a peer out.
 
 The engines are timed in alternating batches (``overhead.interleaved``), each batch a quarter
-of a second or one call, whichever is longer; the median of the batches' means per engine.
+of a second or one call, whichever is longer, after a 50 ms pause in which the previous
+engine's threads stop spinning; the median of the batches' means per engine.
 Batches rather than one call of each in turn because ONNX Runtime's threads spin for a while
 after its runs (OpenVINO's and opfusion's briefly) and, on a machine of two cores, slow
 whichever engine runs next: a batch that long leaves them only its first sliver. Models slow
@@ -64,6 +65,10 @@ from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
 from opfusion.testing.vision import VISION_MODEL_NAMES, vision_model
 
 BATCH_SECONDS = 0.25
+#: A pause before each batch, in which the previous engine's threads stop spinning: ONNX
+#: Runtime's slowed the next engine's whole batch by up to 10% on the models bound by memory
+#: (alexnet, zfnet512), so whichever engine followed it was handicapped.
+SETTLE_SECONDS = 0.05
 NAME_WIDTH = 18  # shufflenet_v2_x1_0
 MAX_DIFF = 1e-3  # relative to max|output|; f32 engines agree to about 1e-5
 
@@ -168,7 +173,8 @@ def timed(engines: list[Engine], repeat: int, warmup: int = 2) -> list[float]:
     for engine in engines:
         for _ in range(warmup):
             engine.run()
-    return interleaved([e.run for e in engines], repeat, batch=1, batch_seconds=BATCH_SECONDS)
+    return interleaved([e.run for e in engines], repeat, batch=1, batch_seconds=BATCH_SECONDS,
+                       settle_seconds=SETTLE_SECONDS)
 
 
 def model_path(name: str) -> str:

@@ -83,11 +83,13 @@ def mlp_model(sizes: tuple[int, ...] = (784, 256, 256, 10)) -> Any:
 
 
 def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50,
-                batch_seconds: float = 0.02) -> list[float]:
+                batch_seconds: float = 0.02, settle_seconds: float = 0.0) -> list[float]:
     """Median seconds per call of each of ``fns``, timed in alternating batches of at least
     ``batch`` calls and ``batch_seconds``: long enough that the threads one engine leaves
     spinning after its batch (ONNX Runtime's spin for a while, and opfusion's briefly) slow
-    only a sliver of the next engine's batch."""
+    only a sliver of the next engine's batch. ``settle_seconds``: a pause before each batch,
+    untimed, in which the previous engine's threads stop spinning (on a model bound by memory
+    they slowed the next engine's whole batch by up to 10%)."""
     for fn in fns:
         for _ in range(batch):
             fn()
@@ -99,6 +101,8 @@ def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50,
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(max(5, repeat // batch)):
         for fn, out in zip(fns, times):
+            if settle_seconds:
+                time.sleep(settle_seconds)
             start = time.perf_counter()
             for _ in range(batch):
                 fn()
