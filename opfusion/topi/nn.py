@@ -66,6 +66,29 @@ def width_blocks(out_width: int, dtype: str) -> tuple[int, int]:
     return -(-out_width // best), best
 
 
+def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
+                fill: te.PrimExpr) -> Callable[..., te.PrimExpr]:
+    """``padded(n, c, y, x, *rest)``: element (y, x) of ``data`` (axes 2 and 3; ``rest`` the
+    axes after them, a channel block) shifted by ``top`` rows and ``left`` columns, ``fill``
+    outside it, for ``rows`` x ``cols`` positions; guarded only on the edges that need it."""
+    height, width = int(data.shape[2]), int(data.shape[3])
+
+    def padded(n: Any, c: Any, y: Any, x: Any, *rest: Any) -> te.PrimExpr:
+        inside = []
+        if top:
+            inside.append(y >= top)
+        if rows > top + height:
+            inside.append(y < top + height)
+        if left:
+            inside.append(x >= left)
+        if cols > left + width:
+            inside.append(x < left + width)
+        value = data[(n, c, y - top, x - left, *rest)]
+        return te.if_then_else(te.all(*inside), value, fill) if inside else value
+
+    return padded
+
+
 def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int,
                   stride: int, reach: int, fill: te.PrimExpr, name: str,
                   tag: str) -> Callable[..., te.PrimExpr]:
@@ -86,19 +109,7 @@ def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int
     if top == 0 and left == 0 and stride == 1 and rows <= height and cols <= width:
         return lambda n, c, y, x, shift: data[n, c, y, x + shift]
 
-    def padded(n: Any, c: Any, y: Any, x: Any) -> te.PrimExpr:
-        inside = []
-        if top:
-            inside.append(y >= top)
-        if rows > top + height:
-            inside.append(y < top + height)
-        if left:
-            inside.append(x >= left)
-        if cols > left + width:
-            inside.append(x < left + width)
-        value = data[n, c, y - top, x - left]
-        return te.if_then_else(te.all(*inside), value, fill) if inside else value
-
+    padded = zero_padded(data, top, left, rows, cols, fill)
     if stride == 1:
         pad = te.compute((batch, channels, rows, cols), padded, name=name, tag=tag)
         return lambda n, c, y, x, shift: pad[n, c, y, x + shift]
@@ -219,21 +230,8 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
     source = data
     if top or left or rows > height or cols > width:
-        def padded(n: Any, c: Any, y: Any, x: Any, i: Any) -> te.PrimExpr:
-            inside = []
-            if top:
-                inside.append(y >= top)
-            if rows > top + height:
-                inside.append(y < top + height)
-            if left:
-                inside.append(x >= left)
-            if cols > left + width:
-                inside.append(x < left + width)
-            value = data[n, c, y - top, x - left, i]
-            return te.if_then_else(te.all(*inside), value, _zero(data.dtype)) if inside \
-                else value
-
-        source = te.compute((batch, blocks_in, rows, cols, in_block), padded,
+        source = te.compute((batch, blocks_in, rows, cols, in_block),
+                            zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
                             name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
@@ -335,12 +333,8 @@ def conv2d_winograd_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Te
     top, left = attrs.padding[0], attrs.padding[1]
     source = data
     if top or left or rows != height or cols != width:
-        def padded(n: Any, c: Any, y: Any, x: Any, i: Any) -> te.PrimExpr:
-            inside = te.all(y >= top, y < top + height, x >= left, x < left + width)
-            return te.if_then_else(inside, data[n, c, y - top, x - left, i],
-                                   _zero(data.dtype))
-
-        source = te.compute((batch, blocks_in, rows, cols, in_block), padded,
+        source = te.compute((batch, blocks_in, rows, cols, in_block),
+                            zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
                             name="winograd_pad", tag=WINO_PAD)
     dtype = accumulator_dtype(out_type.dtype)
     input_rows = te.compute(

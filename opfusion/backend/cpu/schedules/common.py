@@ -149,6 +149,17 @@ def parallel_outer(stage: te.Stage, axes: list[Any], elements: int) -> Any:
     return fused
 
 
+def padded_copy_first(s: te.Schedule, pad: te.Tensor | None) -> None:
+    """A padded copy of an input (convolution, pooling), when there is one, built whole
+    before the kernel's main loops: its outer three axes (batch, channels, rows) fused and
+    parallel."""
+    if pad is None:
+        return
+    stage = s[pad]
+    stage.compute_root()
+    parallel_outer(stage, list(pad.op.axis)[:3], tensor_size(pad))
+
+
 def untouched(s: te.Schedule, stage: te.Stage) -> bool:
     """A root compute stage no rule arranged: no split, fuse, loop kind or reorder, nothing
     computed at it."""

@@ -28,6 +28,7 @@ from .common import (
     l2_fraction,
     min_tasks,
     owner_of,
+    padded_copy_first,
     parallel_outer,
     producer,
     tensor_size,
@@ -167,9 +168,5 @@ def conv2d_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_b
     acc_stage.unroll(abi)
     acc_stage.vectorize(ax)
 
-    if pad is not None:
-        pad_stage = s[pad]
-        pad_stage.compute_root()
-        axes = list(pad.op.axis)
-        parallel_outer(pad_stage, axes[:3], tensor_size(pad))
+    padded_copy_first(s, pad)
     arrange_rest(s)

@@ -23,7 +23,16 @@ from .... import te
 from ....target import Target
 from ....topi.nn import CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
-from .common import arrange_rest, divisor, divisors, owner_of, parallel_outer, producer, tensor_size
+from .common import (
+    arrange_rest,
+    divisor,
+    divisors,
+    owner_of,
+    padded_copy_first,
+    parallel_outer,
+    producer,
+    tensor_size,
+)
 
 #: Parallel tasks a blocked convolution is cut into at least, when it has the rows: enough
 #: that two threads split them evenly whatever each task costs (measured on resnet50's
@@ -133,8 +142,5 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     acc_stage.unroll(ax)
     acc_stage.vectorize(ac)
 
-    if pad is not None:
-        pad_stage = s[pad]
-        pad_stage.compute_root()
-        parallel_outer(pad_stage, list(pad.op.axis)[:3], tensor_size(pad))
+    padded_copy_first(s, pad)
     arrange_rest(s)

@@ -29,6 +29,7 @@ from .common import (
     divisors,
     is_reduction,
     owner_of,
+    padded_copy_first,
     parallel_outer,
     producer,
     sum_parts_at,
@@ -140,8 +141,5 @@ def pool_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, vector_width
             red.vectorize(xi)
         sum_parts_at(s, reduced)  # a blocked sum's partial sums (global average pooling)
     pad = producer(anchor, POOL_PAD)
-    if pad is not None:
-        pad_stage = s[pad]
-        pad_stage.compute_root()
-        parallel_outer(pad_stage, list(pad.op.axis)[:3], tensor_size(pad))
+    padded_copy_first(s, pad)
     arrange_rest(s)

@@ -25,7 +25,16 @@ from .... import te
 from ....target import Target
 from ....topi.nn import WINO_INPUT, WINO_PAD, WINO_PRODUCT, WINO_ROWS, conv_accumulators
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
-from .common import arrange_rest, divisor, divisors, owner_of, parallel_outer, producer, tensor_size
+from .common import (
+    arrange_rest,
+    divisor,
+    divisors,
+    owner_of,
+    padded_copy_first,
+    parallel_outer,
+    producer,
+    tensor_size,
+)
 
 #: Parallel tasks a Winograd convolution is cut into at least, when it has the tiles: each
 #: thread gets several, so that unequal tasks even out (each recomputes its input tiles'
@@ -145,8 +154,5 @@ def winograd_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel
     row_stage.unroll(rx)
     row_stage.vectorize(ri)
 
-    if pad is not None:
-        pad_stage = s[pad]
-        pad_stage.compute_root()
-        parallel_outer(pad_stage, list(pad.op.axis)[:3], tensor_size(pad))
+    padded_copy_first(s, pad)
     arrange_rest(s)
