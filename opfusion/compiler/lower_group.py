@@ -91,7 +91,7 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
         outputs = builder.outputs
         schedule = te.create_schedule([t.op for t in outputs])
         _inline_injective_stages(schedule, builder, outputs)
-        anchor = _anchor(builder)
+        anchor = _anchor(builder) or _layout_anchor(builder, outputs)
         if anchor is not None and len(outputs) == 1:
             used = backend.schedule(schedule, anchor[1], outputs[0], anchor[0].op.name, config)
         else:
@@ -207,6 +207,22 @@ def _inline_injective_stages(s: te.Schedule, builder: _TEBuilder,
         call = entry[0]
         if call.op.pattern <= K.kInjective:
             stage.compute_inline()
+
+
+#: Injective operators that move data between layouts: a group whose result one of them
+#: computes is scheduled by its rule (the loops ordered for the layouts), not the default.
+LAYOUT_ANCHORS = ("layout_transform", "channel_shuffle")
+
+
+def _layout_anchor(builder: _TEBuilder, outputs: list[te.Tensor]
+                   ) -> tuple[Call, te.Tensor] | None:
+    """The layout-moving call that computes the group's single output, if one does."""
+    if len(outputs) != 1:
+        return None
+    for call, tensor in builder.call_of.values():
+        if call.op.name in LAYOUT_ANCHORS and tensor.op is outputs[0].op:
+            return call, tensor
+    return None
 
 
 def _anchor(builder: _TEBuilder) -> tuple[Call, te.Tensor] | None:

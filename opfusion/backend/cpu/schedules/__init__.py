@@ -16,6 +16,7 @@ matmul_plain   the same (any other product)                rows, cols, k_unroll,
 pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width (NCHW), col_tile
                                                            (NCHW<k>c)
 rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
+layout         layout_transform, channel_shuffle           lanes_outside
 default        any other group (the fallback)              vector_width, parallel
 =============  ==========================================  ===================================
 
@@ -33,6 +34,7 @@ from .common import arrange_blocked_sums, arrange_rest, sum_parts_at
 from .conv2d import Conv2dRule, conv2d_tiles
 from .conv2d_nchwc import Conv2dNCHWcRule, conv2d_nchwc_tiles
 from .default import DefaultRule, arrange_default, default_schedule
+from .layout import LayoutRule
 from .matmul import MatmulDotRule, MatmulPlainRule, dot_tiles, plain_tiles
 from .pool import PoolRule, pool_rows
 from .rows import RowsRule, normalized_rows
@@ -41,11 +43,11 @@ from .winograd import WinogradRule, winograd_tiles
 #: The CPU backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cpu")
 for _rule in (Conv2dRule(), Conv2dNCHWcRule(), WinogradRule(), MatmulDotRule(),
-              MatmulPlainRule(), PoolRule(), RowsRule()):
+              MatmulPlainRule(), PoolRule(), RowsRule(), LayoutRule()):
     RULES.register(_rule)
 RULES.set_fallback(DefaultRule())
 
-__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "MatmulDotRule",
+__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "LayoutRule", "MatmulDotRule",
            "MatmulPlainRule", "PoolRule", "RowsRule", "WinogradRule", "arrange_blocked_sums",
            "arrange_default", "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles",
            "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles", "pool_rows",
