@@ -192,10 +192,6 @@ def _block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
     return dense
 
 
-def _tensor_type_of(const: Constant) -> TensorType:
-    return TensorType(const.data.shape, str(const.data.dtype))
-
-
 def _keeps_layout(op: Op) -> bool:
     """Whether ``op`` can run in the layout of its operands (see the module docstring)."""
     if op.name in ("concatenate", "nn.bias_add", "reshape", "transpose", *_POOLS):
@@ -252,13 +248,31 @@ class _LayoutRewriter:
 
     def _would_block(self, conv: Call) -> bool:
         """Whether a convolution would be blocked when its input is NCHW."""
-        data_type, weight_type, out_type = (_tensor(conv.args[0]), _tensor(conv.args[1]),
-                                            _tensor(conv))
-        if not _is_nchw_float(data_type) or weight_type is None or out_type is None:
-            return False
-        blocks = self._conv_blocks(data_type.shape[1], weight_type.shape[1], out_type.shape[1],
-                                   conv.attrs.groups, PLAIN)
-        return blocks is not None and _macs(out_type, weight_type) >= MIN_BLOCKED_MACS
+        return self._conv_choice(conv, PLAIN) is not None
+
+    def _conv_choice(self, call: Call, current: int) -> tuple[tuple[int, int, int], bool] | None:
+        """How a convolution whose data has block ``current`` (PLAIN: NCHW) is blocked: its
+        (data, weight input, output) blocks and whether its groups are densified (see
+        MAX_DENSIFIED_GROUPS); None when it stays NCHW."""
+        data, weight = call.args
+        data_type, weight_type, out_type = _tensor(data), _tensor(weight), _tensor(call)
+        if (not _is_nchw_float(data_type) or weight_type is None or out_type is None
+                or weight_type.dtype != data_type.dtype):
+            return None
+        assert data_type is not None
+        channels, out_channels = data_type.shape[1], out_type.shape[1]
+        groups = call.attrs.groups
+        blocks = self._conv_blocks(channels, weight_type.shape[1], out_channels, groups, current)
+        densify = blocks is None and _densifiable(weight, groups, weight_type, data_type)
+        if densify:
+            blocks = self._conv_blocks(channels, channels, out_channels, 1, current)
+        if blocks is None:
+            return None
+        # (densified, the work is the dense convolution's: groups x the grouped one's)
+        work = _macs(out_type, weight_type) * (groups if densify else 1)
+        if current == PLAIN and work < MIN_BLOCKED_MACS:
+            return None
+        return blocks, densify
 
     # -- values in a layout ------------------------------------------------------------------
 
@@ -281,6 +295,16 @@ class _LayoutRewriter:
     @staticmethod
     def transform(expr: Expr, src: str, dst: str) -> Expr:
         return Call(get_op("layout_transform"), [expr], {"src_layout": src, "dst_layout": dst})
+
+    def channel_vector(self, node: Expr, ty: TensorType, block: int) -> Expr:
+        """A per-channel vector ((C,), (C, 1, 1) or (1, C, 1, 1)) as (1, C/block, 1, 1, block),
+        which broadcasts against a blocked NCHW tensor (a constant one folds at compile
+        time)."""
+        value = self.get(node, PLAIN)
+        if ty.ndim != 4:
+            value = Call(get_op("reshape"), [value],
+                         {"newshape": [1, int(np.prod(ty.shape)), 1, 1]})
+        return self.transform(value, "NCHW", data_layout(block))
 
     def plain_args(self, node: Call | Tuple) -> list[Expr]:
         args = node.args if isinstance(node, Call) else node.fields
@@ -334,29 +358,21 @@ class _LayoutRewriter:
 
     def _conv2d(self, call: Call) -> _Form | None:
         data, weight = call.args
-        data_type, weight_type, out_type = _tensor(data), _tensor(weight), _tensor(call)
-        attrs = call.attrs
-        if (not _is_nchw_float(data_type) or weight_type is None or out_type is None
-                or weight_type.dtype != data_type.dtype):
+        choice = self._conv_choice(call, self.forms[data].block)
+        if choice is None:
             return None
-        current = self.forms[data].block
+        blocks, densify = choice
+        data_type, out_type = _tensor(data), _tensor(call)
+        assert data_type is not None and out_type is not None
+        attrs = call.attrs
         groups = attrs.groups
-        blocks = self._conv_blocks(data_type.shape[1], weight_type.shape[1],
-                                   out_type.shape[1], groups, current)
         weight_value = self.get(weight, PLAIN)
-        if blocks is None and _densifiable(weight_value, groups, weight_type, data_type):
+        if densify:
             # A few groups whose channels no block divides (ShuffleNet's 34 a group): as one
             # convolution with a block-diagonal weight, groups x the work at blocked speed.
             assert isinstance(weight_value, Constant)
             weight_value = Constant(_block_diagonal(weight_value.data, groups))
-            weight_type = _tensor_type_of(weight_value)
             groups = 1
-            blocks = self._conv_blocks(data_type.shape[1], weight_type.shape[1],
-                                       out_type.shape[1], 1, current)
-        if blocks is None:
-            return None
-        if current == PLAIN and _macs(out_type, weight_type) < MIN_BLOCKED_MACS:
-            return None
         in_block, kernel_block, out_block = blocks
         kernel_layout = f"OIHW{kernel_block}i{out_block}o"
         packed = self.transform(weight_value, "OIHW", kernel_layout)
@@ -444,9 +460,7 @@ class _LayoutRewriter:
         if block == PLAIN or data_type is None or bias_type is None \
                 or call.attrs.axis % 4 != 1 or bias_type.ndim != 1:
             return None
-        vector = Call(get_op("reshape"), [self.get(bias, PLAIN)],
-                      {"newshape": [1, bias_type.shape[0], 1, 1]})
-        laid = self.transform(vector, "NCHW", data_layout(block))
+        laid = self.channel_vector(bias, bias_type, block)
         return _Form(Call(get_op("add"), [self.get(data, block), laid], None, call.span),
                      block)
 
@@ -474,6 +488,7 @@ class _LayoutRewriter:
         shuffle = Call(get_op("channel_shuffle"), [self.get(data, block)],
                        {"groups": groups, "layout": data_layout(block)}, call.span)
         return _Form(shuffle, block)
+
     def _pool(self, call: Call) -> _Form | None:
         """Pooling of a blocked tensor: the same pooling in its layout (NCHW<x>c in, NCHW<x>c
         out), the window over H and W as before."""
@@ -498,10 +513,7 @@ class _LayoutRewriter:
         if all(d == 1 for d in shape):
             return self.get(arg, PLAIN)  # broadcasts against any rank
         if shape[0] == 1 and shape[2] == 1 and shape[3] == 1 and shape[1] == out_type.shape[1]:
-            value = self.get(arg, PLAIN)
-            if ty.ndim != 4:
-                value = Call(get_op("reshape"), [value], {"newshape": list(shape)})
-            return self.transform(value, "NCHW", data_layout(block))
+            return self.channel_vector(arg, ty, block)
         return None
 
     def _concatenate(self, call: Call) -> _Form | None:
@@ -516,12 +528,11 @@ class _LayoutRewriter:
         block = blocks[0]
         if call not in self.wanted and not all(self.has_block(f, block) for f in tup.fields):
             return None
-        fields: list[Expr] = []
         for field in tup.fields:
             ty = _tensor(field)
             if ty is None or ty.ndim != 4 or ty.shape[1] % block:
                 return None
-            fields.append(self.get(field, block))
+        fields = [self.get(field, block) for field in tup.fields]
         return _Form(Call(call.op, [Tuple(fields)], {**call.attrs, "axis": 1}, call.span),
                      block)
 

@@ -25,6 +25,7 @@ from ....topi.nn import CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     arrange_rest,
+    channel_tile,
     divisor,
     divisors,
     owner_of,
@@ -85,18 +86,14 @@ class Conv2dNCHWcRule(ScheduleRule):
         assert acc is not None
         blocks, height, _, unit, _ = _shape(acc)
         budget = conv_accumulators(target)
-        channel_tile = 1
-        for tile in (4, 2) if not is_depthwise(acc) else ():
-            if blocks % tile == 0 and tile * unit <= budget:
-                channel_tile = tile
-                break
+        tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has).
-        channel_tasks = int(acc.shape[0]) * blocks // channel_tile
+        channel_tasks = int(acc.shape[0]) * blocks // tile
         row_block = divisor(height, max(1, height * channel_tasks // NCHWC_MIN_TASKS))
         space = self.space(anchor, output, target)
         assert space is not None
-        return space.config(channel_tile=channel_tile, col_units=1, task_blocks=channel_tile,
+        return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
                             row_block=row_block)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,

@@ -27,6 +27,7 @@ from ....topi.nn import WINO_INPUT, WINO_PAD, WINO_PRODUCT, WINO_ROWS, conv_accu
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     arrange_rest,
+    channel_tile,
     divisor,
     divisors,
     owner_of,
@@ -82,21 +83,17 @@ class WinogradRule(ScheduleRule):
         blocks, tiles_h, tiles_w, _ = _shape(product)
         budget = conv_accumulators(target)
         col_tiles = divisor(tiles_w, budget // 2)
-        channel_tile = 1
-        for tile in (4, 2):
-            if blocks % tile == 0 and tile * col_tiles <= budget:
-                channel_tile = tile
-                break
+        tile = channel_tile(blocks, col_tiles, budget)
         # Tasks: one row of tiles and every output block when that gives enough of them;
         # else output blocks split too (each split transforms the same input tiles again).
         task_blocks = blocks
         while tiles_h * (blocks // task_blocks) < WINOGRAD_MIN_TASKS \
-                and task_blocks > channel_tile and (task_blocks // 2) % channel_tile == 0 \
+                and task_blocks > tile and (task_blocks // 2) % tile == 0 \
                 and blocks % (task_blocks // 2) == 0:
             task_blocks //= 2
         space = self.space(anchor, output, target)
         assert space is not None
-        return space.config(channel_tile=channel_tile, col_tiles=col_tiles,
+        return space.config(channel_tile=tile, col_tiles=col_tiles,
                             task_blocks=task_blocks, row_tiles=1)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
