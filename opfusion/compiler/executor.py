@@ -39,6 +39,7 @@ from ..ir.types import TensorType, TupleType
 from ..runtime import interrupt
 from ..runtime.interrupt import KERNEL_CANCELLED
 from ..runtime.model_layout import MODEL_BAD_RANGE, NO_KERNEL, ModelCall, model_layout
+from ..runtime.ndarray import aligned_copy
 from ..target import Target, host_target
 from .lower_group import LoweredGroup
 from .memory_plan import MemoryPlan, PlannedStep, allocate
@@ -171,7 +172,7 @@ class Executor:
         self.output_names = names
         self.plan = plan
         self.tuple_output = tuple_output
-        self._constants = {index: np.require(info.constant, requirements="C")
+        self._constants = {index: aligned_copy(info.constant)
                            for index, info in enumerate(self.values)
                            if info.constant is not None}
         self._arguments = [step.reads + step.writes for step in self.steps]

@@ -146,13 +146,88 @@ def _block(op: Op, attrs: Attrs, name: str, pattern: str) -> Layout:
     return layout
 
 
+def group_window_start(out_block_index: Any, channels: int, out_channels: int, groups: int,
+                       in_block: int, out_block: int, window: int) -> Any:
+    """The first input block that output block ``out_block_index`` of a group-window
+    convolution reads: the block holding its first group's first input channel, moved back
+    so that the window stays inside the data. Works on ints and on index expressions."""
+    first_group = out_block_index * out_block // (out_channels // groups)
+    start = first_group * (channels // groups) // in_block
+    last = channels // in_block - window
+    return start if isinstance(start, int) and start <= last else _min_of(start, last)
+
+
+def _min_of(a: Any, b: int) -> Any:
+    if isinstance(a, int):
+        return min(a, b)
+    from ..te import min as te_min  # index expressions (the compute's)
+
+    return te_min(a, b)
+
+
+def group_window_blocks(channels: int, out_channels: int, groups: int, in_block: int,
+                        out_block: int) -> int:
+    """Input blocks every output block of a group-window convolution reads: the most any
+    output block needs to cover the input channels of the groups its channels belong to
+    (an output block across a group boundary needs two groups' inputs)."""
+    per_out, per_in = out_channels // groups, channels // groups
+    most = 0
+    for index in range(out_channels // out_block):
+        first = index * out_block // per_out
+        last = (index * out_block + out_block - 1) // per_out
+        low = first * per_in // in_block
+        high = -(-(last + 1) * per_in // in_block)
+        most = max(most, high - low)
+    return most
+
+
+def group_window_weight(dense: np.ndarray, groups: int, in_block: int,
+                        out_block: int) -> np.ndarray:
+    """A grouped convolution's OIHW weight (O, C/groups, KH, KW) as a group-window one in
+    OIHW<in_block>i<out_block>o: (O/o, window, KH, KW, i, o), zero where an input channel of
+    the window is not in an output channel's group."""
+    out_channels, per_group, kh, kw = dense.shape
+    channels = per_group * groups
+    window = group_window_blocks(channels, out_channels, groups, in_block, out_block)
+    blocked = np.zeros((out_channels // out_block, window, kh, kw, in_block, out_block),
+                       dense.dtype)
+    per_out = out_channels // groups
+    lanes = np.arange(window * in_block)
+    for index in range(out_channels // out_block):
+        start = group_window_start(index, channels, out_channels, groups, in_block,
+                                   out_block, window)
+        outs = index * out_block + np.arange(out_block)
+        # (o, window position): the position's channel within the output's group, if any
+        within = start * in_block + lanes[None, :] - (outs // per_out * per_group)[:, None]
+        inside = (within >= 0) & (within < per_group)
+        taps = dense[outs[:, None], np.clip(within, 0, per_group - 1)]  # o, pos, KH, KW
+        taps[~inside] = 0
+        blocked[index] = taps.reshape(out_block, window, in_block, kh, kw).transpose(
+            1, 3, 4, 2, 0)
+    return blocked
+
+
+def _window_weight_dense(weight: np.ndarray, data_blocks: int, groups: int) -> np.ndarray:
+    """A group-window weight (O/o, window, KH, KW, i, o) widened to every input block
+    (O/o, C/i, KH, KW, i, o), zeros outside each output block's window."""
+    out_blocks, window, kh, kw, in_block, out_block = weight.shape
+    dense = np.zeros((out_blocks, data_blocks, kh, kw, in_block, out_block), weight.dtype)
+    for index in range(out_blocks):
+        start = group_window_start(index, data_blocks * in_block, out_blocks * out_block,
+                                   groups, in_block, out_block, window)
+        dense[index, start:start + window] = weight[index]
+    return dense
+
+
 @register_op
 class Conv2DNCHWc(_ConvBase):
     name = "nn.conv2d_nchwc"
     doc = ("2-D convolution in blocked layouts (TVM's conv2d_NCHWc): data NCHW<i>c "
            "(N, C/i, H, W, i), weight OIHW<i>i<o>o (O/o, C/i, KH, KW, i, o), result NCHW<o>c; "
            "the layout pass makes it from nn.conv2d. Grouped: every block inside one group; "
-           "depthwise: weight OIHW1i<k>o, data and result NCHW<k>c.")
+           "depthwise: weight OIHW1i<k>o, data and result NCHW<k>c; group_window: each "
+           "output block reads a window of input blocks around its groups (see "
+           "group_window_blocks).")
     attrs = {
         **_conv_attrs("OIHW"),
         "data_layout": Attr("str", "NCHW16c", always_print=True,
@@ -161,6 +236,11 @@ class Conv2DNCHWc(_ConvBase):
                               doc="OIHW<i>i<o>o: the weight's blocks"),
         "out_layout": Attr("str", "NCHW16c", always_print=True,
                            doc="NCHW<o>c: the result's channel block"),
+        "group_window": Attr("bool", False,
+                             doc="the weight holds, for each output block, the window of "
+                                 "input blocks that covers its groups' input channels "
+                                 "(group_window_start); a dense convolution over that "
+                                 "window, for groups whose channels no block divides"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
@@ -186,9 +266,13 @@ class Conv2DNCHWc(_ConvBase):
             raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
                                   f"the blocks of their layouts ({attrs.data_layout}, "
                                   f"{attrs.kernel_layout})")
-        self._check_groups(data.shape[1] * in_block, weight.shape[1] * kernel_block,
-                           weight.shape[0] * out_block, (in_block, kernel_block, out_block),
-                           attrs)
+        if attrs.group_window:
+            self._check_window(data.shape[1], weight.shape, (in_block, kernel_block, out_block),
+                               attrs.groups)
+        else:
+            self._check_groups(data.shape[1] * in_block, weight.shape[1] * kernel_block,
+                               weight.shape[0] * out_block, (in_block, kernel_block, out_block),
+                               attrs)
         kernel = weight.shape[2:4]
         if min(kernel) < 1:
             raise self.type_error(f"weight {weight.shape} has an empty kernel {kernel}")
@@ -224,9 +308,30 @@ class Conv2DNCHWc(_ConvBase):
                 "(the weight's input block equal to the data's) or a depthwise form "
                 "(OIHW1i<k>o with data and result in NCHW<k>c)")
 
+    def _check_window(self, data_blocks: int, weight_shape: tuple[int, ...],
+                      blocks: tuple[int, int, int], groups: int) -> None:
+        """The group-window form: the weight's input blocks are the window's (see
+        group_window_blocks), in the data's block."""
+        in_block, kernel_block, out_block = blocks
+        channels, out_channels = data_blocks * in_block, weight_shape[0] * out_block
+        if kernel_block != in_block or channels % groups or out_channels % groups:
+            raise self.type_error(
+                f"group_window with groups={groups}, {channels} input and {out_channels} "
+                f"output channels, blocks {in_block}, {kernel_block}, {out_block}: the groups "
+                "must split the channels and the weight's input block be the data's")
+        window = group_window_blocks(channels, out_channels, groups, in_block, out_block)
+        if weight_shape[1] != window:
+            raise self.type_error(
+                f"weight {weight_shape} has {weight_shape[1]} input blocks; the group window "
+                f"of groups={groups} over {channels} -> {out_channels} channels is {window}")
+
     def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
-                  kernel_layout: str, out_layout: str, **attrs: Any) -> np.ndarray:
+                  kernel_layout: str, out_layout: str, group_window: bool = False,
+                  **attrs: Any) -> np.ndarray:
         plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
+        if group_window:
+            weight = _window_weight_dense(weight, data.shape[1], attrs["groups"])
+            attrs = {**attrs, "groups": 1}
         plain_weight = transform_array(weight, Layout.parse(kernel_layout),
                                        Layout.parse("OIHW"))
         out = get_op("nn.conv2d").reference(plain_data, plain_weight, **attrs)

@@ -5,19 +5,23 @@ thread and many (:mod:`opfusion.backend.cpu.emitter`)."""
 from __future__ import annotations
 
 from . import stmt as S
-from .expr import IntImm
+from .expr import IntImm, Var
+from .simplify import const_bound
 
 
 def kernel_work(body: S.Stmt) -> int:
     """Innermost statement executions of ``body``: each store, evaluate or branch test
     weighted by the product of the extents of the loops around it (an exact Python int,
-    however large; a loop with a non-constant extent counts once)."""
+    however large). A loop whose extent depends on an outer loop (the last, shorter part of
+    a split, ``min(32, 54 - 32 * i)``) counts its largest extent; one with no finite bound
+    counts once."""
     total = 0
+    ranges: dict[Var, tuple[int, int]] = {}
     stack: list[tuple[S.Stmt, int]] = [(body, 1)]
     while stack:
         node, weight = stack.pop()
         if isinstance(node, S.For):
-            extent = node.extent.value if isinstance(node.extent, IntImm) else 1
+            extent = _largest_extent(node, ranges)
             if extent > 0:
                 stack.append((node.body, weight * extent))
         elif isinstance(node, S.SeqStmt):
@@ -32,3 +36,17 @@ def kernel_work(body: S.Stmt) -> int:
         else:
             total += weight
     return total
+
+
+def _largest_extent(loop: S.For, ranges: dict[Var, tuple[int, int]]) -> int:
+    """``loop``'s extent, or its upper bound over the outer loops' ranges (1 when unbounded);
+    records the loop variable's range for the loops inside."""
+    if isinstance(loop.extent, IntImm):
+        extent = loop.extent.value
+    else:
+        high = const_bound(loop.extent, ranges)[1]
+        extent = int(high) if high != float("inf") else 1
+    start = const_bound(loop.min, ranges)
+    if extent > 0 and all(abs(b) != float("inf") for b in start):
+        ranges[loop.loop_var] = (int(start[0]), int(start[1]) + extent - 1)
+    return extent

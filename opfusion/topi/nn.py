@@ -212,7 +212,9 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     result ``out[n, ob, y, x, o]``. Vectors run along the output channel block ``o``: each
     input value is broadcast and multiplied by a vector of weights. Grouped: the sum runs
     over the input channels of ``ob``'s group. Depthwise (weight ``OIHW1i<k>o``): output
-    channel ``(ob, o)`` sums input channel ``(ob, o)`` over the taps alone."""
+    channel ``(ob, o)`` sums input channel ``(ob, o)`` over the taps alone. Group window:
+    the sum runs over the weight's window of input blocks, from ``group_window_start``."""
+    from ..opdefs.nn import group_window_start
     from ..target import Target
 
     data, weight = inputs
@@ -255,11 +257,16 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     else:
         # Each output block lies in one group; its group's input blocks start at
         # group * blocks_per_group (groups=1: at 0).
+        # group_window: output block o reads the window of input blocks that covers its
+        # groups' input channels (see nn.conv2d_nchwc), from group_window_start on.
         blocks_per_group = int(weight.shape[1])
         out_blocks_per_group = out_blocks // attrs.groups
         rc = te.reduce_axis((0, blocks_per_group * in_block), name="rc")
 
         def first_block(o: Any) -> Any:
+            if attrs.group_window:
+                return group_window_start(o, blocks_in * in_block, out_blocks * out_block,
+                                          attrs.groups, in_block, out_block, blocks_per_group)
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
 
         acc = te.compute(

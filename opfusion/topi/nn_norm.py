@@ -167,9 +167,9 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     before = (size - 1) // 2
     wide = sum_dtype(data.dtype)
 
-    # The squares along ``axis`` with zeros beyond both edges, then the window sums over
-    # them: only this stage selects (and a select of a load runs scalar), the sums and the
-    # quotient vectorize.
+    # The squares along ``axis`` with zeros beyond both edges, then the quotient with the
+    # window's sum written out over them: only the squares' stage selects (a select of a
+    # load runs scalar); the quotient vectorizes, and no third pass writes the sums out.
     padded_shape = _insert(_drop(data.shape, axis), axis, extent + size - 1)
 
     def square(*i: Any) -> te.PrimExpr:
@@ -180,14 +180,13 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 
     squares = te.compute(padded_shape, square, name="lrn_squares")
 
-    def window(*i: Any) -> te.PrimExpr:
-        # the window's few squares summed in order, written out: no reduction loop
+    def window(i: tuple[Any, ...]) -> te.PrimExpr:
+        # the window's few squares summed in order: no reduction loop
         total = squares[_insert(_drop(i, axis), axis, i[axis])]
         for k in range(1, size):
             total = total + squares[_insert(_drop(i, axis), axis, i[axis] + k)]
         return total
 
-    sums = te.compute(data.shape, window, name="lrn_sum", tag=NORM_SUM)
     scale = te.const(attrs.alpha / size, wide)
     bias = te.const(attrs.bias, wide)
 
@@ -202,7 +201,7 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 
     return te.compute(
         data.shape,
-        lambda *i: te.cast(te.cast(data[i], wide) / denominator(sums[i] * scale + bias),
+        lambda *i: te.cast(te.cast(data[i], wide) / denominator(window(i) * scale + bias),
                            data.dtype),
         name="lrn", tag=NORM_OUT)
 

@@ -20,6 +20,7 @@ from opfusion.compiler.limits import (
 from opfusion.errors import ResourceLimitError
 from opfusion.ir.expr import Constant, Function, Var
 from opfusion.ir.types import TensorType
+from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
 from opfusion.tir.expr import Var as TirVar
 from opfusion.transform import PassContext
@@ -134,6 +135,15 @@ def test_kernel_work_multiplies_nested_extents_and_adds_siblings():
     inner = S.SeqStmt([S.For(j, 0, 10**6, S.ForKind.SERIAL, leaf),
                        S.For(k, 0, 3, S.ForKind.SERIAL, leaf)])
     assert kernel_work(S.For(i, 0, 10**6, S.ForKind.PARALLEL, inner)) == 10**12 + 3 * 10**6
+
+
+def test_kernel_work_counts_a_split_remainder_loop_by_its_largest_extent():
+    # for o in 0..4: for v in 0..min(32, 100 - 32 * o): the inner loop's extent depends on
+    # o; it counts as 32 (its bound), not once, so the kernel is not taken for a tiny one.
+    o, v = TirVar("o", "int32"), TirVar("v", "int32")
+    extent = E.Min(E.IntImm(32), E.IntImm(100) - o * 32)
+    inner = S.For(v, 0, extent, S.ForKind.VECTORIZED, S.Evaluate(0))
+    assert kernel_work(S.For(o, 0, 4, S.ForKind.PARALLEL, inner)) == 4 * 32
 
 
 def test_limits_are_declared_pass_configs():

@@ -12,6 +12,7 @@ from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
 from opfusion.ir.op import get_op
 from opfusion.ir.visitor import post_order
+from opfusion.opdefs.nn import group_window_blocks, group_window_weight
 from opfusion.testing import assert_close
 
 nn = opf.op.nn
@@ -89,6 +90,38 @@ def test_conv2d_nchwc_reference_is_the_blocked_conv2d(data, weight, ib, ob, attr
             "out_layout": f"NCHW{ob}c"}))
     assert_close(relayout(got, f"NCHW{ob}c", "NCHW").astype("float32"), want.astype("float32"),
                  1e-5)
+
+
+GROUP_WINDOW_CASES = [
+    # (data NCHW, weight OIHW (grouped), groups, in block, out block, attrs)
+    ((1, 136, 5, 5), (136, 34, 1, 1), 4, 8, 8, {}),  # ShuffleNet's 34 a group
+    ((1, 48, 7, 9), (40, 12, 3, 3), 4, 8, 8, {"strides": 2, "padding": 1}),  # 12 in, 10 out
+    ((2, 48, 5, 4), (24, 16, 3, 2), 3, 8, 8, {"padding": (2, 0, 1, 3)}),  # pad > kernel
+]
+
+
+@pytest.mark.parametrize("data, weight, groups, ib, ob, attrs", GROUP_WINDOW_CASES, ids=str)
+def test_group_window_reference_is_the_grouped_conv2d(data, weight, groups, ib, ob, attrs):
+    x, w = normal(*data), normal(*weight, seed=1)
+    want = get_op("nn.conv2d").reference(
+        x, w, **get_op("nn.conv2d").make_attrs({**attrs, "groups": groups}))
+    packed = group_window_weight(w, groups, ib, ob)
+    window = group_window_blocks(data[1], weight[0], groups, ib, ob)
+    assert packed.shape == (weight[0] // ob, window, *weight[2:], ib, ob)
+    assert window < data[1] // ib  # fewer input blocks than a dense convolution reads
+    got = get_op("nn.conv2d_nchwc").reference(
+        relayout(x, "NCHW", f"NCHW{ib}c"), packed,
+        **get_op("nn.conv2d_nchwc").make_attrs({
+            **attrs, "groups": groups, "group_window": True, "data_layout": f"NCHW{ib}c",
+            "kernel_layout": f"OIHW{ib}i{ob}o", "out_layout": f"NCHW{ob}c"}))
+    assert_close(relayout(got, f"NCHW{ob}c", "NCHW").astype("float32"), want.astype("float32"),
+                 1e-5)
+
+
+def test_group_window_weight_of_the_wrong_width_is_a_type_error():
+    with pytest.raises(OpfusionError, match="group window of groups=4 .* is 9"):
+        infer(_conv((1, 17, 5, 5, 8), (17, 17, 1, 1, 8, 8), groups=4, group_window=True,
+                    data_layout="NCHW8c", kernel_layout="OIHW8i8o", out_layout="NCHW8c"))
 
 
 def _conv(data_shape, weight_shape, **attrs):

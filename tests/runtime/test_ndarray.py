@@ -50,6 +50,27 @@ def test_empty_is_aligned_for_vector_loads():
         assert a.shape == shape and np.asarray(a).ctypes.data % 64 == 0
 
 
+def test_aligned_copy_moves_an_array_to_a_64_byte_boundary_once():
+    from opfusion.runtime.ndarray import aligned_copy
+
+    raw = np.arange(1 + 4096, dtype="float32")
+    shifted = raw[1:].reshape(64, 64)  # 4 bytes past NumPy's own alignment
+    moved = aligned_copy(shifted)
+    assert moved.ctypes.data % 64 == 0 and moved.flags.c_contiguous
+    np.testing.assert_array_equal(moved, shifted)
+    assert aligned_copy(moved) is moved  # already aligned: no copy
+
+
+def test_compiled_models_keep_their_constants_64_byte_aligned():
+    # Kernels read weights in 64-byte vectors; NumPy's 16-byte alignment made each load span
+    # two cache lines (alexnet's dense layers 10% slower).
+    x = opf.var("x", shape=(1, 300))
+    w = opf.const(np.ones((200, 300), "float32"))
+    mod = opf.ir.IRModule.from_expr(opf.ir.Function([x], opf.op.nn.dense(x, w)))
+    exe = opf.compile(mod)
+    assert all(c.ctypes.data % 64 == 0 for c in exe._constants.values())
+
+
 def test_copyfrom_checks_shape():
     a = nd.empty((2, 2))
     a.copyfrom(np.ones((2, 2)))

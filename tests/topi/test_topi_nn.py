@@ -11,6 +11,7 @@ from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
+from opfusion.opdefs.nn import group_window_weight
 from opfusion.te.lower import lower
 from opfusion.testing import assert_close
 from opfusion.tir.interp import run
@@ -125,6 +126,18 @@ def test_conv2d_nchwc_depthwise(attrs):
     w = _blocked(normal(16, 1, 3, 3, seed=1), "OIHW", "OIHW1i8o")
     check_compute(nn.conv2d_nchwc, x, w, groups=16, data_layout="NCHW8c",
                   kernel_layout="OIHW1i8o", out_layout="NCHW8c", **attrs)
+
+
+@pytest.mark.parametrize("data, weight, groups, ib, ob, attrs", [
+    ((1, 48, 7, 9), (40, 12, 3, 3), 4, 8, 8, {"strides": 2, "padding": 1}),
+    ((1, 40, 5, 6), (40, 10, 1, 1), 4, 8, 8, {}),
+], ids=str)
+def test_conv2d_nchwc_group_window(data, weight, groups, ib, ob, attrs):
+    x = _blocked(normal(*data), "NCHW", f"NCHW{ib}c")
+    w = group_window_weight(normal(*weight, seed=1), groups, ib, ob)
+    check_compute(nn.conv2d_nchwc, x, w, groups=groups, group_window=True,
+                  data_layout=f"NCHW{ib}c", kernel_layout=f"OIHW{ib}i{ob}o",
+                  out_layout=f"NCHW{ob}c", **attrs)
 
 
 def _blocked(x, src, dst):

@@ -11,6 +11,8 @@ element (or every vector of k lanes, read with a gather).
 From NCHW into 8 or 16 lanes the lanes stay inside the columns (the source's rows for one
 block stay in cache while each is read once per lane).
 
+A blocked shuffle runs its lanes innermost, unrolled, by default (see ``default_config``).
+
 Knob: ``lanes_outside`` (for a blocked result: the lane axis outside the pixels)."""
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ class LayoutRule(ScheduleRule):
         assert space is not None
         # Measured on AVX-512: from NCHW into 16 or 8 lanes, the lanes inside (the 16 source
         # rows stay in cache) is 1.5x faster; into an RGB block of 3, or from a blocked source
-        # (a shuffle, a change of block), the lanes outside is 2-12x faster.
+        # (a change of block), the lanes outside is 2-12x faster. A blocked shuffle is 2x
+        # faster with the lanes inside, unrolled (each lane's source block and lane are then
+        # found once per row, and a pixel's lanes are written together): ShuffleNet's first,
+        # 112 channels at 56x56, 0.26 -> 0.13 ms.
         sources = [t for t in anchor.op.input_tensors if len(t.shape) == 5]
+        shuffle = _is_shuffle(anchor)
         few_lanes = len(anchor.shape) == 5 and int(anchor.shape[4]) < 8
-        return space.config(lanes_outside=bool(sources) or few_lanes)
+        return space.config(lanes_outside=(bool(sources) or few_lanes) and not shuffle)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: Any, target: Target,
               config: Config) -> None:
@@ -57,6 +63,13 @@ class LayoutRule(ScheduleRule):
             parallel_outer(stage, [n, block, lane], tensor_size(owner))
         elif len(axes) == 5:
             parallel_outer(stage, axes[:3], tensor_size(owner))
+            if _is_shuffle(anchor):
+                stage.unroll(axes[4])
         else:
             parallel_outer(stage, axes[:2], tensor_size(owner))
         arrange_rest(s)
+
+
+def _is_shuffle(anchor: te.Tensor) -> bool:
+    """Whether ``anchor`` is a channel shuffle's stage (the compute names it after the op)."""
+    return anchor.op.name == "channel_shuffle"
