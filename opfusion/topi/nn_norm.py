@@ -203,7 +203,7 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         data.shape,
         lambda *i: te.cast(te.cast(data[i], wide) / denominator(window(i) * scale + bias),
                            data.dtype),
-        name="lrn", tag=NORM_OUT)
+        name="lrn", tag=NORM_OUT, attrs={"axis": axis})
 
 
 __all__ = ["NORM_EXP", "NORM_MAX", "NORM_MEAN", "NORM_OUT", "NORM_SUM"]

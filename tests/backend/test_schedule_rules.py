@@ -163,6 +163,10 @@ CASES = {
     "channel_shuffle_blocked": (opf.op.channel_shuffle, (normal(1, 3, 4, 5, 8),), False,
                                 {"groups": 3, "layout": "NCHW8c"}),
     "softmax": (nn.softmax, (normal(4, 48) * 3,), False, {}),
+    "lrn": (nn.lrn, (normal(1, 7, 3, 21) * 4,), False,
+            {"size": 5, "alpha": 1e-2, "beta": 0.75, "bias": 2.0}),
+    "lrn_pow": (nn.lrn, (normal(1, 5, 2, 9),), False,
+                {"size": 3, "alpha": 1e-1, "beta": 0.6, "bias": 1.0}),
     "layer_norm": (nn.layer_norm, (normal(6, 64) + 1.0, normal(64, seed=1),
                                    normal(64, seed=2)), False, {"axis": -1}),
 }

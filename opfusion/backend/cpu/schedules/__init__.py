@@ -17,6 +17,7 @@ pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width (NCHW), 
                                                            (NCHW<k>c)
 rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
 layout         layout_transform, channel_shuffle           lanes_outside
+lrn            nn.lrn (along the channels of NCHW)         vector_width
 default        any other group (the fallback)              vector_width, parallel
 =============  ==========================================  ===================================
 
@@ -35,6 +36,7 @@ from .conv2d import Conv2dRule, conv2d_tiles
 from .conv2d_nchwc import Conv2dNCHWcRule, conv2d_nchwc_tiles
 from .default import DefaultRule, arrange_default, default_schedule
 from .layout import LayoutRule
+from .lrn import LrnRule
 from .matmul import MatmulDotRule, MatmulPlainRule, dot_tiles, plain_tiles
 from .pool import PoolRule, pool_rows
 from .rows import RowsRule, normalized_rows
@@ -43,11 +45,12 @@ from .winograd import WinogradRule, winograd_tiles
 #: The CPU backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cpu")
 for _rule in (Conv2dRule(), Conv2dNCHWcRule(), WinogradRule(), MatmulDotRule(),
-              MatmulPlainRule(), PoolRule(), RowsRule(), LayoutRule()):
+              MatmulPlainRule(), PoolRule(), RowsRule(), LayoutRule(), LrnRule()):
     RULES.register(_rule)
 RULES.set_fallback(DefaultRule())
 
-__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "LayoutRule", "MatmulDotRule",
+__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "LayoutRule", "LrnRule",
+           "MatmulDotRule",
            "MatmulPlainRule", "PoolRule", "RowsRule", "WinogradRule", "arrange_blocked_sums",
            "arrange_default", "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles",
            "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles", "pool_rows",
