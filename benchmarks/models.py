@@ -1,12 +1,15 @@
 """Latency of whole models: opfusion against fusion="none", ONNX Runtime and OpenVINO.
 
-    python benchmarks/models.py [names...] [--vision] [--repeat 30] [--no-ort] [--no-openvino]
+    python benchmarks/models.py [names...] [--vision] [--transformer] [--repeat 30] [--no-ort]
+                                [--no-openvino]
     python benchmarks/models.py [names...] --target "c -mattr=+avx2,+fma" --target c
 
 For each model (by default the nine light models: the random-weight copies of
 opfusion.testing.light_model; ``--vision`` adds the four torchvision classifiers of
 opfusion.testing.vision_model, resnet18, mobilenet_v3_large, efficientnet_b0 and
-shufflenet_v2_x1_0, which may also be named one by one; batch 1, standard-normal input) it
+shufflenet_v2_x1_0, which may also be named one by one; ``--transformer`` the transformer
+blocks of opfusion.testing.transformer_model, bert_layer and gpt_block, input (1, 128, 768);
+batch 1, standard-normal input) it
 times, in one process and interleaved: opfusion (``opf.compile``'s defaults), opfusion with
 ``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
 when importable: it is an optional peer, ``pip install openvino``, never a dependency of
@@ -62,6 +65,7 @@ import opfusion as opf
 from opfusion.frontend import from_onnx
 from opfusion.target import Target, host_cpu_name
 from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
+from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
 from opfusion.testing.vision import VISION_MODEL_NAMES, vision_model
 
 BATCH_SECONDS = 0.25
@@ -178,20 +182,27 @@ def timed(engines: list[Engine], repeat: int, warmup: int = 2) -> list[float]:
 
 
 def model_path(name: str) -> str:
-    """The ONNX file of a light or vision model (generated and cached on first use)."""
-    return str(vision_model(name) if name in VISION_MODEL_NAMES else light_model(name))
+    """The ONNX file of a light, vision or transformer model (generated and cached on first
+    use)."""
+    if name in VISION_MODEL_NAMES:
+        return str(vision_model(name))
+    if name in TRANSFORMER_MODEL_NAMES:
+        return str(transformer_model(name))
+    return str(light_model(name))
 
 
-def model_names(names: list[str], vision: bool) -> list[str]:
-    """The models to run: those named (light models when none are and not ``vision``), then
-    the vision models if ``vision``."""
-    chosen = list(names) or ([] if vision else list(LIGHT_MODEL_NAMES))
-    known = set(LIGHT_MODEL_NAMES) | set(VISION_MODEL_NAMES)
-    unknown = [name for name in chosen if name.removeprefix("light_") not in known]
+def model_names(names: list[str], vision: bool, transformer: bool = False) -> list[str]:
+    """The models to run: those named (light models when none are and no set is asked
+    for), then the vision models if ``vision``, the transformer blocks if ``transformer``."""
+    chosen = list(names) or ([] if vision or transformer else list(LIGHT_MODEL_NAMES))
+    every = LIGHT_MODEL_NAMES + VISION_MODEL_NAMES + TRANSFORMER_MODEL_NAMES
+    unknown = [name for name in chosen if name.removeprefix("light_") not in every]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the names are "
-                         f"{', '.join(LIGHT_MODEL_NAMES + VISION_MODEL_NAMES)}")
-    return chosen + [name for name in VISION_MODEL_NAMES if vision and name not in chosen]
+                         f"{', '.join(every)}")
+    chosen += [name for name in VISION_MODEL_NAMES if vision and name not in chosen]
+    return chosen + [name for name in TRANSFORMER_MODEL_NAMES
+                     if transformer and name not in chosen]
 
 
 def model_input(exe: Any) -> tuple[str, np.ndarray]:
@@ -218,6 +229,8 @@ def main() -> None:
                         help="light or vision models (default: the nine light models)")
     parser.add_argument("--vision", action="store_true",
                         help="run the four torchvision models too (alone if no names)")
+    parser.add_argument("--transformer", action="store_true",
+                        help="run the transformer blocks too (alone if no names)")
     parser.add_argument("--repeat", type=int, default=30,
                         help="calls per engine at least (5 batches at least)")
     parser.add_argument("--no-ort", action="store_true")
@@ -225,7 +238,7 @@ def main() -> None:
     parser.add_argument("--target", action="append", default=[],
                         help="compare these targets (give it once per target)")
     args = parser.parse_args()
-    names = model_names(args.names, args.vision)
+    names = model_names(args.names, args.vision, args.transformer)
     print_header()
     if args.target:
         compare_targets(names, args.target, args.repeat, not args.no_ort)

@@ -19,6 +19,7 @@ from ..ir.expr import Expr, Function, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
 from .light import LIGHT_MODEL_NAMES, light_model, shipped_light_model
+from .transformer import TRANSFORMER_MODEL_NAMES, transformer_model
 from .vision import VISION_MODEL_NAMES, vision_model
 from .workloads import (
     SMALL_WORKLOAD_ARGS,
@@ -33,10 +34,11 @@ from .workloads import (
 )
 
 __all__ = [
-    "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "VISION_MODEL_NAMES", "WORKLOADS",
+    "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "TRANSFORMER_MODEL_NAMES", "VISION_MODEL_NAMES",
+    "WORKLOADS",
     "assert_close", "eval_op", "light_model", "mlp", "mobilenet_v2", "resnet", "run_in_threads",
     "run_onnx_node", "shipped_light_model", "shufflenet_v2", "squeezenet",
-    "transformer_encoder", "vision_model", "workload_input",
+    "transformer_encoder", "transformer_model", "vision_model", "workload_input",
 ]
 
 

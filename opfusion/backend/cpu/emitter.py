@@ -56,6 +56,7 @@ from .module import (
 from .regtile import RegisterTileEmitter
 from .units import SECTION_MARKER
 from .vector import VectorEmitter
+from .vector_math import VECTOR_INTRINSICS, expand_intrinsics, scalar_exp_helper
 
 #: The helper key of the cancel flag's declaration (its definition is in the table section).
 _CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
@@ -115,7 +116,7 @@ class CPUEmitter(CFamilyEmitter):
 
     def __init__(self, func: S.PrimFunc, entry_name: str, options: CodegenOptions,
                  target: Target) -> None:
-        super().__init__(func, entry_name)
+        super().__init__(expand_intrinsics(func), entry_name)
         self.options = options
         self.target = target
         self.status_name = "opf_status"
@@ -132,6 +133,16 @@ class CPUEmitter(CFamilyEmitter):
                       function)
 
     # -- hooks of the C-family emitter ------------------------------------------------------
+
+    def _call(self, node: E.Call, args: list[str]) -> str:
+        """The intrinsics :mod:`.vector_math` computes (float32 exp) by its scalar helper, the
+        same algorithm as the vector one; the rest as libm calls."""
+        if node.dtype in VECTOR_INTRINSICS.get(node.name, ()):
+            name = f"opf_{node.name}_{node.dtype}"
+            self.includes.add("string.h")
+            self.need_helper(f"1_{name}", scalar_exp_helper(name))
+            return f"{name}({args[0]})"
+        return super()._call(node, args)
 
     def begin_body(self) -> None:
         # A kernel too small to pay for waking the other threads runs on the calling one.

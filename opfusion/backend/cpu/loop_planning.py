@@ -42,6 +42,7 @@ from ...tir import expr as E
 from ...tir import stmt as S
 from ...tir.simplify import linear_form, simplify
 from ..c_family import read_buffers, walk_stmts, written_buffers
+from .vector_math import VECTOR_INTRINSICS
 
 #: Element types a vector may hold, with their size in bytes.
 VECTOR_DTYPES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4, "uint64": 8}
@@ -360,7 +361,9 @@ class VectorAnalysis:
                 # would be undefined for NaN and out-of-range lanes.
                 return None
             return ("vector", dtype)
-        return None  # intrinsic calls, integer division, lets: scalar loop
+        if isinstance(node, E.Call) and dtype in VECTOR_INTRINSICS.get(node.name, ()):
+            return ("vector", dtype) if kids[0][0] == "vector" else None
+        return None  # other intrinsic calls, integer division, lets: scalar loop
 
 
 def plan_vector_loop(loop: S.For, target: Target,

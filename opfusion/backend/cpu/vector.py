@@ -33,6 +33,7 @@ from .loop_planning import (
     VectorPlan,
     value_nodes,
 )
+from .vector_math import vector_exp_helper
 
 #: Streaming-store instructions, widest first: (bytes, target feature, preprocessor guard,
 #: intrinsic, vector type). The fence after them, ``_mm_sfence``, needs SSE.
@@ -94,6 +95,10 @@ class VectorEmitter:
             nan = " | (a != a)" if dtype.startswith("float") else ""
             text = (f"static inline {vt} {name}({vt} a, {vt} b) "
                     f"{{ return {select}((a {cmp} b){nan}, a, b); }}")
+        elif kind == "exp":
+            self.c.includes.add("string.h")
+            text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
+                                     self.helper("splat", dtype, lanes))
         elif kind == "stream":
             text = self._stream_helper(name, vt, scalar, lanes * VECTOR_DTYPES[dtype])
         else:  # pragma: no cover - internal
@@ -241,4 +246,6 @@ class VectorEmitter:
             return f"{self.helper('select', node.dtype, lanes)}({args[0]}, {t}, {f})"
         if isinstance(node, E.Cast):
             return f"__builtin_convertvector({args[0]}, {self.vtype(node.dtype, lanes)})"
+        if isinstance(node, E.Call):  # planned only for VECTOR_INTRINSICS
+            return f"{self.helper(node.name, node.dtype, lanes)}({args[0]})"
         raise AssertionError(f"unplanned vector node {type(node).__name__}")  # pragma: no cover

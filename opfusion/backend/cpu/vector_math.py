@@ -1,0 +1,223 @@
+"""Transcendental functions the CPU kernels compute themselves, as C text: the same algorithm
+for one float and for a GCC vector of any width, so that a vectorized loop and its scalar
+remainder agree bit for bit, and a loop with ``exp`` in it runs in vectors (libm's ``expf``
+is a call per element, which GCC does not vectorize without ``-ffast-math``).
+
+``exp`` (float32), after Cephes' ``expf``: ``n = round(x * log2(e))``, ``r = x - n * ln 2``
+in two parts (Cody and Waite), ``e^r`` by a degree-7 polynomial on ``|r| <= ln 2 / 2``, then
+scaled by ``2^n`` as two exact powers of two (so that results round correctly into the
+subnormals and overflow to infinity). Maximum error measured against float64 over every
+float32 in [-104, 89]: 1 ulp (``tests/backend/test_vector_math.py``). NaN gives NaN,
++inf gives +inf, -inf and anything below -103.97 give 0, anything above 88.72 gives +inf,
+as ``numpy.exp`` in float32 does.
+
+``tanh`` and ``erf`` (float32) are rewritten, before code generation, into arithmetic, selects
+and that ``exp`` (:func:`expand_intrinsics`), so they vectorize with it (and ``pow(x, n)``
+for n = 2, 3, 4, of any float dtype, into products):
+
+- ``tanh``: Cephes' odd polynomial below 0.625, ``1 - 2 / (exp(2|x|) + 1)`` with the sign above;
+  at most 3 ulp; NaN stays NaN, +-inf give +-1.
+- ``erf``: ``x * P(x^2)`` (degree 5, fitted to erf(x)/x) below 0.875, ``1 - exp(-x^2) * Q(t)``
+  with ``t = 1 / (1 + x/2)`` (degree 7, fitted to erfc(x) e^(x^2) on [0.875, 4]) above, with
+  the sign; at most 3 ulp; NaN stays NaN, +-inf give +-1.
+
+The maximum errors are measured in ``tests/backend/test_vector_math.py``."""
+
+from __future__ import annotations
+
+from ...tir import expr as E
+from ...tir import stmt as S
+from ...tir.simplify import map_stmt
+
+#: Functions computed here, by the IR intrinsic's name, and the dtypes they cover.
+VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",)}
+
+# Cephes expf: ln 2 in two parts, and the polynomial for e^r - 1 - r over r^2.
+_LN2_HI = "0.693359375f"
+_LN2_LO = "-2.12194440e-4f"
+_LOG2E = "1.44269504088896341f"
+_POLY = ("1.9875691500E-4f", "1.3981999507E-3f", "8.3334519073E-3f", "4.1665795894E-2f",
+         "1.6666665459E-1f", "5.0000001201E-1f")
+#: Beyond these, exp(x) is 0 or +inf in float32 (the clamp keeps n inside the exponent).
+_LOW, _HIGH = "-104.0f", "89.0f"
+#: 1.5 * 2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer.
+_ROUNDER = "12582912.0f"
+
+
+def exp_body(vt: str, it: str, splat: str | None) -> str:
+    """The body of ``exp`` for a value type ``vt`` whose integer twin is ``it`` (float and
+    int32_t for the scalar; the vector types otherwise): ``splat`` makes a constant of the
+    type (None for the scalar). Selects are written with comparisons that give all-ones
+    masks on vectors and 1 on scalars, so each form is spelled where they differ."""
+    def c(text: str) -> str:
+        return text if splat is None else f"{splat}({text})"
+
+    poly = c(_POLY[0])
+    for coefficient in _POLY[1:]:
+        poly = f"({poly} * r + {c(coefficient)})"
+    if splat is None:
+        nan = "x != x"
+        clamp = (f"float v = x != x ? 0.0f : x; v = v < {_LOW} ? {_LOW} : v; "
+                 f"v = v > {_HIGH} ? {_HIGH} : v;")
+        ints = "int32_t n = (int32_t)k;"
+        scale = ("int32_t h = n >> 1; int32_t b1 = (h + 127) << 23; "
+                 "int32_t b2 = (n - h + 127) << 23; float s1, s2; "
+                 "memcpy(&s1, &b1, 4); memcpy(&s2, &b2, 4);")
+        result = f"return {nan} ? x : (y * s1) * s2;"
+    else:
+        nan = "(x != x)"
+
+        def pick(mask: str, a: str, b: str) -> str:
+            return f"({vt})(({mask} & ({it}){a}) | (~{mask} & ({it}){b}))"
+
+        low, high = c(_LOW), c(_HIGH)
+        clamp = (f"{vt} v = ({vt})(~{nan} & ({it})x); "
+                 f"v = {pick(f'(v < {low})', low, 'v')}; "
+                 f"v = {pick(f'(v > {high})', high, 'v')};")
+        ints = f"{it} n = __builtin_convertvector(k, {it});"
+        scale = (f"{it} h = n >> 1; {vt} s1 = ({vt})((h + 127) << 23); "
+                 f"{vt} s2 = ({vt})((n - h + 127) << 23);")
+        result = f"{vt} out = (y * s1) * s2; return {pick(nan, 'x', 'out')};"
+    return " ".join([
+        clamp,
+        f"{vt} k = (v * {c(_LOG2E)} + {c(_ROUNDER)}) - {c(_ROUNDER)};",
+        f"{vt} r = (v - k * {c(_LN2_HI)}) - k * {c(_LN2_LO)};",
+        f"{vt} y = ({poly} * (r * r) + r) + {c('1.0f')};",
+        ints, scale, result,
+    ])
+
+
+def scalar_exp_helper(name: str) -> str:
+    """``static inline float name(float x)``: the scalar form."""
+    return f"static inline float {name}(float x) {{ {exp_body('float', 'int32_t', None)} }}"
+
+
+def vector_exp_helper(name: str, vt: str, it: str, splat: str) -> str:
+    """``static inline vt name(vt x)``: the vector form (``it`` the int32 vector of as many
+    lanes, ``splat`` the float splat helper)."""
+    return f"static inline {vt} {name}({vt} x) {{ {exp_body(vt, it, splat)} }}"
+
+
+# -- tanh and erf as expressions of exp ------------------------------------------------------
+
+#: Cephes' tanhf polynomial (|x| < 0.625), highest power first.
+_TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+              -3.33332819422e-1)
+_TANH_SPLIT = 0.625
+#: erf(x) / x as a polynomial in x^2 on [0, 0.875], least squares at Chebyshev points
+#: (relative error 1.1e-8 in float64).
+_ERF_SMALL = (-0.0006253727223322476, 0.005042236068756952, -0.026798588879527078,
+              0.11282667767938301, -0.3761257423154565, 1.1283791632035556)
+#: erfc(x) * exp(x^2) as a polynomial in 1 / (1 + x / 2) on [0.875, 4] (relative error
+#: 6e-10); beyond 4, erf(x) is 1 in float32 and the polynomial's drift is multiplied by
+#: exp(-x^2) < 1.2e-7.
+_ERF_LARGE = (0.12018435317435887, -0.47417028792633964, 0.5677415197977951,
+              -0.10730808677159369, 0.349612516349868, 0.2591629682207722,
+              0.2849959253291949, -0.00015978959780936283)
+_ERF_SPLIT = 0.875
+
+
+def _f(value: float) -> E.PrimExpr:
+    return E.FloatImm(value, "float32")
+
+
+def _horner(coefficients: tuple[float, ...], v: E.PrimExpr) -> E.PrimExpr:
+    result: E.PrimExpr = _f(coefficients[0])
+    for coefficient in coefficients[1:]:
+        result = result * v + _f(coefficient)
+    return result
+
+
+def _exp(v: E.PrimExpr) -> E.PrimExpr:
+    return E.Call("exp", [v], "float32")
+
+
+def _magnitude(x: E.PrimExpr) -> E.PrimExpr:
+    """|x| as a select (no fabs call, which does not vectorize); NaN stays NaN."""
+    return E.Select(x < _f(0.0), _f(0.0) - x, x)
+
+
+def _with_sign_of(x: E.PrimExpr, value: E.PrimExpr) -> E.PrimExpr:
+    return E.Select(x < _f(0.0), _f(0.0) - value, value)
+
+
+def tanh_expr(x: E.PrimExpr) -> E.PrimExpr:
+    """float32 tanh as arithmetic, selects and exp (see the module docstring)."""
+    z = x * x
+    small = x * (_horner(_TANH_POLY, z) * z + _f(1.0))  # x * (...): tanh(-0) is -0
+    large = _f(1.0) - _f(2.0) / (_exp(_f(2.0) * _magnitude(x)) + _f(1.0))
+    return E.Select(_magnitude(x) < _f(_TANH_SPLIT), small, _with_sign_of(x, large))
+
+
+def erf_expr(x: E.PrimExpr) -> E.PrimExpr:
+    """float32 erf as arithmetic, selects and exp (see the module docstring)."""
+    a = _magnitude(x)
+    small = x * _horner(_ERF_SMALL, x * x)
+    t = _f(1.0) / (_f(1.0) + _f(0.5) * a)
+    large = _f(1.0) - _exp(_f(0.0) - a * a) * _horner(_ERF_LARGE, t)
+    return E.Select(a < _f(_ERF_SPLIT), small, _with_sign_of(x, large))
+
+
+_EXPANSIONS = {"tanh": tanh_expr, "erf": erf_expr}
+
+
+def expand_intrinsics(func: S.PrimFunc) -> S.PrimFunc:
+    """``func`` with its float32 tanh and erf calls rewritten into exp. In a store, each
+    call's argument is bound by a let first, so that the selects of the expansion choose
+    between values, not loads (a vector select of loads would not be planned: a load in a
+    branch may be a guarded out-of-bounds read)."""
+    return S.PrimFunc(func.name, func.params, _expand_stmt(func.body), func.attrs)
+
+
+def _expand_stmt(stmt: S.Stmt) -> S.Stmt:
+    # (recursion by nesting depth, as map_stmt)
+    if isinstance(stmt, S.BufferStore):
+        lets: list[tuple[E.Var, E.PrimExpr]] = []
+        value = E.rewrite(stmt.value, lambda node: _expansion(node, lets))
+        out: S.Stmt = S.BufferStore(stmt.buffer, value, list(stmt.indices))
+        for var, bound in reversed(lets):
+            out = S.LetStmt(var, bound, out)
+        return out
+    if isinstance(stmt, S.SeqStmt):
+        return S.SeqStmt([_expand_stmt(s) for s in stmt.stmts])
+    if isinstance(stmt, S.For):
+        return S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _expand_stmt(stmt.body))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, _expand_stmt(stmt.then_case),
+                            None if stmt.else_case is None else _expand_stmt(stmt.else_case))
+    if isinstance(stmt, S.LetStmt):
+        return S.LetStmt(stmt.var, _expand_plain(stmt.value), _expand_stmt(stmt.body))
+    if isinstance(stmt, S.Allocate):
+        return S.Allocate(stmt.buffer, _expand_stmt(stmt.body))
+    return map_stmt(stmt, _expand_plain)
+
+
+#: pow(x, n) for these constant n as products (GPT-2's GELU has x ** 3): the same value for
+#: every x as pow's to an ulp or two, signed zeros, infinities and NaN included.
+_INTEGER_POWERS = {2.0: lambda x: x * x, 3.0: lambda x: x * x * x,
+                   4.0: lambda x: (x * x) * (x * x)}
+
+
+def _expansion(node: E.PrimExpr, lets: list[tuple[E.Var, E.PrimExpr]] | None
+               ) -> E.PrimExpr | None:
+    if (isinstance(node, E.Call) and node.name == "pow" and isinstance(node.args[1], E.FloatImm)
+            and node.args[1].value in _INTEGER_POWERS):
+        return _INTEGER_POWERS[node.args[1].value](_bound(node.args[0], lets))
+    if not (isinstance(node, E.Call) and node.dtype == "float32" and node.name in _EXPANSIONS):
+        return None
+    return _EXPANSIONS[node.name](_bound(node.args[0], lets))
+
+
+def _bound(argument: E.PrimExpr, lets: list[tuple[E.Var, E.PrimExpr]] | None) -> E.PrimExpr:
+    """``argument``, bound to a new variable by a let around the store (when ``lets`` is
+    given) unless it is a variable or a constant already: computed once however often the
+    expansion reads it."""
+    if lets is None or isinstance(argument, (E.Var, E.FloatImm)):
+        return argument
+    var = E.Var("arg", argument.dtype)
+    lets.append((var, argument))
+    return var
+
+
+def _expand_plain(expr: E.PrimExpr) -> E.PrimExpr:
+    return E.rewrite(expr, lambda node: _expansion(node, None))
