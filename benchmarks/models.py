@@ -9,6 +9,7 @@ opfusion.testing.light_model; ``--vision`` adds the four torchvision classifiers
 opfusion.testing.vision_model, resnet18, mobilenet_v3_large, efficientnet_b0 and
 shufflenet_v2_x1_0, which may also be named one by one; ``--transformer`` the transformer
 blocks of opfusion.testing.transformer_model, bert_layer and gpt_block, input (1, 128, 768);
+a name ending in .onnx is that file, e.g. the ViT-B/16 of ``benchmarks/export_vit_b16.py``;
 batch 1, standard-normal input) it
 times, in one process and interleaved: opfusion (``opf.compile``'s defaults), opfusion with
 ``fusion="none"``, ONNX Runtime (CPU provider) and OpenVINO (CPU;
@@ -183,7 +184,9 @@ def timed(engines: list[Engine], repeat: int, warmup: int = 2) -> list[float]:
 
 def model_path(name: str) -> str:
     """The ONNX file of a light, vision or transformer model (generated and cached on first
-    use)."""
+    use), or ``name`` itself when it is the path of an .onnx file."""
+    if name.endswith(".onnx"):
+        return name
     if name in VISION_MODEL_NAMES:
         return str(vision_model(name))
     if name in TRANSFORMER_MODEL_NAMES:
@@ -191,12 +194,18 @@ def model_path(name: str) -> str:
     return str(light_model(name))
 
 
+def row_label(name: str) -> str:
+    """A model's name in the table (an .onnx file's name without its folder and suffix)."""
+    return os.path.basename(name).removesuffix(".onnx") if name.endswith(".onnx") else name
+
+
 def model_names(names: list[str], vision: bool, transformer: bool = False) -> list[str]:
     """The models to run: those named (light models when none are and no set is asked
     for), then the vision models if ``vision``, the transformer blocks if ``transformer``."""
     chosen = list(names) or ([] if vision or transformer else list(LIGHT_MODEL_NAMES))
     every = LIGHT_MODEL_NAMES + VISION_MODEL_NAMES + TRANSFORMER_MODEL_NAMES
-    unknown = [name for name in chosen if name.removeprefix("light_") not in every]
+    unknown = [name for name in chosen if name.removeprefix("light_") not in every
+               and not (name.endswith(".onnx") and os.path.isfile(name))]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the names are "
                          f"{', '.join(every)}")
@@ -281,7 +290,7 @@ def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino
         for engine, value in zip(("unfused", "ort", "openvino"), cells):
             if not math.isnan(value):
                 ratios[engine].append(value / t_fused)
-        print(f"{name:<{NAME_WIDTH}} {t_fused * 1e3:>7.2f}ms "
+        print(f"{row_label(name):<{NAME_WIDTH}} {t_fused * 1e3:>7.2f}ms "
               + " ".join(f"{t * 1e3:>7.2f}ms" for t in cells) + " "
               + " ".join(f"{t / t_fused:>{w}.2f}x" for t, w in zip(cells, (8, 7, 7)))
               + f" {max(diffs.values()):>9.1e} {fused.num_kernels:>8} {cold:>6.1f}s "
@@ -326,7 +335,8 @@ def compare_targets(names: list[str], specs: list[str], repeat: int, with_ort: b
             speedups[i].append(times[0] / t)
         cells = "".join(f"{t * 1e3:>8.2f}ms" for t in times)
         cells += "".join(f"{times[0] / t:>7.2f}x" for t in times[1:])
-        print(f"{name:<{NAME_WIDTH}}{cells}{t_ort * 1e3:>8.2f}ms{t_ort / times[-1]:>8.2f}x"
+        label = row_label(name)
+        print(f"{label:<{NAME_WIDTH}}{cells}{t_ort * 1e3:>8.2f}ms{t_ort / times[-1]:>8.2f}x"
               f"{compiled[-1][1]:>6.1f}s")
     summary = " ".join(f"t0/t{i} {geomean(s):.3f}" for i, s in enumerate(speedups) if i)
     print(f"geomean {summary}")

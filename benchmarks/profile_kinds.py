@@ -17,17 +17,17 @@ import platform
 from collections import defaultdict
 
 import numpy as np
+from models import model_path  # noqa: E402  (benchmarks/ is the script's folder)
 
 import opfusion as opf
-from opfusion.ir.expr import Call
+from opfusion.ir.expr import Call, Constant
 from opfusion.ir.visitor import post_order
-from opfusion.testing import light_model
 
 #: Operators that name a kernel's kind (the first one found in the group, in this order).
 ANCHORS = ("nn.conv2d_winograd_nchwc", "nn.conv2d_nchwc", "nn.conv2d", "nn.conv2d_transpose",
-           "nn.dense", "nn.matmul", "nn.batch_matmul", "nn.max_pool2d", "nn.avg_pool2d",
-           "nn.global_avg_pool2d", "nn.global_max_pool2d", "concatenate", "layout_transform",
-           "nn.softmax")
+           "nn.dense", "nn.matmul", "nn.matmul_packed", "nn.batch_matmul", "nn.max_pool2d",
+           "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d", "concatenate",
+           "layout_transform", "nn.softmax", "nn.layer_norm", "nn.pad", "strided_slice")
 
 
 def kind_and_flops(group) -> tuple[str, float]:
@@ -57,21 +57,26 @@ def kind_and_flops(group) -> tuple[str, float]:
                 if name == "nn.conv2d_nchwc":
                     taps //= weight[5]
                 return label, 2.0 * int(np.prod(out)) * taps
-            if name in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
+            if name in ("nn.dense", "nn.matmul", "nn.matmul_packed", "nn.batch_matmul"):
                 depth = call.args[0].checked_type.shape[-1]
-                return "dense/matmul", 2.0 * int(np.prod(call.checked_type.shape)) * depth
+                if name == "nn.matmul" and call.attrs.transpose_a:
+                    depth = call.args[0].checked_type.shape[-2]
+                constant = isinstance(call.args[1], Constant) or name == "nn.matmul_packed"
+                label = "dense/matmul" if constant else "matmul (two inputs)"
+                return label, 2.0 * int(np.prod(call.checked_type.shape)) * depth
             return name.removeprefix("nn."), 0.0
     return "elementwise/other", 0.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a light model's name (resnet50, squeezenet, ...)")
+    parser.add_argument("model", help="a light, vision or transformer model's name "
+                        "(resnet50, bert_layer, ...) or an .onnx file")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-layout", action="store_true",
                         help="compile with AlterOpLayout disabled (NCHW kernels)")
     args = parser.parse_args()
-    mod, params = opf.frontend.from_onnx(str(light_model(args.model)))
+    mod, params = opf.frontend.from_onnx(model_path(args.model))
     disabled = ["AlterOpLayout"] if args.no_layout else []
     with opf.transform.PassContext(opt_level=3, disabled_pass=disabled):
         exe = opf.compile(mod, params=params)

@@ -39,6 +39,7 @@ from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.optimize import optimize
+from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pass_infra import Sequential
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
@@ -138,9 +139,11 @@ def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
 
 def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     """``mod`` with its convolutions in the blocked layout of ``target`` (None: the current
-    target, else the host) by AlterOpLayout (opt_level 3, unless the pass context disables
-    it), and the weights' layout transforms folded into constants."""
-    return Sequential([AlterOpLayout(target), FoldConstant(), InferType()],
+    target, else the host) by AlterOpLayout, the constant right operands of products in
+    column panels by PackMatmulWeights (both opt_level 3, unless the pass context disables
+    them), and the weights' layout transforms folded into constants."""
+    return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),
+                       InferType()],
                       name="AlterLayout")(mod)
 
 

@@ -576,6 +576,36 @@ class MatMul(Op):
         return np.matmul(a, b)
 
 
+@register_op
+class MatMulPacked(Op):
+    name = "nn.matmul_packed"
+    doc = ("a (..., M, K) times a constant right operand packed in column panels (N/c, K, c), "
+           "as PackMatmulWeights makes it from nn.matmul or nn.dense: each panel holds c "
+           "columns of the (K, N) matrix row after row, the layout the product's register "
+           "tiles read, so that no kernel packs it again on every call.")
+    inputs = ("a", "b")
+    pattern = OpPatternKind.kOutEWiseFusable
+    attrs = {"out_dtype": Attr("dtype", optional=True,
+                               doc="result dtype (default: the input's)")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        a, b = self.expect_tensors(arg_types)
+        dtype = numeric_dtype(self, [a, b], self.inputs)
+        if a.ndim < 1:
+            raise self.type_error("input 'a' is a scalar; use multiply instead")
+        if b.ndim != 3:
+            raise self.type_error(f"input 'b' {b.shape} must be column panels (N/c, K, c)")
+        if a.shape[-1] != b.shape[1]:
+            raise self.type_error(f"a {a.shape} contracts {a.shape[-1]} values but the panels "
+                                  f"{b.shape} hold {b.shape[1]} rows")
+        return TensorType((*a.shape[:-1], b.shape[0] * b.shape[2]), attrs.out_dtype or dtype)
+
+    def reference(self, a: np.ndarray, b: np.ndarray, **_: Any) -> np.ndarray:
+        panels, depth, cols = b.shape
+        plain = b.transpose(1, 0, 2).reshape(depth, panels * cols)
+        return np.matmul(wide(a), wide(plain))
+
+
 def _swap_last(shape: tuple[int, ...], swap: bool) -> tuple[int, ...]:
     return (*shape[:-2], shape[-1], shape[-2]) if swap and len(shape) > 1 else shape
 

@@ -577,6 +577,19 @@ def matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                      "matmul")
 
 
+@register_compute("nn.matmul_packed")
+def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``out[..., m, n] = sum_k a[..., m, k] * panels[n // c, k, n % c]``: the plain form over
+    a right operand packed at compile time (the result's ``attrs["panels"]`` is c)."""
+    a, panels = inputs
+    _, depth, cols = (int(d) for d in panels.shape)
+    result = _contract(out_type.shape, lambda idx, k: a[(*idx[:-1], k)],
+                       lambda idx, k: panels[idx[-1] // cols, k, idx[-1] % cols], depth,
+                       out_type.dtype, False, "matmul")
+    result.op.attrs["panels"] = cols
+    return result
+
+
 @register_compute("nn.batch_matmul")
 def batch_matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """(B, M, K) x (B, N, K) -> (B, M, N), either operand transposed, batch 1 broadcast."""

@@ -51,6 +51,7 @@ from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
 from .legalize_checked_indices import LegalizeCheckedIndices
 from .optimize import optimization_passes, optimize
+from .pack_matmul_weights import PackMatmulWeights
 from .pass_infra import (
     FunctionPass,
     ModulePass,
@@ -89,8 +90,9 @@ __all__ = [
     "ForwardFoldScaleAxis", "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps",
     "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport",
     "FusionStrategy", "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
-    "LegalizeCheckedIndices", "ModulePass", "Pass", "PassContext", "PassInfo", "PassInstrument",
-    "PassTiming", "PassTimingInstrument", "Pattern", "PatternCallback", "PatternRewrite", "PrintIR",
+    "LegalizeCheckedIndices", "ModulePass", "PackMatmulWeights", "Pass", "PassContext",
+    "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
+    "PatternCallback", "PatternRewrite", "PrintIR",
     "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "VerticalFusePass",
     "alter_op_layout", "bind_params", "check_fused_module", "check_fusion_plan", "explain_fusion",
     "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot", "get_fusion_strategy",

@@ -6,7 +6,8 @@ compute (see :mod:`opfusion.topi.nn`):
   summed;
 - ``matmul_plain``: ``rows`` rows x ``cols`` columns of the result in vectors (outer
   products), the reduction outside, unrolled by ``k_unroll``; the right operand read from
-  column panels when the compute packed it (``cols`` is then the panel width).
+  column panels when the compute packed it or PackMatmulWeights packed it at compile time
+  (``nn.matmul_packed``; ``cols`` is then the panel width).
 
 In both, column tiles go in blocks of ``block`` that keep their part of the right operand in
 L2 while every row tile passes. A product without a reduction (depth 0) takes neither: the
@@ -36,7 +37,7 @@ from .common import (
     tensor_size,
 )
 
-PRODUCTS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
+PRODUCTS = ("nn.dense", "nn.matmul", "nn.batch_matmul", "nn.matmul_packed")
 
 
 def block_bytes(target: Target) -> int:
@@ -120,13 +121,13 @@ class MatmulPlainRule(ScheduleRule):
         m, n = _rows_cols(anchor)
         lanes = target.vector_lanes(anchor.dtype)
         registers = target.vector_registers
-        pack = producer(anchor, MATMUL_PACK)
+        panels = panel_columns(anchor)
         if not anchor.shape:
             rows, cols = (1,), (1,)
         else:
             rows = divisors(m, registers) if m is not None else (1,)
             # Packed panels fix the tile's columns (a tile reads one panel).
-            cols = (int(pack.shape[-1]),) if pack is not None else divisors(n, 4 * lanes)
+            cols = (panels,) if panels else divisors(n, 4 * lanes)
 
         def fits(config: Mapping[str, Any]) -> bool:
             """rows x cols result vectors fit the vector registers"""
@@ -145,9 +146,9 @@ class MatmulPlainRule(ScheduleRule):
             return 1, 1, 1
         lanes = target.vector_lanes(anchor.dtype)
         depth = int(anchor.op.reduce_axis[0].dom.extent)
-        pack = producer(anchor, MATMUL_PACK)
-        if pack is not None:  # the tiles are the panels' columns
-            cols = int(pack.shape[-1])
+        panels = panel_columns(anchor)
+        if panels:  # the tiles are the panels' columns
+            cols = panels
         elif n % (2 * lanes) == 0:
             cols = 2 * lanes
         else:
@@ -168,6 +169,15 @@ class MatmulPlainRule(ScheduleRule):
         plain_tiles(s, anchor, output, int(config["rows"]), int(config["cols"]),
                     int(config["block"]), int(config["k_unroll"]))
         arrange_rest(s)
+
+
+def panel_columns(anchor: te.Tensor) -> int:
+    """Columns per panel of a right operand packed in column panels: by the compute (its
+    MATMUL_PACK stage) or at compile time (nn.matmul_packed's ``panels``); 0 when neither."""
+    pack = producer(anchor, MATMUL_PACK)
+    if pack is not None:
+        return int(pack.shape[-1])
+    return int(anchor.op.attrs.get("panels", 0))
 
 
 def _tile_last_two(stage: te.Stage, rows: int, cols: int) -> tuple[list[Any], list[Any]]:

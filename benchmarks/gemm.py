@@ -1,0 +1,92 @@
+"""Matrix products against NumPy's BLAS over transformer shapes, in one run.
+
+    python benchmarks/gemm.py [--repeat 20] [--quick]
+
+Each row is ``x (M, K) @ w (K, N)`` with ``w`` a constant, as a model's MatMul or Gemm
+imports: opfusion compiles it as a whole model would be (``opf.compile``: the weight packed
+into column panels at compile time by PackMatmulWeights, the rows padded to whole register
+tiles) and runs it through the executor; NumPy multiplies the same arrays with its BLAS
+(``x @ w``, OpenBLAS in NumPy's wheels), both on every core. M runs over the token counts of
+transformer inference (1, 16, 64, 128, 197, 512), (K, N) over BERT-base's and BERT-large's
+projections and feed-forward layers. Times are the medians of alternating blocks of calls;
+GFLOP/s counts 2 M N K. The last column is NumPy's time over opfusion's (above 1: opfusion is
+faster). Check that the machine is quiet (``uptime``) first."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+import opfusion as opf
+from opfusion.ir.expr import Function
+from opfusion.ir.module import IRModule
+from opfusion.target import Target
+
+ROWS = (1, 16, 64, 128, 197, 512)
+#: (K, N): BERT-base's projections, its feed-forward in and out, BERT-large's projections and
+#: feed-forward in.
+SHAPES = ((768, 768), (768, 3072), (3072, 768), (1024, 1024), (1024, 4096))
+
+
+def compiled_product(rows: int, depth: int, cols: int, weight: np.ndarray):
+    x = opf.var("x", shape=(rows, depth))
+    mod = IRModule.from_expr(Function([x], opf.op.nn.matmul(x, opf.const(weight))))
+    return opf.compile(mod)
+
+
+def medians(first, second, repeat: int) -> tuple[float, float]:
+    """Median seconds per call of each, timed in alternating blocks of calls (a block lasts
+    about 20 ms, so each side's threads are awake)."""
+    for fn in (first, second):
+        fn()
+    start = time.perf_counter()
+    first()
+    second()
+    block = max(1, int(0.02 / max(time.perf_counter() - start, 1e-7)))
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, out in zip((first, second), times):
+            start = time.perf_counter()
+            for _ in range(block):
+                fn()
+            out.append((time.perf_counter() - start) / block)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="M in 16, 197 and K, N 768 only")
+    args = parser.parse_args()
+    rows = (16, 197) if args.quick else ROWS
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    host = Target("c")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, ISA {host.isa}, "
+          f"{host.num_cores} cores, load {os.getloadavg()[0]:.2f}; numpy {np.__version__}")
+    print(f"{'M':>5} {'K':>5} {'N':>5} {'opfusion':>12} {'numpy':>12} {'numpy/opf':>10}")
+    ratios = []
+    rng = np.random.default_rng(0)
+    for depth, cols in shapes:
+        weight = rng.standard_normal((depth, cols), dtype=np.float32)
+        for m in rows:
+            x = rng.standard_normal((m, depth), dtype=np.float32)
+            exe = compiled_product(m, depth, cols, weight)
+            got = exe(x)
+            want = x @ weight
+            assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+            ours, theirs = medians(lambda e=exe, v=x: e(v), lambda v=x, w=weight: v @ w,
+                                   args.repeat)
+            flops = 2.0 * m * depth * cols
+            ratios.append(theirs / ours)
+            print(f"{m:>5} {depth:>5} {cols:>5} {flops / ours / 1e9:>7.1f} GF/s "
+                  f"{flops / theirs / 1e9:>7.1f} GF/s {theirs / ours:>9.2f}x", flush=True)
+    print(f"# geomean numpy/opfusion {float(np.exp(np.mean(np.log(ratios)))):.3f}; "
+          f"load after {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""PackMatmulWeights: pack the constant right operands of matrix products once, at compile time.
+
+A product whose right operand is packed by its compute (:func:`opfusion.topi.nn.panel_width`:
+enough output rows, columns in whole vectors, not the dot form) copies that operand into
+column panels ``(N/c, K, c)`` on every call: for a transformer's 768x3072 weight that is 9 MB
+moved per run. When the operand is a constant (``nn.matmul`` with a (K, N) weight, or
+``nn.dense`` with an (N, K) one, as ONNX's MatMul and Gemm import), this pass makes the call
+``nn.matmul_packed(a, layout_transform(weight))``: FoldConstant (run after it in
+``opf.compile``) turns the transform into the packed constant, and the kernel reads the
+panels directly. The panel width is the one the compute would have chosen for the current
+target (two vectors, or one). Products the compute would not pack are left as they are.
+
+The same pass pads products whose result the register tiles cannot cut evenly: a vision
+transformer's attention over 197 tokens multiplies (197, 64) by (64, 197) and (197, 197) by
+(197, 64) per head, and 197 (a prime) leaves the tile one row by one scalar column (7-12
+GFLOP/s). Such a product of two computed operands, big enough (PAD_MIN_WORK), gets its rows
+padded with zeros to a multiple of ROW_TILE and its columns to a multiple of the target's
+vector lanes (``nn.pad`` of the operands), and its result cropped back (``strided_slice``):
+two small copies buy whole register tiles. A product with a constant right operand that
+is packed gets its rows padded the same way (ViT's 197 tokens again): its epilogue then
+runs after the crop, in a kernel of its own.
+
+The pass needs opt_level 3 and a target (the current one, or the host);
+``disabled_pass=["PackMatmulWeights"]`` turns it off."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.expr import Call, Constant, Expr, Function
+from ..ir.infer import infer_type
+from ..ir.module import IRModule
+from ..ir.op import Op, get_op
+from ..ir.types import TensorType
+from ..ir.visitor import ExprMutator, post_order
+from ..target import Target, as_target
+from ..topi._util import accumulator_dtype
+from ..topi.nn import panel_width
+from .context import PassContext
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
+
+
+@pass_factory
+def PackMatmulWeights(target: Target | str | None = None) -> Pass:  # noqa: N802 - a pass name
+    """Products with constant right operands read panels packed at compile time (see the
+    module docstring)."""
+    return _pack_matmul_weights_pass(target)
+
+
+@module_pass(opt_level=3, name="PackMatmulWeights")
+class _pack_matmul_weights_pass:  # noqa: N801 - a pass class, named like the others
+    def __init__(self, target: Target | str | None = None) -> None:
+        self.target = target
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        target = as_target(self.target)
+        new = IRModule()
+        with target:
+            for name, func in mod.functions.items():
+                if isinstance(func, Function) and not func.is_primitive:
+                    infer_type(func, mod)
+                    func = _Packer(func, target.vector_lanes("float32")).visit(func)
+                new[mod.get_global_var(name)] = func
+        return new
+
+
+def packed_columns(call: Call) -> tuple[int, str] | None:
+    """(panel width, the weight's layout: "KN" or "NK") when ``call`` is a float32 product
+    of a 2-D constant right operand that its compute would pack; else None."""
+    if not (isinstance(call.op, Op) and call.op.name in ("nn.matmul", "nn.dense")):
+        return None
+    data, weight = call.args
+    a, w, out = data.checked_type, weight.checked_type, call.checked_type
+    if not (isinstance(weight, Constant) and isinstance(a, TensorType)
+            and isinstance(w, TensorType) and isinstance(out, TensorType)
+            and a.dtype == w.dtype == out.dtype == "float32" and w.ndim == 2 and a.ndim >= 2):
+        return None
+    rows = 1
+    for dim in a.shape[:-1]:
+        rows *= dim
+    if call.op.name == "nn.dense":
+        layout, along_k = "NK", True
+    else:
+        if call.attrs.transpose_a:
+            return None
+        layout, along_k = ("NK", True) if call.attrs.transpose_b else ("KN", False)
+    depth, width = (w.shape[1], w.shape[0]) if layout == "NK" else w.shape
+    cols = panel_width(rows, depth, width, along_k, accumulator_dtype(out.dtype))
+    return (cols, layout) if cols else None
+
+
+#: Rows of a product's register tile the padding rounds up to (the rule's default tile:
+#: half of 8 accumulators, two vectors of columns each).
+ROW_TILE = 4
+#: Multiply-adds below which a product is not padded (the copies would cost more).
+PAD_MIN_WORK = 1 << 20
+
+
+def padded_sizes(call: Call, lanes: int) -> tuple[int, int] | None:
+    """(rows, columns) to pad a float32 ``nn.matmul`` / ``nn.batch_matmul`` of computed
+    operands to, when its rows are not a multiple of ROW_TILE or its columns of ``lanes``
+    and it is big enough; else None."""
+    if not (isinstance(call.op, Op) and call.op.name in ("nn.matmul", "nn.batch_matmul")):
+        return None
+    a, b = (arg.checked_type for arg in call.args)
+    out = call.checked_type
+    if not (isinstance(a, TensorType) and isinstance(b, TensorType)
+            and isinstance(out, TensorType) and a.dtype == b.dtype == out.dtype == "float32"
+            and a.ndim >= 2 and b.ndim >= 2 and a.ndim == b.ndim):
+        return None
+    if call.op.name == "nn.matmul" and (call.attrs.transpose_a or call.attrs.transpose_b):
+        return None
+    if call.op.name == "nn.batch_matmul" and (call.attrs.transpose_a
+                                              or call.attrs.transpose_b is not False):
+        return None
+    rows, depth, cols = a.shape[-2], a.shape[-1], b.shape[-1]
+    work = out.size * depth
+    if rows < 2 * ROW_TILE or cols < lanes or work < PAD_MIN_WORK:
+        return None
+    padded = (-(-rows // ROW_TILE) * ROW_TILE, -(-cols // lanes) * lanes)
+    return None if padded == (rows, cols) else padded
+
+
+def _padded(expr: Expr, ndim: int, axis: int, extra: int) -> Expr:
+    widths = [0] * (2 * ndim)
+    widths[2 * axis + 1] = extra
+    return Call(get_op("nn.pad"), [expr, Constant(np.zeros((), "float32"))],
+                {"pad_width": widths})
+
+
+class _Packer(ExprMutator):
+    def _init(self, func: Function) -> None:
+        super().__init__()
+        for node in post_order(func.body, into_functions=False):  # fused groups stay
+            if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
+                self.memo[node.op] = node.op
+
+    def __init__(self, func: Function, lanes: int) -> None:
+        self.lanes = lanes
+        self._init(func)
+
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        padding = padded_sizes(call, self.lanes)
+        if padding is not None and isinstance(new, Call):
+            return self._pad(call, new, *padding)
+        packing = packed_columns(call)
+        if packing is None or not isinstance(new, Call):
+            return new
+        cols, layout = packing
+        data, weight = new.args
+        panels = Call(get_op("layout_transform"), [weight],
+                      {"src_layout": layout, "dst_layout": f"NK{cols}n"})
+        a_type, out_type = call.args[0].checked_type, call.checked_type
+        rows = a_type.size // a_type.shape[-1]
+        if a_type.ndim != 2:  # every row in one axis: (197, 1, 768) has 197 rows, not 1
+            data = Call(get_op("reshape"), [data], {"newshape": [rows, a_type.shape[-1]]})
+        extra = -rows % ROW_TILE if rows >= 2 * ROW_TILE else 0
+        if extra:  # whole row tiles (see padded_sizes), the result cropped back
+            data = _padded(data, 2, 0, extra)
+        out: Expr = Call(get_op("nn.matmul_packed"), [data, panels],
+                         {"out_dtype": new.attrs.get("out_dtype")}, new.span)
+        if extra:
+            out = Call(get_op("strided_slice"), [out], {"begin": [0], "end": [rows], "axes": [0]})
+        if a_type.ndim != 2:
+            out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
+        return out
+
+    @staticmethod
+    def _pad(old: Call, new: Call, rows: int, cols: int) -> Expr:
+        a, b = new.args
+        a_type, b_type = old.args[0].checked_type, old.args[1].checked_type
+        ndim = a_type.ndim
+        if rows != a_type.shape[-2]:
+            a = _padded(a, ndim, ndim - 2, rows - a_type.shape[-2])
+        if cols != b_type.shape[-1]:
+            b = _padded(b, ndim, ndim - 1, cols - b_type.shape[-1])
+        product = Call(new.op, [a, b], new.attrs, new.span)
+        out = old.checked_type
+        return Call(get_op("strided_slice"), [product],
+                    {"begin": [0, 0], "end": [out.shape[-2], out.shape[-1]],
+                     "axes": [ndim - 2, ndim - 1]})
+
+
+register_pass("PackMatmulWeights", PackMatmulWeights)
+
+__all__ = ["PAD_MIN_WORK", "ROW_TILE", "PackMatmulWeights", "packed_columns", "padded_sizes"]

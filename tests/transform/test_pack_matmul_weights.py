@@ -1,0 +1,100 @@
+"""PackMatmulWeights: constant right operands of matrix products packed into column panels at
+compile time (nn.matmul_packed of a folded layout_transform), rows padded to whole register
+tiles and the result cropped, products of computed operands with awkward sizes (a vision
+transformer's 197 tokens) padded and cropped; every rewrite computes the reference's numbers."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.compile import alter_layout
+from opfusion.errors import OpfusionError
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Call, Constant, Function
+from opfusion.ir.module import IRModule
+from opfusion.ir.op import get_op
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target
+from opfusion.testing import assert_close
+
+nn = opf.op.nn
+AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def rewritten(expr, target=AVX512):
+    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+    with opf.transform.PassContext(opt_level=3):
+        return alter_layout(mod, target)["main"]
+
+
+def ops(func):
+    return [n.op.name for n in post_order(func.body) if isinstance(n, Call)]
+
+
+def check(expr, *values, rtol=1e-5):
+    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    assert_close(opf.compile(mod)(*values), evaluate(mod, list(values)), rtol)
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 96), (64, 96), (197, 1, 96)], ids=str)
+def test_a_constant_weight_is_packed_at_compile_time(shape):
+    x = opf.var("x", shape=shape)
+    y = nn.matmul(x, opf.const(normal(96, 64, seed=1))) + opf.const(normal(64, seed=2))
+    func = rewritten(y)
+    (product,) = [n for n in post_order(func.body)
+                  if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
+    panels = product.args[1]
+    assert isinstance(panels, Constant) and panels.data.shape == (2, 96, 32)  # folded
+    assert "layout_transform" not in ops(func) and "nn.matmul" not in ops(func)
+    check(y, normal(*shape, seed=3))
+
+
+def test_rows_not_a_multiple_of_the_tile_are_padded_and_cropped():
+    x = opf.var("x", shape=(197, 96))
+    y = nn.dense(x, opf.const(normal(48, 96, seed=1)))  # dense: an (N, K) weight
+    names = ops(rewritten(y))
+    assert names.count("nn.pad") == 1 and names.count("strided_slice") == 1
+    check(y, normal(197, 96, seed=4))
+
+
+def test_attention_products_of_an_odd_length_are_padded():
+    q, k = opf.var("q", shape=(1, 3, 197, 64)), opf.var("k", shape=(1, 3, 64, 197))
+    scores = nn.matmul(q, k)
+    names = ops(rewritten(scores))
+    assert names.count("nn.pad") == 2 and names.count("strided_slice") == 1
+    check(scores, normal(1, 3, 197, 64, seed=5), normal(1, 3, 64, 197, seed=6))
+
+
+def test_small_or_even_products_are_left_alone():
+    a, b = opf.var("a", shape=(4, 8, 16)), opf.var("b", shape=(4, 16, 32))
+    assert ops(rewritten(nn.matmul(a, b))) == ["nn.matmul"]
+    x = opf.var("x", shape=(3, 96))  # too few rows to pack
+    assert ops(rewritten(nn.matmul(x, opf.const(normal(96, 64))))) == ["nn.matmul"]
+
+
+def test_disabled_pass_keeps_the_product():
+    x = opf.var("x", shape=(64, 96))
+    mod = opf.transform.InferType()(IRModule.from_expr(
+        Function([x], nn.matmul(x, opf.const(normal(96, 64))))))
+    with opf.transform.PassContext(opt_level=3, disabled_pass=["PackMatmulWeights"]):
+        assert ops(alter_layout(mod, AVX512)["main"]) == ["nn.matmul"]
+
+
+def test_matmul_packed_reference_and_type_errors():
+    op = get_op("nn.matmul_packed")
+    a, w = normal(5, 12), normal(12, 32, seed=1)
+    panels = w.reshape(12, 2, 16).transpose(1, 0, 2)
+    np.testing.assert_allclose(op.reference(a, panels), a.astype("float64") @ w, rtol=1e-6)
+    x = opf.var("x", shape=(5, 12))
+    with pytest.raises(OpfusionError, match="column panels"):
+        opf.transform.InferType()(IRModule.from_expr(Function(
+            [x], Call(op, [x, opf.const(w)], {}))))
+    with pytest.raises(OpfusionError, match="contracts 12 values"):
+        opf.transform.InferType()(IRModule.from_expr(Function(
+            [x], Call(op, [x, opf.const(normal(2, 11, 16))], {}))))
