@@ -4,12 +4,13 @@
     y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
 
 Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
-simplification, CSE, DCE); ``LegalizeCheckedIndices`` (the indices of checked gathers are
-checked before their kernels, which clamp); fusion by the chosen strategy — "tvm" (FuseOps),
-"cinn" (FuseOps, then FusionMerge with the registered policies) or "none" (every operator its
-own kernel), or any strategy added with ``opf.transform.register_fusion_strategy``; each
-fused group lowered to one kernel; C generated and compiled once (cached by content); a static
-memory plan; the executor."""
+simplification, CSE, DCE); ``FuseAttention`` (attention chains as ``nn.attention``, for the
+strategies that fuse); the layout passes; ``LegalizeCheckedIndices`` (the indices of checked
+gathers are checked before their kernels, which clamp); fusion by the chosen strategy —
+"tvm" (FuseOps), "cinn" (FuseOps, then FusionMerge with the registered policies) or "none"
+(every operator its own kernel), or any strategy added with
+``opf.transform.register_fusion_strategy``; each fused group lowered to one kernel; C
+generated and compiled once (cached by content); a static memory plan; the executor."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from ..target import Target, as_target
 from ..transform.alter_op_layout import AlterOpLayout
 from ..transform.context import PassContext
 from ..transform.fold_constant import FoldConstant
+from ..transform.fuse_attention import FuseAttention
 from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
@@ -93,6 +95,8 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     with ctx.with_opt_level(level), stage("optimize and fuse"):
         mod = InferType()(mod)
         mod = optimize(mod, params)
+        if get_fusion_strategy(strategy).patterns:  # opt_level 3, unless disabled
+            mod = Sequential([FuseAttention()], name="FusePatterns")(mod)
         mod = alter_layout(mod, resolved)
         mod = fuse(mod, strategy, level)
     with resolved:

@@ -17,7 +17,9 @@ from ..ir.layout import Layout, LayoutError, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, get_op, register_op
 from ..ir.types import TensorType, Type, is_float
 from . import _winograd as winograd
-from . import nn_norm, nn_pool  # noqa: F401  (registers the pooling and normalization ops)
+from . import nn_attention, nn_norm, nn_pool  # noqa: F401  (registers pooling, normalization
+
+#                                                   and attention)
 from ._common import broadcast_shape, normalize_axis, same_dtype
 from ._nn_common import (
     along,

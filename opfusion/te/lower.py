@@ -258,14 +258,24 @@ class _Lowering:
                     f"{', '.join(v.name for v in parent.leaf_iter_vars)}; call compute_at again"
                 )
             readers = self.consumers.get(stage, [])
-            others = [r.name for r in readers if r is not parent]
+            order = self.sch.stages.index(stage)
+            others = [r.name for r in readers
+                      if r is not parent and not self._sibling_after(r, parent, ivar, order)]
             if others or not readers:
                 raise LoweringError(
                     f"stage {stage.name} is computed at a loop of {parent.name}, but it is read "
                     f"by {', '.join(others) or 'nothing'} there too; only a stage read by its "
-                    "attachment parent alone can be computed at it (compute_root it)"
+                    "attachment parent, or by stages computed after it at the same loop, can "
+                    "be computed at it (compute_root it)"
                 )
             self.attached.setdefault(parent, {}).setdefault(pos, []).append(stage)
+
+    def _sibling_after(self, reader: Stage, parent: Stage, ivar: Any, order: int) -> bool:
+        """Whether ``reader`` is computed at the same loop of ``parent`` (``ivar``), after the
+        stage at position ``order`` of the schedule: it then reads what that stage wrote in
+        the same iteration (softmax's exponentials, read by the row sum and the product)."""
+        return (reader.attach_type == "scope" and reader.attach_stage is parent
+                and reader.attach_ivar is ivar and self.sch.stages.index(reader) > order)
 
     # -- bound inference -------------------------------------------------------------------------
 
@@ -297,13 +307,23 @@ class _Lowering:
             if var is not None:
                 relax[var] = (E.IntImm(0, var.dtype), E.IntImm(parent.ext[leaf] - 1, var.dtype))
         region: list[Interval | None] | None = None
-        for stage, indices in self._reads(parent):
-            if stage is not info.stage:
-                continue
-            here = [eval_interval(E.substitute(i, parent.axis_values), relax, self.ranges)
-                    for i in indices]
-            region = here if region is None else [union(a, b, self.ranges)
-                                                  for a, b in zip(region, here)]
+        readers = [(parent, relax)]
+        for kid in self.attached.get(parent.stage, {}).get(pos, []):
+            kid_info = self.info[kid]
+            if kid_info.axis_values and kid is not info.stage:  # a sibling read after it
+                kid_relax = dict(relax)
+                for var in kid_info.loop_vars.values():
+                    kid_relax[var] = (E.IntImm(0, var.dtype),
+                                      E.IntImm(self.ranges[var][1], var.dtype))
+                readers.append((kid_info, kid_relax))
+        for reader, reader_relax in readers:
+            for stage, indices in self._reads(reader):
+                if stage is not info.stage:
+                    continue
+                here = [eval_interval(E.substitute(i, reader.axis_values), reader_relax,
+                                      self.ranges) for i in indices]
+                region = here if region is None else [union(a, b, self.ranges)
+                                                      for a, b in zip(region, here)]
         assert region is not None
         offsets: list[E.PrimExpr] = []
         extents: list[int] = []

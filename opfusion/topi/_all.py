@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (each module registers its computes on import)
     elemwise,
     image,
     nn,
+    nn_attention,
     nn_norm,
     nn_pool,
     reduce,

@@ -29,6 +29,7 @@ from .fuse import (
     plan_fusion,
     render_fusion_svg,
 )
+from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
 from .fusion import (
     FusionMerge,
@@ -87,8 +88,9 @@ from .simplify_inference import SimplifyInference
 __all__ = [
     "AlterOpLayout", "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption",
     "DeadCodeElimination", "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis",
-    "ForwardFoldScaleAxis", "FunctionPass", "FuseDenseAdd", "FuseMultiplyAdd", "FuseOps",
-    "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal", "FusionReport",
+    "ForwardFoldScaleAxis", "FunctionPass", "FuseAttention", "FuseDenseAdd", "FuseMultiplyAdd",
+    "FuseOps", "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal",
+    "FusionReport",
     "FusionStrategy", "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
     "LegalizeCheckedIndices", "ModulePass", "PackMatmulWeights", "Pass", "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",

@@ -30,21 +30,25 @@ FusionPipeline = Callable[[IRModule, int], IRModule]
 
 @dataclass(frozen=True)
 class FusionStrategy:
-    """A registered strategy: its ``name``, its ``pipeline`` and a one-line ``doc`` (shown by
-    ``opfusion compile --help``)."""
+    """A registered strategy: its ``name``, its ``pipeline``, a one-line ``doc`` (shown by
+    ``opfusion compile --help``) and whether ``opf.compile`` first replaces operator chains
+    by composite operators (``patterns``: FuseAttention's ``nn.attention``, before the layout
+    passes, since a product padded for its register tiles no longer looks like attention)."""
 
     name: str
     pipeline: FusionPipeline
     doc: str
+    patterns: bool = True
 
 
 _STRATEGIES: dict[str, FusionStrategy] = {}
 
 
 def register_fusion_strategy(name: str, fn: FusionPipeline, doc: str,
-                             override: bool = False) -> FusionStrategy:
+                             override: bool = False, patterns: bool = True) -> FusionStrategy:
     """Make ``fn`` the fusion strategy ``name``. Registering a taken name is an error unless
-    ``override`` is true."""
+    ``override`` is true. ``patterns=False``: no composite-operator rewrites (FuseAttention)
+    before the layout passes (see :class:`FusionStrategy`)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise OpfusionError(f"a fusion strategy's name is an identifier, got {name!r}")
     if not callable(fn):
@@ -53,7 +57,7 @@ def register_fusion_strategy(name: str, fn: FusionPipeline, doc: str,
     if name in _STRATEGIES and not override:
         raise OpfusionError(f"fusion strategy {name!r} is already registered; pass "
                             f"override=True to replace it")
-    strategy = FusionStrategy(name, fn, doc)
+    strategy = FusionStrategy(name, fn, doc, patterns)
     _STRATEGIES[name] = strategy
     return strategy
 
@@ -96,7 +100,7 @@ def _fuse_none(mod: IRModule, opt_level: int) -> IRModule:
 register_fusion_strategy("tvm", _fuse_tvm, "FuseOps (TVM's post-dominator rules)")
 register_fusion_strategy("cinn", _fuse_cinn,
                          "FuseOps, then FusionMerge with the registered CINN-style policies")
-register_fusion_strategy("none", _fuse_none, "every operator its own kernel")
+register_fusion_strategy("none", _fuse_none, "every operator its own kernel", patterns=False)
 
 register_pass_config(
     "fusion.strategy", str, "tvm",

@@ -167,6 +167,12 @@ CASES = {
             {"size": 5, "alpha": 1e-2, "beta": 0.75, "bias": 2.0}),
     "lrn_pow": (nn.lrn, (normal(1, 5, 2, 9),), False,
                 {"size": 3, "alpha": 1e-1, "beta": 0.6, "bias": 1.0}),
+    "attention_padded+bias+relu": (nn.attention, (normal(2, 7, 5), normal(2, 5, 11, seed=1),
+                                                  normal(2, 11, 12, seed=2),
+                                                  normal(7, 11, seed=3)), True, {"scale": 0.5}),
+    "attention_whole": (nn.attention, (normal(1, 2, 8, 8), normal(1, 2, 8, 32, seed=1),
+                                       normal(1, 2, 32, 32, seed=2), np.float32(0)), False,
+                        {"scale": 0.35}),
     "layer_norm": (nn.layer_norm, (normal(6, 64) + 1.0, normal(64, seed=1),
                                    normal(64, seed=2)), False, {"axis": -1}),
 }

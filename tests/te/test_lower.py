@@ -450,6 +450,39 @@ def test_compute_at_with_guarded_padding_read():
     assert_close(run(s, [a, c], v), want)
 
 
+@pytest.mark.parametrize("n", [16, 13])
+def test_a_stage_read_by_two_siblings_is_computed_at_their_loop(n):
+    """B is read by C and D, both computed at E's loop after it (softmax's exponentials, read
+    by the row sum and the product): B is computed there too, sized for both readers."""
+    a = te.placeholder((n, 8), name="A")
+    b = te.compute((n, 8), lambda i, j: a[i, j] * 2.0, name="B")
+    r = te.reduce_axis((0, 8), name="r")
+    c = te.compute((n,), lambda i: te.sum(b[i, r], axis=r), name="C")
+    d = te.compute((n, 8), lambda i, j: b[i, j] + 1.0, name="D")
+    e = te.compute((n, 8), lambda i, j: d[i, j] / c[i], name="E")
+    s = te.create_schedule(e.op)
+    io, ii = s[e].split(e.op.axis[0], factor=4)
+    for stage in (b, c, d):
+        s[stage].compute_at(s[e], io)
+    func = opf.lower(s, [a, e])
+    assert sorted((buf.name, buf.shape) for buf in _allocations(func)) == [
+        ("B", (4, 8)), ("C", (4,)), ("D", (4, 8))]
+    v = rand(n, 8)
+    assert_close(run(s, [a, e], v), (v * 2 + 1) / (v * 2).sum(axis=1, keepdims=True))
+
+
+def test_a_stage_read_outside_its_attachment_is_an_error():
+    a = te.placeholder((8,), name="A")
+    b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
+    c = te.compute((8,), lambda i: b[i] + 1.0, name="C")
+    d = te.compute((8,), lambda i: c[i] + b[i], name="D")
+    s = te.create_schedule(d.op)
+    xo, _ = s[c].split(c.op.axis[0], factor=4)
+    s[b].compute_at(s[c], xo)
+    with pytest.raises(opf.errors.LoweringError, match="read by D there too"):
+        opf.lower(s, [a, d])
+
+
 @pytest.mark.parametrize("shape", [(12, 16), (11, 13)])
 def test_compute_at_2d_box_filter(shape):
     h, w = shape

@@ -18,6 +18,7 @@ pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width (NCHW), 
 rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
 layout         layout_transform, channel_shuffle           lanes_outside
 lrn            nn.lrn (along the channels of NCHW)         vector_width
+attention      nn.attention                                key_cols, value_cols
 default        any other group (the fallback)              vector_width, parallel
 =============  ==========================================  ===================================
 
@@ -31,6 +32,7 @@ so an intermediate result never goes to memory. Stages a rule did not arrange ge
 from __future__ import annotations
 
 from ...schedule_rule import RuleRegistry
+from .attention import AttentionRule, attention_blocks
 from .common import arrange_blocked_sums, arrange_rest, sum_parts_at
 from .conv2d import Conv2dRule, conv2d_tiles
 from .conv2d_nchwc import Conv2dNCHWcRule, conv2d_nchwc_tiles
@@ -45,13 +47,14 @@ from .winograd import WinogradRule, winograd_tiles
 #: The CPU backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cpu")
 for _rule in (Conv2dRule(), Conv2dNCHWcRule(), WinogradRule(), MatmulDotRule(),
-              MatmulPlainRule(), PoolRule(), RowsRule(), LayoutRule(), LrnRule()):
+              MatmulPlainRule(), PoolRule(), RowsRule(), LayoutRule(), LrnRule(),
+              AttentionRule()):
     RULES.register(_rule)
 RULES.set_fallback(DefaultRule())
 
-__all__ = ["RULES", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule", "LayoutRule", "LrnRule",
-           "MatmulDotRule",
-           "MatmulPlainRule", "PoolRule", "RowsRule", "WinogradRule", "arrange_blocked_sums",
-           "arrange_default", "arrange_rest", "conv2d_nchwc_tiles", "conv2d_tiles",
-           "default_schedule", "dot_tiles", "normalized_rows", "plain_tiles", "pool_rows",
-           "sum_parts_at", "winograd_tiles"]
+__all__ = ["RULES", "AttentionRule", "Conv2dNCHWcRule", "Conv2dRule", "DefaultRule",
+           "LayoutRule", "LrnRule", "MatmulDotRule", "MatmulPlainRule", "PoolRule", "RowsRule",
+           "WinogradRule", "arrange_blocked_sums", "arrange_default", "arrange_rest",
+           "attention_blocks", "conv2d_nchwc_tiles", "conv2d_tiles", "default_schedule",
+           "dot_tiles", "normalized_rows", "plain_tiles", "pool_rows", "sum_parts_at",
+           "winograd_tiles"]
