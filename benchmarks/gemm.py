@@ -1,6 +1,6 @@
 """Matrix products against NumPy's BLAS over transformer shapes, in one run.
 
-    python benchmarks/gemm.py [--repeat 20] [--quick]
+    python benchmarks/gemm.py [--repeat 10] [--quick]
 
 Each row is ``x (M, K) @ w (K, N)`` with ``w`` a constant, as a model's MatMul or Gemm
 imports: opfusion compiles it as a whole model would be (``opf.compile``: the weight packed
@@ -38,18 +38,29 @@ def compiled_product(rows: int, depth: int, cols: int, weight: np.ndarray):
     return opf.compile(mod)
 
 
+#: A pause before each block, in which the other side's threads stop spinning: OpenBLAS's
+#: spin for about 2^28 cycles (0.1 s) after a call and took one of the two cores from
+#: opfusion's next block (opfusion at 45-60% of NumPy's speed with no pause).
+SETTLE_SECONDS = 0.15
+#: Seconds of calls per block: long enough that the threads (and the clock of a core that
+#: idled through the pause) are up to speed for nearly all of it.
+BLOCK_SECONDS = 0.2
+
+
 def medians(first, second, repeat: int) -> tuple[float, float]:
-    """Median seconds per call of each, timed in alternating blocks of calls (a block lasts
-    about 20 ms, so each side's threads are awake)."""
+    """Median seconds per call of each, timed in alternating blocks of calls of about
+    BLOCK_SECONDS each, after a pause of SETTLE_SECONDS and one untimed call."""
     for fn in (first, second):
         fn()
     start = time.perf_counter()
     first()
     second()
-    block = max(1, int(0.02 / max(time.perf_counter() - start, 1e-7)))
+    block = max(1, int(BLOCK_SECONDS / max(time.perf_counter() - start, 1e-7)))
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeat):
         for fn, out in zip((first, second), times):
+            time.sleep(SETTLE_SECONDS)
+            fn()  # wakes this side's threads
             start = time.perf_counter()
             for _ in range(block):
                 fn()
@@ -59,7 +70,7 @@ def medians(first, second, repeat: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="M in 16, 197 and K, N 768 only")
     args = parser.parse_args()
     rows = (16, 197) if args.quick else ROWS

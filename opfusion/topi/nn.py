@@ -38,6 +38,7 @@ MATMUL = "matmul"
 MATMUL_PARTIAL = "matmul_partial"
 MATMUL_DOT = "matmul_dot"
 MATMUL_PACK = "matmul_pack"
+MATMUL_CROP = "matmul_crop"
 
 Index = Sequence[Any]
 
@@ -580,14 +581,43 @@ def matmul(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 @register_compute("nn.matmul_packed")
 def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """``out[..., m, n] = sum_k a[..., m, k] * panels[n // c, k, n % c]``: the plain form over
-    a right operand packed at compile time (the result's ``attrs["panels"]`` is c)."""
+    a right operand packed at compile time (the product's ``attrs["panels"]`` is c).
+
+    Rows that do not cut into whole register tiles (:func:`register_rows`; a vision
+    transformer's 197 tokens) are computed as if padded: the product has whole tiles of rows,
+    the rows past the last reading the last row of ``a`` (no padded copy), and a crop stage
+    (tag MATMUL_CROP) keeps the real ones, so the epilogue stays in the kernel."""
+    from ..target import Target
+
     a, panels = inputs
     _, depth, cols = (int(d) for d in panels.shape)
-    result = _contract(out_type.shape, lambda idx, k: a[(*idx[:-1], k)],
+    shape = [int(d) for d in out_type.shape]
+    rows = shape[-2] if len(shape) >= 2 else 0
+    target = Target.current()
+    tile = register_rows(target) if target is not None else 1
+    padded = -(-rows // tile) * tile if rows >= 2 * tile else rows
+
+    def a_at(idx: Index, k: Any) -> te.PrimExpr:
+        if padded != rows:
+            idx = (*idx[:-2], te.min(idx[-2], rows - 1), idx[-1])
+        return a[(*idx[:-1], k)]
+
+    result = _contract((*shape[:-2], padded, shape[-1]) if rows else shape, a_at,
                        lambda idx, k: panels[idx[-1] // cols, k, idx[-1] % cols], depth,
                        out_type.dtype, False, "matmul")
     result.op.attrs["panels"] = cols
-    return result
+    if padded == rows:
+        return result
+    return te.compute(out_type.shape, lambda *i: result[i], name="matmul_crop",
+                      tag=MATMUL_CROP, attrs={"panels": cols})
+
+
+def register_rows(target: Any) -> int:
+    """Rows of a product's register tile: 4 (4 rows x 2 vectors of columns = 8 accumulators,
+    the measured best with AVX2's 16 registers and with AVX-512's 32; see
+    :func:`opfusion.backend.cpu.schedules.common.accumulators`), fewer with fewer
+    registers. The packed product and attention cut their rows into tiles of this many."""
+    return max(1, min(4, target.vector_registers // 4))
 
 
 @register_compute("nn.batch_matmul")
@@ -759,7 +789,8 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
 
 
 __all__ = ["CONV_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD", "CONV_OUT", "CONV_PAD",
-           "MATMUL", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL", "conv_accumulators",
+           "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
+           "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
-           "nchwc_width_unit", "normalize_axis_of", "panel_width", "sparse_rows",
+           "nchwc_width_unit", "normalize_axis_of", "panel_width", "register_rows", "sparse_rows",
            "width_blocks"]

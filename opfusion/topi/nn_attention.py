@@ -6,8 +6,11 @@ Stages, each found by its tag by the ``attention`` schedule rule
 result's block of queries (so that a block's scores live in cache, never the whole matrix
 in memory):
 
-- ``attention_keys``: the keys padded with zeros to whole vectors, when they are not (a
-  vision transformer's 197 tokens), so the scores' register tiles need no guard;
+- ``attention_keys``: the keys padded with zeros to whole tiles (two vectors; one for few
+  keys), when they are not (a vision transformer's 197 tokens), so the scores' register
+  tiles need no guard; ``attention_bias`` (tag ``attention_pad``), the bias padded with
+  -inf the same way, or ``attention_mask``, a row of 0 and -inf added to the scores when
+  there is no bias along the keys: the padding columns' exponentials are then 0;
 - ``attention_scores``: ``query @ key`` over rows padded to whole query blocks (the padding
   rows read the last query and are cropped);
 - ``attention_max_lanes`` / ``attention_max``: each row's maximum of the scaled, biased
@@ -28,10 +31,11 @@ from typing import Any
 
 from .. import te
 from ._util import accumulator_dtype, vector_lanes
-from .nn import _batch_index
+from .nn import _batch_index, register_rows
 from .registry import register_compute
 
 ATTN_KEYS = "attention_keys"
+ATTN_PAD = "attention_pad"
 ATTN_SCORES = "attention_scores"
 ATTN_MAX_LANES = "attention_max_lanes"
 ATTN_MAX = "attention_max"
@@ -43,10 +47,9 @@ ATTN_OUT = "attention"
 
 
 def query_block(target: Any) -> int:
-    """Query rows of one block (the rows of a register tile): 4, the measured best of the
-    products' tiles (4 rows x 2 vectors with AVX2's 16 registers; AVX-512 keeps 4 rows of
-    wider vectors)."""
-    return max(1, min(4, target.vector_registers // 4))
+    """Query rows of one block: the rows of a product's register tile
+    (:func:`.nn.register_rows`)."""
+    return register_rows(target)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -68,7 +71,8 @@ def attention(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     lanes = vector_lanes(dtype)
     block = query_block(target)
     padded_rows = _round_up(rows, block)
-    padded_keys = _round_up(keys, lanes)
+    # Whole tiles of two vectors of keys (the scores' register tile) once there are enough.
+    padded_keys = _round_up(keys, 2 * lanes if keys > 2 * lanes else lanes)
 
     def row(i: Any) -> Any:  # padding rows read the last row (and are cropped)
         return te.min(i, rows - 1) if padded_rows != rows else i
@@ -85,15 +89,17 @@ def attention(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         name="attention_scores", tag=ATTN_SCORES)
     scale = te.const(float(attrs.scale), dtype)
 
+    bias_at, pad_mask = _padded_bias(bias, keys, padded_keys, dtype)
+
     def biased(i: Sequence[Any]) -> te.PrimExpr:
-        """The scaled score plus the bias, -inf in the padding columns."""
-        bias_index = _bias_index(i, bias.shape, row)
+        """The scaled score plus the bias, -inf in the padding columns (from the padded bias
+        or the padding mask: an addition, which vectorizes, not a guard)."""
         value_ = scores[tuple(i)] * scale
-        if bias.ndim:
-            value_ = value_ + te.cast(bias[bias_index], dtype)
-        if padded_keys == keys:
-            return value_
-        return te.if_then_else(i[-1] < keys, value_, te.const(float("-inf"), dtype))
+        if bias_at is not None:
+            value_ = value_ + bias_at(_bias_index(i, bias.shape, row))
+        if pad_mask is not None:
+            value_ = value_ + pad_mask[i[-1]]
+        return value_
 
     shape = (*batch, padded_rows)
     peak = _lane_reduce(shape, padded_keys, lanes, biased, te.max, "attention_max",
@@ -132,6 +138,29 @@ def _padded_keys(key: te.Tensor, keys: int, padded: int) -> Callable[[Sequence[A
                       lambda *i: te.if_then_else(i[-1] < keys, key[i], zero),
                       name="attention_keys", tag=ATTN_KEYS)
     return lambda index: copy[tuple(index)]
+
+
+def _padded_bias(bias: te.Tensor, keys: int, padded: int, dtype: str
+                 ) -> tuple[Callable[[Sequence[Any]], te.PrimExpr] | None, te.Tensor | None]:
+    """How the scores read the bias (None: no bias) and the padding mask (None: none), so
+    that the padding columns get -inf. A bias with a key axis is copied padded with -inf
+    (stage ``attention_bias``, built first); otherwise a row of 0 and -inf is added
+    (``attention_mask``)."""
+    minus_inf = te.const(float("-inf"), dtype)
+    if padded == keys or not bias.ndim or int(bias.shape[-1]) == 1:
+        at = (None if not bias.ndim
+              else lambda index: te.cast(bias[tuple(index)], dtype))
+        mask = None
+        if padded != keys:
+            zero = te.const(0, dtype)
+            mask = te.compute((padded,), lambda j: te.select(j < keys, zero, minus_inf),
+                              name="attention_mask", tag=ATTN_PAD)
+        return at, mask
+    copy = te.compute((*bias.shape[:-1], padded),
+                      lambda *i: te.if_then_else(i[-1] < keys, te.cast(bias[i], dtype),
+                                                 minus_inf),
+                      name="attention_bias", tag=ATTN_PAD)
+    return (lambda index: copy[tuple(index)]), None
 
 
 def _bias_index(i: Sequence[Any], shape: Sequence[int], row: Callable[[Any], Any]

@@ -19,9 +19,10 @@ transformer's attention over 197 tokens multiplies (197, 64) by (64, 197) and (1
 GFLOP/s). Such a product of two computed operands, big enough (PAD_MIN_WORK), gets its rows
 padded with zeros to a multiple of ROW_TILE and its columns to a multiple of the target's
 vector lanes (``nn.pad`` of the operands), and its result cropped back (``strided_slice``):
-two small copies buy whole register tiles. A product with a constant right operand that
-is packed gets its rows padded the same way (ViT's 197 tokens again): its epilogue then
-runs after the crop, in a kernel of its own.
+two small copies buy whole register tiles. A packed product needs no such padding: its
+compute rounds its rows up to whole tiles itself (the extra rows read the last one) and
+crops them in the same kernel, so ViT's 197 tokens cost no copy and keep the epilogue (bias,
+GELU, residual add) in the product's kernel.
 
 The pass needs opt_level 3 and a target (the current one, or the host);
 ``disabled_pass=["PackMatmulWeights"]`` turns it off."""
@@ -148,10 +149,12 @@ class _Packer(ExprMutator):
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        padding = padded_sizes(call, self.lanes)
+        packing = packed_columns(call)
+        # A product packed at compile time takes care of its rows itself; only products of
+        # computed operands (or unpacked ones) are padded.
+        padding = padded_sizes(call, self.lanes) if packing is None else None
         if padding is not None and isinstance(new, Call):
             return self._pad(call, new, *padding)
-        packing = packed_columns(call)
         if packing is None or not isinstance(new, Call):
             return new
         cols, layout = packing
@@ -165,15 +168,10 @@ class _Packer(ExprMutator):
         flatten = a_type.shape[-2] != rows
         if flatten:
             data = Call(get_op("reshape"), [data], {"newshape": [rows, a_type.shape[-1]]})
-        ndim = 2 if flatten else a_type.ndim
-        extra = -rows % ROW_TILE if rows >= 2 * ROW_TILE else 0
-        if extra:  # whole row tiles (see padded_sizes), the result cropped back
-            data = _padded(data, ndim, ndim - 2, extra)
+        # Rows that do not cut into whole register tiles need no padding here: the packed
+        # product computes whole tiles and crops them in its kernel (topi's matmul_packed).
         out: Expr = Call(get_op("nn.matmul_packed"), [data, panels],
                          {"out_dtype": new.attrs.get("out_dtype")}, new.span)
-        if extra:
-            out = Call(get_op("strided_slice"), [out],
-                       {"begin": [0], "end": [rows], "axes": [ndim - 2]})
         if flatten:
             out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
         return out

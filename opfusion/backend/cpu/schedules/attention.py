@@ -8,7 +8,8 @@ multiply-add, the contraction outside), the row maxima and sums as vector-wide p
 results, the exponentials vectorized along the keys, and ``exp @ value`` as register tiles
 of the rows x ``value_cols`` columns. So a block's scores and exponentials (rows x keys
 floats: 4 x 197 for a vision transformer) stay in L1 and the (Sq, Sk) matrix never goes to
-memory. The keys, when padded to whole vectors, are copied first, in parallel.
+memory. The padded copies of the keys and of the bias, when there are some, are built
+first, in parallel (:func:`.common.arrange_rest`).
 
 Knobs: ``key_cols`` and ``value_cols`` (the columns of the two products' register tiles)."""
 
@@ -21,7 +22,6 @@ from ....target import Target
 from ....topi.nn_attention import (
     ATTN_ACC,
     ATTN_EXP,
-    ATTN_KEYS,
     ATTN_MAX,
     ATTN_MAX_LANES,
     ATTN_SCORES,
@@ -77,7 +77,7 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
                      key_cols: int, value_cols: int) -> None:
     """The attention schedule with explicit tile widths (see the module docstring)."""
     stages = {tag: producer(anchor, tag) for tag in (
-        ATTN_KEYS, ATTN_SCORES, ATTN_MAX_LANES, ATTN_MAX, ATTN_EXP, ATTN_SUM_LANES, ATTN_SUM,
+        ATTN_SCORES, ATTN_MAX_LANES, ATTN_MAX, ATTN_EXP, ATTN_SUM_LANES, ATTN_SUM,
         ATTN_ACC)}
     scores, acc = stages[ATTN_SCORES], stages[ATTN_ACC]
     assert scores is not None and acc is not None
@@ -94,14 +94,6 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
     if width % lanes == 0:
         _, lane = stage.split(axes[-1], factor=lanes)
         stage.vectorize(lane)
-
-    keys = stages[ATTN_KEYS]
-    if keys is not None:  # padded whole, first, in parallel
-        key_stage = s[keys]
-        key_axes = list(key_stage.op.axis)
-        parallel_outer(key_stage, key_axes[:-1], tensor_size(keys))
-        _, key_lane = key_stage.split(key_axes[-1], factor=lanes)
-        key_stage.vectorize(key_lane)
 
     _register_tile(s[scores], key_cols)
     for tag in (ATTN_MAX_LANES, ATTN_SUM_LANES):

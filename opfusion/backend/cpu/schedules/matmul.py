@@ -20,7 +20,7 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from ....topi.nn import MATMUL, MATMUL_CROP, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     accumulators,
@@ -116,6 +116,7 @@ class MatmulPlainRule(ScheduleRule):
     ops = PRODUCTS
 
     def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
+        anchor = product_of(anchor)
         if anchor.op.tag == MATMUL_DOT or not is_reduction(anchor):
             return None
         m, n = _rows_cols(anchor)
@@ -141,6 +142,7 @@ class MatmulPlainRule(ScheduleRule):
         ], fits)
 
     def _defaults(self, anchor: te.Tensor, target: Target) -> tuple[int, int, int]:
+        anchor = product_of(anchor)
         m, n = _rows_cols(anchor)
         if not anchor.shape:
             return 1, 1, 1
@@ -169,6 +171,16 @@ class MatmulPlainRule(ScheduleRule):
         plain_tiles(s, anchor, output, int(config["rows"]), int(config["cols"]),
                     int(config["block"]), int(config["k_unroll"]))
         arrange_rest(s)
+
+
+def product_of(anchor: te.Tensor) -> te.Tensor:
+    """The product itself: the anchor, or the product a crop stage keeps the rows of (a
+    packed product whose rows were rounded up to whole register tiles)."""
+    if anchor.op.tag == MATMUL_CROP:
+        found = producer(anchor, MATMUL)
+        assert found is not None
+        return found
+    return anchor
 
 
 def panel_columns(anchor: te.Tensor) -> int:
@@ -243,7 +255,12 @@ def plain_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, rows: int,
     ``k_unroll``), the tile's rows unrolled, its columns vectorized; column tiles in blocks of
     ``block`` as in :func:`dot_tiles`."""
     owner = owner_of(s, anchor, output)
-    acc = s.cache_write(anchor, "local") if owner is anchor else anchor
+    if anchor.op.tag == MATMUL_CROP:
+        # The product has whole tiles of rows; the owner's rows (the real ones) are tiled,
+        # its last tile guarded, and the product is computed at each tile, whole.
+        acc = product_of(anchor)
+    else:
+        acc = s.cache_write(anchor, "local") if owner is anchor else anchor
     pack = producer(acc, MATMUL_PACK)
     if pack is not None:
         pack_stage = s[pack]
