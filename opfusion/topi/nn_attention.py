@@ -46,10 +46,15 @@ ATTN_ACC = "attention_acc"
 ATTN_OUT = "attention"
 
 
+#: Register tiles of rows (:func:`.nn.register_rows`) per block of queries.
+BLOCK_TILES = 2
+
+
 def query_block(target: Any) -> int:
-    """Query rows of one block: the rows of a product's register tile
-    (:func:`.nn.register_rows`)."""
-    return register_rows(target)
+    """Query rows of one block: BLOCK_TILES register tiles of rows
+    (:func:`.nn.register_rows`), so each tile of keys or values is read from L1 by
+    several."""
+    return BLOCK_TILES * register_rows(target)
 
 
 def _round_up(value: int, multiple: int) -> int:

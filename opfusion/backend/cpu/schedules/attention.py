@@ -9,7 +9,7 @@ results, the exponentials vectorized along the keys, and ``exp @ value`` as regi
 of the rows x ``value_cols`` columns. So a block's scores and exponentials (rows x keys
 floats: 4 x 197 for a vision transformer) stay in L1 and the (Sq, Sk) matrix never goes to
 memory. The padded copies of the keys and of the bias, when there are some, are built
-first, in parallel (:func:`.common.arrange_rest`).
+first, their rows in parallel.
 
 Knobs: ``key_cols`` and ``value_cols`` (the columns of the two products' register tiles)."""
 
@@ -19,14 +19,18 @@ from typing import Any
 
 from .... import te
 from ....target import Target
+from ....topi.nn import register_rows
 from ....topi.nn_attention import (
     ATTN_ACC,
     ATTN_EXP,
+    ATTN_KEYS,
     ATTN_MAX,
     ATTN_MAX_LANES,
+    ATTN_PAD,
     ATTN_SCORES,
     ATTN_SUM,
     ATTN_SUM_LANES,
+    query_block,
 )
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import arrange_rest, owner_of, parallel_outer, producer, tensor_size
@@ -81,8 +85,6 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
         ATTN_ACC)}
     scores, acc = stages[ATTN_SCORES], stages[ATTN_ACC]
     assert scores is not None and acc is not None
-    from ....topi.nn_attention import query_block
-
     block = query_block(target)
     lanes = target.vector_lanes(scores.dtype)
     owner = owner_of(s, anchor, output)
@@ -95,7 +97,11 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
         _, lane = stage.split(axes[-1], factor=lanes)
         stage.vectorize(lane)
 
-    _register_tile(s[scores], key_cols)
+    for copy in s.stages:  # the padded keys and bias: rows in parallel, each row a loop
+        if isinstance(copy.op, te.ComputeOp) and copy.op.tag in (ATTN_KEYS, ATTN_PAD):
+            copy_axes = list(copy.op.axis)
+            parallel_outer(copy, copy_axes[:-1], tensor_size(copy.op.output(0)))
+    _register_tile(s[scores], key_cols, register_rows(target))
     for tag in (ATTN_MAX_LANES, ATTN_SUM_LANES):
         partial = stages[tag]
         assert partial is not None
@@ -107,7 +113,7 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
     exps = s[stages[ATTN_EXP]]
     _, exp_lane = exps.split(exps.op.axis[-1], factor=lanes)
     exps.vectorize(exp_lane)
-    _register_tile(s[acc], value_cols)
+    _register_tile(s[acc], value_cols, register_rows(target))
     for tag in (ATTN_SCORES, ATTN_MAX_LANES, ATTN_MAX, ATTN_EXP, ATTN_SUM_LANES, ATTN_SUM,
                 ATTN_ACC):
         tensor = stages[tag]
@@ -116,13 +122,15 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
     arrange_rest(s)
 
 
-def _register_tile(stage: Any, cols: int) -> None:
-    """A product's stage (rows x columns, one contraction) as register tiles of its rows x
-    ``cols`` columns: the columns in tiles, the contraction around the tile, the rows
-    unrolled, the tile's columns vectorized."""
-    *_, rows, columns = stage.op.axis
+def _register_tile(stage: Any, cols: int, rows: int) -> None:
+    """A product's stage (a block's rows x columns, one contraction) as register tiles of
+    ``rows`` rows x ``cols`` columns: the columns in tiles, the tile's rows outside the
+    contraction, the rows of a tile unrolled, its columns vectorized. A block of several
+    tiles of rows reuses each tile of columns of the right operand from L1."""
+    *_, block_rows, columns = stage.op.axis
     (k,) = stage.op.reduce_axis
     co, ci = stage.split(columns, factor=cols)
-    stage.reorder(co, k, rows, ci)
-    stage.unroll(rows)
+    ro, ri = stage.split(block_rows, factor=rows)
+    stage.reorder(co, ro, k, ri, ci)
+    stage.unroll(ri)
     stage.vectorize(ci)
