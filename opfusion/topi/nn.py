@@ -179,15 +179,39 @@ def conv2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                         attrs.groups, (out_h, out_w), out_type.dtype, "conv2d")
 
 
-def nchwc_width_unit(out_width: int, budget: int) -> int:
+#: Output channel blocks a wide register tile of a blocked convolution may have, most first
+#: (see :func:`nchwc_width_unit`).
+WIDE_TILE_BLOCKS = (4, 2)
+#: The share of a row's columns a wide tile may compute in vain (its last unit cropped).
+WIDE_TILE_WASTE = 0.1
+
+
+def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     """Output columns one register tile of a blocked convolution covers (the compute lays
-    its accumulator out in units of this many, so every tile is whole): 7 when it divides
-    the row (the best tile measured on AVX-512 at 56, 28, 14 and 7 columns), else the
-    largest divisor of the row from 4 to 8, then up to ``budget`` accumulators; a row with
-    none is padded to a multiple of 8 (4 with fewer than 8 accumulators), and a row narrower
-    than 4 is one unit."""
+    its accumulator out in units of this many, so every tile is whole).
+
+    With a budget of 8 accumulators or fewer (AVX2's 16 registers), a row of more than 7
+    columns is cut in units of budget / b columns, b the most of WIDE_TILE_BLOCKS that
+    divides ``out_blocks``, when that crops at most WIDE_TILE_WASTE of the row: the tile is
+    then b channel blocks x budget / b columns, 4 x 2 or 2 x 4, 6 loads (weight vectors and
+    broadcasts) per 8 multiply-adds, where 1 block x 7 columns needs 8 loads per 7 and is
+    bound by the loads (measured on Zen 3 with resnet50's layers: 1x1 convolutions at 56, 28
+    and 14 columns 116-143 -> 139-158 GFLOP/s, 3x3 and 1x1 stride-2 ones 95-131 -> 125-138,
+    the 7x7 stem 82 -> 148; at 7 columns the 7-column tile stays, 136-143 against 124-134).
+    Otherwise 7 when it divides the row (the best tile measured on AVX-512 at 56, 28, 14 and
+    7 columns), else the largest divisor of the row from 4 to 8, then up to ``budget``
+    accumulators; a row with none is padded to a multiple of 8 (4 with fewer than 8
+    accumulators), and a row narrower than 4 is one unit. ``out_blocks`` 0: not known (no
+    wide tile)."""
     if out_width < 4:
         return out_width
+    if budget <= 8 and out_width > 7 and out_blocks:
+        for blocks in WIDE_TILE_BLOCKS:
+            unit = budget // blocks
+            padded = -(-out_width // unit) * unit
+            if (out_blocks % blocks == 0 and unit > 1
+                    and padded - out_width <= WIDE_TILE_WASTE * padded):
+                return unit
     if out_width % 7 == 0 and budget >= 7:
         return 7
     for low, high in ((4, min(8, budget)), (9, budget)):
@@ -227,7 +251,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     top, left = attrs.padding[0], attrs.padding[1]
     target = Target.current()
     assert target is not None
-    unit = nchwc_width_unit(out_w, conv_accumulators(target))
+    depthwise = weight.shape[4] == 1 and attrs.groups > 1
+    # Wide tiles (several channel blocks) for dense convolutions only: a depthwise tile is
+    # one block, a grouped one stays inside its group.
+    unit = nchwc_width_unit(out_w, conv_accumulators(target),
+                            int(out_blocks) if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
@@ -245,7 +273,7 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     def column(xb: Any, xi: Any) -> Any:
         return (xb * unit + xi) * sw + rx * dw
 
-    if weight.shape[4] == 1 and attrs.groups > 1:
+    if depthwise:
         # Depthwise: output channel (o, c) reads input channel (o, c) alone; the vector runs
         # along the channels, so every multiply-add is a vector of inputs times a vector of
         # weights, no broadcast.
@@ -790,7 +818,7 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
 
 __all__ = ["CONV_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD", "CONV_OUT", "CONV_PAD",
            "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
-           "conv_accumulators",
+           "WIDE_TILE_BLOCKS", "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "nchwc_width_unit", "normalize_axis_of", "panel_width", "register_rows", "sparse_rows",
            "width_blocks"]

@@ -174,6 +174,18 @@ def test_conv2d_nchwc_width_units():
     assert nchwc_width_unit(12, 8) == 6 and nchwc_width_unit(13, 8) == 8
 
 
+def test_conv2d_nchwc_wide_tiles_with_few_registers():
+    """8 accumulators (AVX2): rows of dense convolutions in units of 2 columns with a
+    multiple of 4 output blocks (a 4 x 2 tile), of 4 with a multiple of 2 (2 x 4), when at
+    most a tenth of the row is cropped; rows of 7, too much cropping, unknown block counts
+    and 16 accumulators (AVX-512) as before."""
+    assert [nchwc_width_unit(w, 8, 8) for w in (112, 56, 28, 14, 13, 55, 27, 7, 9)] == \
+        [2, 2, 2, 2, 2, 2, 2, 7, 2]
+    assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 8]
+    assert nchwc_width_unit(56, 8) == 7
+    assert [nchwc_width_unit(w, 16, 8) for w in (56, 28, 14, 7)] == [7, 7, 7, 7]
+
+
 # ---------------------------------------------------------------------------------------------
 # conv2d_transpose
 
