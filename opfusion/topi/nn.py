@@ -200,8 +200,8 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     the 7x7 stem 82 -> 148; at 7 columns the 7-column tile stays, 136-143 against 124-134).
     Otherwise 7 when it divides the row (the best tile measured on AVX-512 at 56, 28, 14 and
     7 columns), else the largest divisor of the row from 4 to 8, then up to ``budget``
-    accumulators; a row with none is padded to a multiple of 8 (4 with fewer than 8
-    accumulators), and a row narrower than 4 is one unit. ``out_blocks`` 0: not known (no
+    accumulators; for a row with none, the unit of 4 to 8 columns that crops the fewest,
+    and a row narrower than 4 is one unit. ``out_blocks`` 0: not known (no
     wide tile)."""
     if out_width < 4:
         return out_width
@@ -218,7 +218,9 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
         for unit in range(high, low - 1, -1):
             if out_width % unit == 0:
                 return unit
-    return 8 if budget >= 8 else 4
+    # No divisor: the unit from 4 up to the budget that crops the fewest columns, the widest
+    # of those (13 columns: 7, two units cropping one column, not 8 cropping three).
+    return min(range(min(8, budget), 3, -1), key=lambda unit: -(-out_width // unit) * unit)
 
 
 def conv_accumulators(target: Any) -> int:

@@ -170,8 +170,8 @@ def test_channel_shuffle(layout):
 
 def test_conv2d_nchwc_width_units():
     assert [nchwc_width_unit(w, 16) for w in (56, 28, 14, 7, 3, 13, 17, 55, 112)] == \
-        [7, 7, 7, 7, 3, 13, 8, 5, 7]
-    assert nchwc_width_unit(12, 8) == 6 and nchwc_width_unit(13, 8) == 8
+        [7, 7, 7, 7, 3, 13, 6, 5, 7]  # 17: three units of 6 crop 1 column (8: 7 columns)
+    assert nchwc_width_unit(12, 8) == 6 and nchwc_width_unit(13, 8) == 7
 
 
 def test_conv2d_nchwc_wide_tiles_with_few_registers():
@@ -181,7 +181,7 @@ def test_conv2d_nchwc_wide_tiles_with_few_registers():
     and 16 accumulators (AVX-512) as before."""
     assert [nchwc_width_unit(w, 8, 8) for w in (112, 56, 28, 14, 13, 55, 27, 7, 9)] == \
         [2, 2, 2, 2, 2, 2, 2, 7, 2]
-    assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 8]
+    assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 7]
     assert nchwc_width_unit(56, 8) == 7
     assert [nchwc_width_unit(w, 16, 8) for w in (56, 28, 14, 7)] == [7, 7, 7, 7]
 
