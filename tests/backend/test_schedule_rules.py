@@ -334,13 +334,17 @@ def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
      ("conv2d", conv(4, 4, 2, 3, 32))),
     (nn.conv2d, [(1, 256, 14, 14), (256, 256, 3, 3)], {"padding": 1},
      ("conv2d", conv(4, 7, 2, 64, 32))),
-    (nn.dense, [(8, 512), (1000, 512)], {}, ("matmul_dot", {"rows": 4, "cols": 2, "block": 48})),
+    # Blocks of column tiles: what L2 holds (48, 96, 204, 48 tiles), cut to a divisor of the
+    # tiles a row has, so that no block is partial.
+    (nn.dense, [(8, 512), (1000, 512)], {}, ("matmul_dot", {"rows": 4, "cols": 2, "block": 25})),
     (nn.dense, [(16, 32), (64, 32)], {},
-     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 96})),
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 4})),
     (nn.matmul, [(37, 24), (24, 50)], {},
-     ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 204})),
+     ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 5})),
     (nn.matmul, [(128, 64), (64, 96)], {},
-     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 48})),
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 6})),
+    (nn.matmul, [(1, 768), (768, 3072)], {},  # one row: 8 vectors of columns
+     ("matmul_plain", {"rows": 1, "cols": 64, "k_unroll": 4, "block": 1})),
     (nn.max_pool2d, [(1, 8, 32, 32)], {"pool_size": 2, "strides": 2},
      ("pool", {"vector_width": 8})),
     # blocked: 8 accumulators; 55 columns in tiles of 5, 13 computed as 16 in tiles of 8
@@ -367,7 +371,7 @@ def test_avx512_defaults_use_its_wider_vectors():
     assert _default(nn.conv2d, [(1, 512, 7, 7), (512, 512, 3, 3)], avx512, padding=1) == (
         "conv2d", conv(8, 7, 1, 64, 32))
     assert _default(nn.dense, [(8, 512), (1000, 512)], avx512) == (
-        "matmul_dot", {"rows": 4, "cols": 2, "block": 48})
+        "matmul_dot", {"rows": 4, "cols": 2, "block": 25})
     assert _default(nn.softmax, [(4, 1024)], avx512) == ("rows", {"vector_width": 16})
     assert dict(RULES.fallback.default_config(None, None, Target(AVX2_MEASURED))) == {
         "vector_width": 16, "parallel": True}
