@@ -195,9 +195,9 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     divides ``out_blocks``, when that crops at most WIDE_TILE_WASTE of the row: the tile is
     then b channel blocks x budget / b columns, 4 x 2 or 2 x 4, 6 loads (weight vectors and
     broadcasts) per 8 multiply-adds, where 1 block x 7 columns needs 8 loads per 7 and is
-    bound by the loads (measured on Zen 3 with resnet50's layers: 1x1 convolutions at 56, 28
-    and 14 columns 116-143 -> 139-158 GFLOP/s, 3x3 and 1x1 stride-2 ones 95-131 -> 125-138,
-    the 7x7 stem 82 -> 148; at 7 columns the 7-column tile stays, 136-143 against 124-134).
+    bound by the loads (``benchmarks/conv_tiles.py`` on Zen 3, resnet50's layers: 1x1
+    convolutions at 56, 28 and 14 columns 1.06-1.23x faster, stride-2 ones 1.06-1.28x, the
+    7x7 stem 1.76x; at 7 columns the 7-column tile stays, a 4 x 2 one measured 0.9x).
     Otherwise 7 when it divides the row (the best tile measured on AVX-512 at 56, 28, 14 and
     7 columns), else the largest divisor of the row from 4 to 8, then up to ``budget``
     accumulators; for a row with none, the unit of 4 to 8 columns that crops the fewest,
