@@ -70,6 +70,12 @@ def _scalar(expr: Expr) -> float | None:
     return None
 
 
+def _broadcasts_into(small: Expr, big: Expr) -> bool:
+    """Whether ``small`` broadcasts to ``big``'s shape without changing it."""
+    shape = big.checked_type.shape
+    return np.broadcast_shapes(small.checked_type.shape, shape) == shape
+
+
 def _float32(*exprs: Expr) -> bool:
     return all(isinstance(e.checked_type, TensorType) and e.checked_type.dtype == "float32"
                for e in exprs)
@@ -114,9 +120,8 @@ class _AttentionFuser(ExprMutator):
         if _op_name(scores) == "add" and self._only_use(scores):
             first, second = scores.args
             scaled, bias = (first, second) if self._scores_or_scaled(first) else (second, first)
-            shape = scores.checked_type.shape
             if (not self._scores_or_scaled(scaled)
-                    or np.broadcast_shapes(bias.checked_type.shape, shape) != shape):
+                    or not _broadcasts_into(bias, scaled)):
                 return None
             scores = scaled
         scale = 1.0
@@ -124,8 +129,8 @@ class _AttentionFuser(ExprMutator):
             base, factor = scores.args[0], _scalar(scores.args[1])
             if factor is None and _op_name(scores) == "multiply":
                 base, factor = scores.args[1], _scalar(scores.args[0])
-            if factor is None:
-                return None
+            if factor is None or scores.checked_type.shape != base.checked_type.shape:
+                return None  # (a factor of higher rank would add axes to the scores)
             scale = 1.0 / factor if _op_name(scores) == "divide" else factor
             scores = base
         if (_op_name(scores) != "nn.matmul" or not self._plain_product(scores)

@@ -93,6 +93,23 @@ def test_transposed_products_and_computed_divisors_stay(scores_fn):
     assert fused_and_checked(block(scores_fn)) == []
 
 
+@pytest.mark.parametrize("extra", ["bias", "scale"])
+def test_a_bias_or_scale_that_adds_axes_stays(extra):
+    x = opf.var("x", shape=(6, 5))
+    k, v = const(normal(5, 6)), const(normal(6, 4, seed=1))
+    scores = nn.matmul(x, k)
+    if extra == "bias":  # (6, 6) + (2, 6, 6): the scores gain a batch axis q, k, v lack
+        scores = opf.op.add(scores, const(normal(2, 6, 6, seed=2)))
+    else:
+        scores = opf.op.multiply(scores, const(np.full((1, 1, 1), 0.5)))
+    mod = IRModule.from_expr(Function([x], nn.matmul(nn.softmax(scores, axis=-1), v)))
+    with PassContext(opt_level=3):
+        new = FuseAttention()(mod)
+    assert attention_calls(new) == []
+    value = normal(6, 5, seed=3)
+    assert_close(evaluate(new, [value]), evaluate(mod, [value]), 1e-6)
+
+
 def test_softmax_along_another_axis_stays():
     x = opf.var("x", shape=(2, 6, 5))
     k = const(normal(2, 5, 6))

@@ -168,8 +168,8 @@ class MatmulPlainRule(ScheduleRule):
         rows = divisor(m, accumulators(target) // 2) if m is not None else 1
         if rows == 1 and not panels and n % lanes == 0:
             # One row (a matrix-vector product): the whole budget along the columns, or its
-            # 2 chains of sums wait on the multiply-add latency (1 x 768 x 3072: 14 -> 40+
-            # GFLOP/s with 8 vectors).
+            # 2 chains of sums wait on the multiply-add latency (1 x 768 x 3072, timed alone:
+            # 14 -> 36 GFLOP/s with 8 vectors).
             cols = lanes * divisor(n // lanes, accumulators(target))
         block = _whole_blocks(n, cols,
                               block_bytes(target) // (max(depth, 1) * itemsize(anchor) * cols))
