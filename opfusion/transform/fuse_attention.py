@@ -5,18 +5,22 @@ products, each an anchor of its own, and a softmax between them)::
 
     nn.matmul(nn.softmax(add(divide(nn.matmul(q, k_t), c), bias), axis=-1), v)
 
-with the scale as ``divide`` by a constant (BERT: sqrt of the head size), ``multiply`` by
-one (either side), or absent (a vision transformer that scales q and k before the product),
-and the ``add`` of a mask or bias optional (GPT's causal mask). This pass replaces each such
-chain by ``nn.attention(q, k_t, v, bias, scale=...)`` (bias a scalar 0 when there is none),
-which the CPU backend computes a block of queries at a time with the block's scores in cache
-(see :mod:`opfusion.topi.nn_attention`). The reshapes and transposes that split and merge
-the heads stay outside: they are injective and fuse with their neighbours as before.
+(or the same with ``nn.batch_matmul``, as TVM-style graphs write it; a scores' product with
+``transpose_b``, which reads the keys as (..., Sk, D), gets a transpose of them, which fuses
+with their producer) with the scale as ``divide`` by a constant (BERT: sqrt of the head
+size), ``multiply`` by one (either side), or absent (a vision transformer that scales q and
+k before the product), and the ``add`` of a mask or bias optional (GPT's causal mask). This
+pass replaces each such chain by ``nn.attention(q, k_t, v, bias, scale=...)`` (bias a scalar
+0 when there is none), which the CPU backend computes a block of queries at a time with the
+block's scores in cache (see :mod:`opfusion.topi.nn_attention`). The reshapes and
+transposes that split and merge the heads stay outside: they are injective and fuse with
+their neighbours as before.
 
 Only a chain whose intermediate results have no other user is replaced (else the scores or
 probabilities would be computed twice), float32 throughout, products without transpose
-flags and a softmax along the keys. A scale ``divide(s, c)`` becomes the factor ``1/c``: the
-scores then differ from the reference's by at most an ulp before the softmax.
+flags (but the scores' transpose_b) and a softmax along the keys. A scale ``divide(s, c)``
+becomes the factor ``1/c``: the scores then differ from the reference's by at most an ulp
+before the softmax.
 
 The pass runs in ``opf.compile`` for the fusion strategies that fuse (``"tvm"``, ``"cinn"``;
 not ``"none"``, which keeps every operator its own kernel), before the layout passes, at
@@ -56,6 +60,10 @@ class _fuse_attention_pass:  # noqa: N801 - a pass class, named like the others
 
 
 register_pass("FuseAttention", FuseAttention)
+
+#: The products an attention chain is made of: ONNX's MatMul imports nn.matmul, TVM-style
+#: graphs use nn.batch_matmul (whose key is (B, Sk, D) by default: transpose_b).
+PRODUCTS = ("nn.matmul", "nn.batch_matmul")
 
 
 def _op_name(expr: Expr) -> str | None:
@@ -98,16 +106,21 @@ class _AttentionFuser(ExprMutator):
         match = self._match(call)
         if match is None:
             return super().visit_call(call)
-        query, key, value, bias, scale = match
+        query, key, value, bias, scale, keys_last = match
         bias_arg = self.visit(bias) if bias is not None else Constant(np.zeros((), "float32"))
+        key_arg = self.visit(key)
+        if not keys_last:  # (..., Sk, D): the op reads (..., D, Sk); the transpose fuses
+            rank = key.checked_type.ndim  # with the key's producer
+            axes = [*range(rank - 2), rank - 1, rank - 2]
+            key_arg = Call(get_op("transpose"), [key_arg], {"axes": axes})
         return Call(get_op("nn.attention"),
-                    [self.visit(query), self.visit(key), self.visit(value), bias_arg],
+                    [self.visit(query), key_arg, self.visit(value), bias_arg],
                     {"scale": scale}, call.span)
 
-    def _match(self, call: Call) -> tuple[Expr, Expr, Expr, Expr | None, float] | None:
-        """(query, keys last, value, bias or None, scale) of an attention chain ending at
-        ``call``, or None."""
-        if _op_name(call) != "nn.matmul" or not self._plain_product(call):
+    def _match(self, call: Call) -> tuple[Expr, Expr, Expr, Expr | None, float, bool] | None:
+        """(query, key, value, bias or None, scale, whether the key has its keys last) of an
+        attention chain ending at ``call``, or None."""
+        if _op_name(call) not in PRODUCTS or not self._plain_product(call):
             return None
         probs, value = call.args
         if _op_name(probs) != "nn.softmax" or not self._only_use(probs):
@@ -133,26 +146,28 @@ class _AttentionFuser(ExprMutator):
                 return None  # (a factor of higher rank would add axes to the scores)
             scale = 1.0 / factor if _op_name(scores) == "divide" else factor
             scores = base
-        if (_op_name(scores) != "nn.matmul" or not self._plain_product(scores)
-                or not self._only_use(scores)):
+        if (_op_name(scores) not in PRODUCTS or not self._only_use(scores)
+                or not self._plain_product(scores, key_transposed=True)):
             return None
         query, key = scores.args
         if min(query.checked_type.ndim, key.checked_type.ndim, value.checked_type.ndim) < 2:
             return None
         if not _float32(query, key, value, *(() if bias is None else (bias,))):
             return None
-        return query, key, value, bias, scale
+        return query, key, value, bias, scale, not scores.attrs.transpose_b
 
     def _scores_or_scaled(self, expr: Expr) -> bool:
         """Whether ``expr`` is the scores' product, or a divide/multiply of it."""
         if _op_name(expr) in ("divide", "multiply"):
-            return any(_op_name(arg) == "nn.matmul" for arg in expr.args)
-        return _op_name(expr) == "nn.matmul"
+            return any(_op_name(arg) in PRODUCTS for arg in expr.args)
+        return _op_name(expr) in PRODUCTS
 
     @staticmethod
-    def _plain_product(call: Call) -> bool:
+    def _plain_product(call: Call, key_transposed: bool = False) -> bool:
+        """A float32 product whose left operand is not transposed, nor its right one unless
+        ``key_transposed`` (the scores' product may read the keys as (..., Sk, D))."""
         attrs = call.attrs
-        return (not attrs.transpose_a and not attrs.transpose_b
+        return (not attrs.transpose_a and (key_transposed or not attrs.transpose_b)
                 and attrs.get("out_dtype") in (None, "float32") and _float32(call))
 
 

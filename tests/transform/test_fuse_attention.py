@@ -85,11 +85,28 @@ def test_exporter_forms_become_one_attention(form):
     assert "nn.softmax" not in remaining
 
 
+def test_tvm_style_batch_matmul_attention_with_transposed_keys():
+    """nn.batch_matmul(q, k) reads k as (B, Sk, D): the rewrite transposes it for the op."""
+    x = opf.var("x", shape=(4, TOKENS, HEAD))
+    k, v = const(normal(4, TOKENS + 3, HEAD, seed=1)), const(normal(4, TOKENS + 3, 6, seed=2))
+    scores = nn.batch_matmul(x, k) * const(0.25)
+    out = nn.batch_matmul(nn.softmax(scores, axis=-1), v, transpose_b=False)
+    mod = IRModule.from_expr(Function([x], out))
+    with PassContext(opt_level=3):
+        new = FuseAttention()(mod)
+    (call,) = attention_calls(new)
+    assert call.attrs.scale == 0.25 and call.args[1].checked_type.shape == (4, HEAD, TOKENS + 3)
+    value = normal(4, TOKENS, HEAD, seed=3)
+    want = evaluate(mod, [value])
+    assert_close(evaluate(new, [value]), want, 1e-5)
+    assert_close(opf.compile(mod).run([value])[0], want, 1e-5)
+
+
 @pytest.mark.parametrize("scores_fn", [
-    lambda q, k: nn.matmul(q, opf.op.transpose(k, axes=[0, 1, 3, 2]), transpose_b=True),
+    lambda q, k: nn.matmul(opf.op.transpose(q, axes=[0, 1, 3, 2]), k, transpose_a=True),
     lambda q, k: opf.op.divide(nn.matmul(q, k), opf.op.sqrt(opf.op.abs(nn.matmul(q, k)))),
 ])
-def test_transposed_products_and_computed_divisors_stay(scores_fn):
+def test_transposed_queries_and_computed_divisors_stay(scores_fn):
     assert fused_and_checked(block(scores_fn)) == []
 
 
