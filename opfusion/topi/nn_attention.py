@@ -32,6 +32,7 @@ from typing import Any
 from .. import te
 from ._util import accumulator_dtype, vector_lanes
 from .nn import _batch_index, register_rows
+from .nn_norm import _shift
 from .registry import register_compute
 
 ATTN_KEYS = "attention_keys"
@@ -83,7 +84,6 @@ def attention(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         return te.min(i, rows - 1) if padded_rows != rows else i
 
     key_at = _padded_keys(key, keys, padded_keys)
-    zero = te.const(0, dtype)
     d = te.reduce_axis((0, depth), name="d")
     scores = te.compute(
         (*batch, padded_rows, padded_keys),
@@ -110,12 +110,8 @@ def attention(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     peak = _lane_reduce(shape, padded_keys, lanes, biased, te.max, "attention_max",
                         ATTN_MAX_LANES, ATTN_MAX)
 
-    def shift(i: Sequence[Any]) -> te.PrimExpr:  # as softmax's reference: no shift by +-inf
-        m = peak[tuple(i)]
-        return te.select(m - m == zero, m, zero)
-
     exps = te.compute((*batch, padded_rows, padded_keys),
-                      lambda *i: te.exp(biased(i) - shift(i[:-1])),
+                      lambda *i: te.exp(biased(i) - _shift(peak, i[:-1])),
                       name="attention_exp", tag=ATTN_EXP)
     total = _lane_reduce(shape, padded_keys, lanes, lambda i: exps[tuple(i)], te.sum,
                          "attention_sum", ATTN_SUM_LANES, ATTN_SUM)

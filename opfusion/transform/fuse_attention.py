@@ -36,7 +36,7 @@ from ..ir.infer import infer_type
 from ..ir.module import IRModule
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType
-from ..ir.visitor import ExprMutator, post_order
+from ..ir.visitor import ExprMutator, children, post_order
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -96,7 +96,7 @@ class _AttentionFuser(ExprMutator):
         for node in post_order(func.body, into_functions=False):
             if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
                 self.memo[node.op] = node.op  # fused groups stay as they are
-            for operand in _operands(node):
+            for operand in children(node, into_functions=False):
                 self.uses[operand] = self.uses.get(operand, 0) + 1
 
     def _only_use(self, expr: Expr) -> bool:
@@ -170,12 +170,3 @@ class _AttentionFuser(ExprMutator):
         return (not attrs.transpose_a and (key_transposed or not attrs.transpose_b)
                 and attrs.get("out_dtype") in (None, "float32") and _float32(call))
 
-
-def _operands(node: Expr) -> list[Expr]:
-    if isinstance(node, Call):
-        return list(node.args)
-    fields = getattr(node, "fields", None)
-    if fields is not None:
-        return list(fields)
-    value = getattr(node, "tuple_value", None)
-    return [value] if value is not None else []

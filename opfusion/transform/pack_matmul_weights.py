@@ -17,7 +17,7 @@ The same pass pads products whose result the register tiles cannot cut evenly: a
 transformer's attention over 197 tokens multiplies (197, 64) by (64, 197) and (197, 197) by
 (197, 64) per head, and 197 (a prime) leaves the tile one row by one scalar column (7-12
 GFLOP/s). Such a product of two computed operands, big enough (PAD_MIN_WORK), gets its rows
-padded with zeros to a multiple of ROW_TILE and its columns to a multiple of the target's
+padded with zeros to whole register tiles of rows and its columns to a multiple of the target's
 vector lanes (``nn.pad`` of the operands), and its result cropped back (``strided_slice``):
 two small copies buy whole register tiles. A packed product needs no such padding: its
 compute rounds its rows up to whole tiles itself (the extra rows read the last one) and
@@ -39,7 +39,7 @@ from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
 from ..topi._util import accumulator_dtype
-from ..topi.nn import panel_width
+from ..topi.nn import panel_width, register_rows
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -63,7 +63,7 @@ class _pack_matmul_weights_pass:  # noqa: N801 - a pass class, named like the ot
             for name, func in mod.functions.items():
                 if isinstance(func, Function) and not func.is_primitive:
                     infer_type(func, mod)
-                    func = _Packer(func, target.vector_lanes("float32")).visit(func)
+                    func = _Packer(func, target).visit(func)
                 new[mod.get_global_var(name)] = func
         return new
 
@@ -97,17 +97,15 @@ def packed_columns(call: Call) -> tuple[int, str] | None:
     return (cols, layout) if cols else None
 
 
-#: Rows of a product's register tile the padding rounds up to (the rule's default tile:
-#: half of 8 accumulators, two vectors of columns each).
-ROW_TILE = 4
 #: Multiply-adds below which a product is not padded (the copies would cost more).
 PAD_MIN_WORK = 1 << 20
 
 
-def padded_sizes(call: Call, lanes: int) -> tuple[int, int] | None:
+def padded_sizes(call: Call, lanes: int, row_tile: int) -> tuple[int, int] | None:
     """(rows, columns) to pad a float32 ``nn.matmul`` / ``nn.batch_matmul`` of computed
-    operands to, when its rows are not a multiple of ROW_TILE or its columns of ``lanes``
-    and it is big enough; else None."""
+    operands to, when its rows are not a multiple of ``row_tile`` (the rows of the target's
+    register tile, :func:`opfusion.topi.nn.register_rows`) or its columns of ``lanes`` and
+    it is big enough; else None."""
     if not (isinstance(call.op, Op) and call.op.name in ("nn.matmul", "nn.batch_matmul")):
         return None
     a, b = (arg.checked_type for arg in call.args)
@@ -123,9 +121,9 @@ def padded_sizes(call: Call, lanes: int) -> tuple[int, int] | None:
         return None
     rows, depth, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     work = out.size * depth
-    if rows < 2 * ROW_TILE or cols < lanes or work < PAD_MIN_WORK:
+    if rows < 2 * row_tile or cols < lanes or work < PAD_MIN_WORK:
         return None
-    padded = (-(-rows // ROW_TILE) * ROW_TILE, -(-cols // lanes) * lanes)
+    padded = (-(-rows // row_tile) * row_tile, -(-cols // lanes) * lanes)
     return None if padded == (rows, cols) else padded
 
 
@@ -143,8 +141,9 @@ class _Packer(ExprMutator):
             if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
                 self.memo[node.op] = node.op
 
-    def __init__(self, func: Function, lanes: int) -> None:
-        self.lanes = lanes
+    def __init__(self, func: Function, target: Target) -> None:
+        self.lanes = target.vector_lanes("float32")
+        self.row_tile = register_rows(target)
         self._init(func)
 
     def visit_call(self, call: Call) -> Expr:
@@ -152,7 +151,8 @@ class _Packer(ExprMutator):
         packing = packed_columns(call)
         # A product packed at compile time takes care of its rows itself; only products of
         # computed operands (or unpacked ones) are padded.
-        padding = padded_sizes(call, self.lanes) if packing is None else None
+        padding = (padded_sizes(call, self.lanes, self.row_tile) if packing is None
+                   else None)
         if padding is not None and isinstance(new, Call):
             return self._pad(call, new, *padding)
         if packing is None or not isinstance(new, Call):
@@ -194,4 +194,4 @@ class _Packer(ExprMutator):
 
 register_pass("PackMatmulWeights", PackMatmulWeights)
 
-__all__ = ["PAD_MIN_WORK", "ROW_TILE", "PackMatmulWeights", "packed_columns", "padded_sizes"]
+__all__ = ["PAD_MIN_WORK", "PackMatmulWeights", "packed_columns", "padded_sizes"]

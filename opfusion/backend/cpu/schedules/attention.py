@@ -2,12 +2,12 @@
 
 The result's rows go in blocks of :func:`opfusion.topi.nn_attention.query_block` rows; the
 (batch..., block) loops are fused and parallel, and every stage of the compute but the
-padded keys is computed inside a task, for its block alone: the scores as register tiles of
-the block's rows x ``key_cols`` keys (a broadcast query value times a vector of keys per
+padded copies is computed inside a task, for its block alone: the scores as register tiles
+of 4 rows x ``key_cols`` keys (a broadcast query value times a vector of keys per
 multiply-add, the contraction outside), the row maxima and sums as vector-wide partial
 results, the exponentials vectorized along the keys, and ``exp @ value`` as register tiles
-of the rows x ``value_cols`` columns. So a block's scores and exponentials (rows x keys
-floats: 4 x 197 for a vision transformer) stay in L1 and the (Sq, Sk) matrix never goes to
+of 4 rows x ``value_cols`` columns. So a block's scores and exponentials (rows x keys
+floats: 8 x 208 for a vision transformer) stay in L1 and the (Sq, Sk) matrix never goes to
 memory. The padded copies of the keys and of the bias, when there are some, are built
 first, their rows in parallel.
 
