@@ -56,6 +56,8 @@ def kind_and_flops(group) -> tuple[str, float]:
                 taps = int(np.prod(weight[1:]))  # per output element (blocked: in x o lanes)
                 if name == "nn.conv2d_nchwc":
                     taps //= weight[5]
+                    if call.attrs.group_window:  # (groups, J, KH, KW, C/groups, o)
+                        taps = kh * kw * weight[4]
                 return label, 2.0 * int(np.prod(out)) * taps
             if name in ("nn.dense", "nn.matmul", "nn.matmul_packed", "nn.batch_matmul"):
                 depth = call.args[0].checked_type.shape[-1]

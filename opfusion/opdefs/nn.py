@@ -148,76 +148,57 @@ def _block(op: Op, attrs: Attrs, name: str, pattern: str) -> Layout:
     return layout
 
 
-def group_window_start(out_block_index: Any, channels: int, out_channels: int, groups: int,
-                       in_block: int, out_block: int, window: int) -> Any:
-    """The first input block that output block ``out_block_index`` of a group-window
-    convolution reads: the block holding its first group's first input channel, moved back
-    so that the window stays inside the data. Works on ints and on index expressions."""
-    first_group = out_block_index * out_block // (out_channels // groups)
-    start = first_group * (channels // groups) // in_block
-    last = channels // in_block - window
-    return start if isinstance(start, int) and start <= last else _min_of(start, last)
-
-
-def _min_of(a: Any, b: int) -> Any:
-    if isinstance(a, int):
-        return min(a, b)
-    from ..te import min as te_min  # index expressions (the compute's)
-
-    return te_min(a, b)
-
-
-def group_window_blocks(channels: int, out_channels: int, groups: int, in_block: int,
-                        out_block: int) -> int:
-    """Input blocks every output block of a group-window convolution reads: the most any
-    output block needs to cover the input channels of the groups its channels belong to
-    (an output block across a group boundary needs two groups' inputs)."""
-    per_out, per_in = out_channels // groups, channels // groups
-    most = 0
-    for index in range(out_channels // out_block):
-        first = index * out_block // per_out
-        last = (index * out_block + out_block - 1) // per_out
-        low = first * per_in // in_block
-        high = -(-(last + 1) * per_in // in_block)
-        most = max(most, high - low)
-    return most
-
-
-def group_window_weight(dense: np.ndarray, groups: int, in_block: int,
-                        out_block: int) -> np.ndarray:
-    """A grouped convolution's OIHW weight (O, C/groups, KH, KW) as a group-window one in
-    OIHW<in_block>i<out_block>o: (O/o, window, KH, KW, i, o), zero where an input channel of
-    the window is not in an output channel's group."""
-    out_channels, per_group, kh, kw = dense.shape
-    channels = per_group * groups
-    window = group_window_blocks(channels, out_channels, groups, in_block, out_block)
-    blocked = np.zeros((out_channels // out_block, window, kh, kw, in_block, out_block),
-                       dense.dtype)
+def group_output_blocks(out_channels: int, groups: int, out_block: int) -> tuple[int, ...]:
+    """The first output block each group's output channels touch (a block may hold the end
+    of one group and the start of the next when no block divides a group's outputs)."""
     per_out = out_channels // groups
-    lanes = np.arange(window * in_block)
-    for index in range(out_channels // out_block):
-        start = group_window_start(index, channels, out_channels, groups, in_block,
-                                   out_block, window)
-        outs = index * out_block + np.arange(out_block)
-        # (o, window position): the position's channel within the output's group, if any
-        within = start * in_block + lanes[None, :] - (outs // per_out * per_group)[:, None]
-        inside = (within >= 0) & (within < per_group)
-        taps = dense[outs[:, None], np.clip(within, 0, per_group - 1)]  # o, pos, KH, KW
-        taps[~inside] = 0
-        blocked[index] = taps.reshape(out_block, window, in_block, kh, kw).transpose(
-            1, 3, 4, 2, 0)
-    return blocked
+    return tuple(g * per_out // out_block for g in range(groups))
 
 
-def _window_weight_dense(weight: np.ndarray, data_blocks: int, groups: int) -> np.ndarray:
-    """A group-window weight (O/o, window, KH, KW, i, o) widened to every input block
-    (O/o, C/i, KH, KW, i, o), zeros outside each output block's window."""
-    out_blocks, window, kh, kw, in_block, out_block = weight.shape
-    dense = np.zeros((out_blocks, data_blocks, kh, kw, in_block, out_block), weight.dtype)
-    for index in range(out_blocks):
-        start = group_window_start(index, data_blocks * in_block, out_blocks * out_block,
-                                   groups, in_block, out_block, window)
-        dense[index, start:start + window] = weight[index]
+def group_local_blocks(out_channels: int, groups: int, out_block: int) -> int:
+    """Output blocks of a group-window convolution's weight per group: the most output blocks
+    any one group's output channels touch."""
+    per_out = out_channels // groups
+    return max(((g + 1) * per_out - 1) // out_block - g * per_out // out_block + 1
+               for g in range(groups))
+
+
+def group_spans(out_channels: int, groups: int, out_block: int) -> int:
+    """The most groups one output block's channels belong to (2 when a block holds a group
+    boundary and every group has a block's channels or more)."""
+    per_out = out_channels // groups
+    return max((index * out_block + out_block - 1) // per_out - index * out_block // per_out + 1
+               for index in range(out_channels // out_block))
+
+
+def group_window_weight(dense: np.ndarray, groups: int, out_block: int) -> np.ndarray:
+    """A grouped convolution's OIHW weight (O, C/groups, KH, KW) as a group-window one:
+    (groups, J, KH, KW, C/groups, o) with J = :func:`group_local_blocks`, group g's filters
+    for output block ``group_output_blocks[g] + j`` on the group's own input channels, zero
+    in the lanes of output channels outside the group (and in blocks past its last)."""
+    out_channels, per_group, kh, kw = dense.shape
+    per_out = out_channels // groups
+    local = group_local_blocks(out_channels, groups, out_block)
+    packed = np.zeros((groups, local, kh, kw, per_group, out_block), dense.dtype)
+    for g, first in enumerate(group_output_blocks(out_channels, groups, out_block)):
+        for j in range(local):
+            outs = (first + j) * out_block + np.arange(out_block)
+            inside = (outs >= g * per_out) & (outs < (g + 1) * per_out)
+            for lane in np.flatnonzero(inside):
+                packed[g, j, :, :, :, lane] = dense[outs[lane]].transpose(1, 2, 0)
+    return packed
+
+
+def _window_weight_dense(weight: np.ndarray, out_channels: int) -> np.ndarray:
+    """A group-window weight (groups, J, KH, KW, C/groups, o) back as the grouped OIHW one
+    (O, C/groups, KH, KW)."""
+    groups, _, kh, kw, per_group, out_block = weight.shape
+    per_out = out_channels // groups
+    dense = np.zeros((out_channels, per_group, kh, kw), weight.dtype)
+    for g, first in enumerate(group_output_blocks(out_channels, groups, out_block)):
+        for o in range(g * per_out, (g + 1) * per_out):
+            dense[o] = weight[g, o // out_block - first, :, :, :, o % out_block].transpose(
+                2, 0, 1)
     return dense
 
 
@@ -227,9 +208,10 @@ class Conv2DNCHWc(_ConvBase):
     doc = ("2-D convolution in blocked layouts (TVM's conv2d_NCHWc): data NCHW<i>c "
            "(N, C/i, H, W, i), weight OIHW<i>i<o>o (O/o, C/i, KH, KW, i, o), result NCHW<o>c; "
            "the layout pass makes it from nn.conv2d. Grouped: every block inside one group; "
-           "depthwise: weight OIHW1i<k>o, data and result NCHW<k>c; group_window: each "
-           "output block reads a window of input blocks around its groups (see "
-           "group_window_blocks).")
+           "depthwise: weight OIHW1i<k>o, data and result NCHW<k>c; group_window (groups "
+           "whose channels no block divides): weight (groups, J, KH, KW, C/groups, o), each "
+           "group's filters for the J output blocks its outputs touch (group_window_weight), "
+           "with kernel_layout OIHW<C/groups>i<o>o and the 'channels' attribute set.")
     attrs = {
         **_conv_attrs("OIHW"),
         "data_layout": Attr("str", "NCHW16c", always_print=True,
@@ -239,10 +221,10 @@ class Conv2DNCHWc(_ConvBase):
         "out_layout": Attr("str", "NCHW16c", always_print=True,
                            doc="NCHW<o>c: the result's channel block"),
         "group_window": Attr("bool", False,
-                             doc="the weight holds, for each output block, the window of "
-                                 "input blocks that covers its groups' input channels "
-                                 "(group_window_start); a dense convolution over that "
-                                 "window, for groups whose channels no block divides"),
+                             doc="the weight holds, per group, its filters for the "
+                                 "output blocks its output channels touch, on the group's "
+                                 "own input channels (group_window_weight): for groups "
+                                 "whose channels no block divides"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
@@ -269,9 +251,10 @@ class Conv2DNCHWc(_ConvBase):
                                   f"the blocks of their layouts ({attrs.data_layout}, "
                                   f"{attrs.kernel_layout})")
         if attrs.group_window:
-            self._check_window(data.shape[1], weight.shape, (in_block, kernel_block, out_block),
-                               attrs.groups)
+            out_channels = self._check_window(data.shape[1] * in_block, weight.shape,
+                                              out_block, attrs)
         else:
+            out_channels = weight.shape[0] * out_block
             self._check_groups(data.shape[1] * in_block, weight.shape[1] * kernel_block,
                                weight.shape[0] * out_block, (in_block, kernel_block, out_block),
                                attrs)
@@ -281,10 +264,10 @@ class Conv2DNCHWc(_ConvBase):
         if attrs.kernel_size is not None and tuple(attrs.kernel_size) != kernel:
             raise self.type_error(f"attribute 'kernel_size'={attrs.kernel_size} does not match "
                                   f"weight {weight.shape} (kernel {kernel})")
-        self._check_channels(weight.shape[0] * out_block, weight, attrs)
+        self._check_channels(out_channels, weight, attrs)
         out_h, out_w = spatial_output(self, data, kernel, attrs.strides, attrs.dilation,
                                       attrs.padding)
-        return TensorType((data.shape[0], weight.shape[0], out_h, out_w, out_block),
+        return TensorType((data.shape[0], out_channels // out_block, out_h, out_w, out_block),
                           attrs.out_dtype or out_dtype)
 
     def _check_groups(self, channels: int, per_group: int, out_channels: int,
@@ -310,32 +293,34 @@ class Conv2DNCHWc(_ConvBase):
                 "(the weight's input block equal to the data's) or a depthwise form "
                 "(OIHW1i<k>o with data and result in NCHW<k>c)")
 
-    def _check_window(self, data_blocks: int, weight_shape: tuple[int, ...],
-                      blocks: tuple[int, int, int], groups: int) -> None:
-        """The group-window form: the weight's input blocks are the window's (see
-        group_window_blocks), in the data's block."""
-        in_block, kernel_block, out_block = blocks
-        channels, out_channels = data_blocks * in_block, weight_shape[0] * out_block
-        if kernel_block != in_block or channels % groups or out_channels % groups:
+    def _check_window(self, channels: int, weight_shape: tuple[int, ...], out_block: int,
+                      attrs: Attrs) -> int:
+        """The group-window form (see group_window_weight): the output channels, from the
+        'channels' attribute; the weight's groups, blocks per group and input channels."""
+        groups, out_channels = attrs.groups, attrs.channels
+        if out_channels is None or out_channels % groups or out_channels % out_block \
+                or channels % groups:
             raise self.type_error(
-                f"group_window with groups={groups}, {channels} input and {out_channels} "
-                f"output channels, blocks {in_block}, {kernel_block}, {out_block}: the groups "
-                "must split the channels and the weight's input block be the data's")
-        window = group_window_blocks(channels, out_channels, groups, in_block, out_block)
-        if weight_shape[1] != window:
+                f"group_window with groups={groups}, {channels} input channels and "
+                f"'channels'={out_channels}: the attribute must be set, the groups must split "
+                f"both and blocks of {out_block} the outputs")
+        want = (groups, group_local_blocks(out_channels, groups, out_block), *weight_shape[2:4],
+                channels // groups, out_block)
+        if tuple(weight_shape) != want:
             raise self.type_error(
-                f"weight {weight_shape} has {weight_shape[1]} input blocks; the group window "
-                f"of groups={groups} over {channels} -> {out_channels} channels is {window}")
+                f"weight {weight_shape} is not the group-window weight of groups={groups} over "
+                f"{channels} -> {out_channels} channels: expected {want}")
+        return out_channels
 
     def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
                   kernel_layout: str, out_layout: str, group_window: bool = False,
                   **attrs: Any) -> np.ndarray:
         plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
         if group_window:
-            weight = _window_weight_dense(weight, data.shape[1], attrs["groups"])
-            attrs = {**attrs, "groups": 1}
-        plain_weight = transform_array(weight, Layout.parse(kernel_layout),
-                                       Layout.parse("OIHW"))
+            plain_weight = _window_weight_dense(weight, attrs["channels"])
+        else:
+            plain_weight = transform_array(weight, Layout.parse(kernel_layout),
+                                           Layout.parse("OIHW"))
         out = get_op("nn.conv2d").reference(plain_data, plain_weight, **attrs)
         return transform_array(out, Layout.parse("NCHW"), Layout.parse(out_layout))
 

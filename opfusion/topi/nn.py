@@ -29,6 +29,7 @@ CONV_OUT = "conv2d_out"
 CONV_NCHWC_PAD = "conv2d_nchwc_pad"
 CONV_NCHWC_ACC = "conv2d_nchwc_acc"
 CONV_NCHWC = "conv2d_nchwc"
+CONV_GROUP_ACC = "conv2d_group_acc"
 WINO_PAD = "winograd_pad"
 WINO_ROWS = "winograd_input_rows"
 WINO_INPUT = "winograd_input"
@@ -240,10 +241,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     input value is broadcast and multiplied by a vector of weights. Grouped: the sum runs
     over the input channels of ``ob``'s group. Depthwise (weight ``OIHW1i<k>o``): output
     channel ``(ob, o)`` sums input channel ``(ob, o)`` over the taps alone. Group window:
-    the sum runs over the weight's window of input blocks, from ``group_window_start``."""
-    from ..opdefs.nn import group_window_start
+    see :func:`_conv2d_group_window`."""
     from ..target import Target
 
+    if attrs.group_window:
+        return _conv2d_group_window(inputs, attrs, out_type)
     data, weight = inputs
     batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
     out_blocks, _, kh, kw, _, out_block = (int(d) for d in weight.shape)
@@ -288,16 +290,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     else:
         # Each output block lies in one group; its group's input blocks start at
         # group * blocks_per_group (groups=1: at 0).
-        # group_window: output block o reads the window of input blocks that covers its
-        # groups' input channels (see nn.conv2d_nchwc), from group_window_start on.
         blocks_per_group = int(weight.shape[1])
         out_blocks_per_group = out_blocks // attrs.groups
         rc = te.reduce_axis((0, blocks_per_group * in_block), name="rc")
 
         def first_block(o: Any) -> Any:
-            if attrs.group_window:
-                return group_window_start(o, blocks_in * in_block, out_blocks * out_block,
-                                          attrs.groups, in_block, out_block, blocks_per_group)
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
 
         acc = te.compute(
@@ -311,6 +308,74 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
+                      name="conv2d_nchwc", tag=CONV_NCHWC)
+
+
+def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """A group-window convolution (groups whose channels no block divides; weight
+    ``(groups, J, KH, KW, C/groups, o)``, see :func:`opfusion.opdefs.nn.group_window_weight`):
+    ``acc[n, g, j, y, xb, xi, o]`` sums group ``g``'s own input channels (read one by one,
+    wherever they lie in the data's blocks) into the ``J`` output blocks its outputs touch,
+    from ``group_output_blocks[g]`` on; output block ``b`` then adds the sums of the groups
+    its channels belong to (two where it holds a group boundary; the weight's lanes outside
+    a group are zero). Every multiply-add is one a grouped convolution needs, where a dense
+    convolution over whole input blocks would spend most of them on zeros."""
+    from ..opdefs.nn import group_spans
+    from ..target import Target
+
+    data, weight = inputs
+    batch, _, height, width, in_block = (int(d) for d in data.shape)
+    groups, local, kh, kw, per_group, out_block = (int(d) for d in weight.shape)
+    _, out_blocks, out_h, out_w, _ = (int(d) for d in out_type.shape)
+    per_out = out_blocks * out_block // groups
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    top, left = attrs.padding[0], attrs.padding[1]
+    target = Target.current()
+    assert target is not None
+    # A register tile of several of a group's blocks shares each broadcast input.
+    unit = nchwc_width_unit(out_w, conv_accumulators(target), local)
+    units = -(-out_w // unit)
+    rows = (out_h - 1) * sh + (kh - 1) * dh + 1
+    cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
+    source = data
+    if top or left or rows > height or cols > width:
+        source = te.compute((batch, data.shape[1], rows, cols, in_block),
+                            zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
+                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+    final_dtype = out_type.dtype
+    acc_dtype = accumulator_dtype(final_dtype)
+    rc = te.reduce_axis((0, per_group), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def tap(n: Any, g: Any, y: Any, xb: Any, xi: Any) -> te.PrimExpr:
+        channel = g * per_group + rc
+        return te.cast(source[n, channel // in_block, y * sh + ry * dh,
+                              (xb * unit + xi) * sw + rx * dw, channel % in_block], acc_dtype)
+
+    acc = te.compute(
+        (batch, groups, local, out_h, units, unit, out_block),
+        lambda n, g, j, y, xb, xi, o: te.sum(
+            tap(n, g, y, xb, xi) * te.cast(weight[g, j, ry, rx, rc, o], acc_dtype),
+            axis=[rc, ry, rx]),
+        name="conv2d_group_acc", tag=CONV_GROUP_ACC)
+    spans = group_spans(out_blocks * out_block, groups, out_block)
+
+    def result(n: Any, b: Any, y: Any, x: Any, o: Any) -> te.PrimExpr:
+        first = b * out_block // per_out
+        total = None
+        for span in range(spans):
+            group = te.min(first + span, groups - 1)
+            local_block = te.max(te.min(b - group * per_out // out_block, local - 1), 0)
+            part = acc[n, group, local_block, y, x // unit, x % unit, o]
+            if span:  # the next group, when this block holds its first channels
+                part = te.if_then_else(first + span <= (b * out_block + out_block - 1) // per_out,
+                                       part, te.const(0, acc_dtype))
+            total = part if total is None else total + part
+        return te.cast(total, final_dtype)
+
+    return te.compute((batch, out_blocks, out_h, out_w, out_block), result,
                       name="conv2d_nchwc", tag=CONV_NCHWC)
 
 
@@ -818,7 +883,8 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
     return [*term[:at], *(f".{count - e}" for e in range(count)), *term[at + 1:]]
 
 
-__all__ = ["CONV_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD", "CONV_OUT", "CONV_PAD",
+__all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD",
+           "CONV_OUT", "CONV_PAD",
            "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
            "WIDE_TILE_BLOCKS", "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",

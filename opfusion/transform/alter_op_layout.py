@@ -31,9 +31,10 @@ The transforms fuse like any injective operator.
 
 Grouped convolutions are blocked when every block lies inside one group, depthwise ones with
 the weight in OIHW1i<x>o (one input channel per output); a convolution of a few groups whose
-channels no block divides (ShuffleNet's 34 a group) runs as a ``group_window`` one, each output
-block reading the window of input blocks around its groups' channels, or, where that window
-is every block, as a dense one with a block-diagonal weight (MAX_DENSIFIED_GROUPS).
+channels no block divides (ShuffleNet's 34 a group) runs as a ``group_window`` one, each group
+summing its own input channels into the output blocks its outputs touch (a block across a
+group boundary adds two groups' sums), or, where a group touches every output block, as a
+dense one with a block-diagonal weight (MAX_DENSIFIED_GROUPS).
 Convolutions stay NCHW when their channels have no power-of-two block of at least 4 (per
 group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. 3x3
 stride-1 convolutions with enough channels become ``nn.conv2d_winograd_nchwc`` of a weight
@@ -56,7 +57,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import post_order
-from ..opdefs.nn import group_window_blocks, group_window_weight
+from ..opdefs.nn import group_local_blocks, group_window_weight
 from ..target import Target, as_target
 from .context import PassContext, register_pass_config
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
@@ -375,16 +376,17 @@ class _LayoutRewriter:
         window = False
         if densify:
             # A few groups whose channels no block divides (ShuffleNet's 34 a group): each
-            # output block reads the window of input blocks around its groups' channels
-            # (about half of them for 4 groups), or, where that window is every block, a
-            # dense convolution with a block-diagonal weight.
+            # group sums its own input channels into the output blocks its outputs touch
+            # (a block across a group boundary adds two groups' sums), or, where a group
+            # touches every output block, a dense convolution with a block-diagonal weight.
             assert isinstance(weight_value, Constant)
-            channels, out_channels = data_type.shape[1], out_type.shape[1]
-            window = group_window_blocks(channels, out_channels, groups, in_block,
-                                         out_block) < channels // in_block
+            out_channels = out_type.shape[1]
+            window = group_local_blocks(out_channels, groups, out_block) \
+                < out_channels // out_block
             if window:
                 packed: Expr = Constant(group_window_weight(weight_value.data, groups,
-                                                            in_block, out_block))
+                                                            out_block))
+                kernel_layout = f"OIHW{data_type.shape[1] // groups}i{out_block}o"
             else:
                 weight_value = Constant(_block_diagonal(weight_value.data, groups))
                 groups = 1
@@ -403,6 +405,8 @@ class _LayoutRewriter:
             return _Form(conv, out_block)
         new_attrs = {key: attrs[key] for key in ("strides", "padding", "dilation",
                                                   "channels", "kernel_size", "out_dtype")}
+        if window:
+            new_attrs["channels"] = out_type.shape[1]
         new_attrs.update(groups=groups, data_layout=data_layout(in_block),
                          kernel_layout=kernel_layout, out_layout=data_layout(out_block),
                          group_window=window)

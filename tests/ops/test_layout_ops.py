@@ -12,7 +12,7 @@ from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
 from opfusion.ir.op import get_op
 from opfusion.ir.visitor import post_order
-from opfusion.opdefs.nn import group_window_blocks, group_window_weight
+from opfusion.opdefs.nn import group_local_blocks, group_window_weight
 from opfusion.testing import assert_close
 
 nn = opf.op.nn
@@ -105,23 +105,31 @@ def test_group_window_reference_is_the_grouped_conv2d(data, weight, groups, ib, 
     x, w = normal(*data), normal(*weight, seed=1)
     want = get_op("nn.conv2d").reference(
         x, w, **get_op("nn.conv2d").make_attrs({**attrs, "groups": groups}))
-    packed = group_window_weight(w, groups, ib, ob)
-    window = group_window_blocks(data[1], weight[0], groups, ib, ob)
-    assert packed.shape == (weight[0] // ob, window, *weight[2:], ib, ob)
-    assert window < data[1] // ib  # fewer input blocks than a dense convolution reads
+    packed = group_window_weight(w, groups, ob)
+    local = group_local_blocks(weight[0], groups, ob)
+    assert packed.shape == (groups, local, *weight[2:], weight[1], ob)
+    assert local < weight[0] // ob  # a group touches fewer output blocks than there are
     got = get_op("nn.conv2d_nchwc").reference(
         relayout(x, "NCHW", f"NCHW{ib}c"), packed,
         **get_op("nn.conv2d_nchwc").make_attrs({
-            **attrs, "groups": groups, "group_window": True, "data_layout": f"NCHW{ib}c",
-            "kernel_layout": f"OIHW{ib}i{ob}o", "out_layout": f"NCHW{ob}c"}))
+            **attrs, "groups": groups, "group_window": True, "channels": weight[0],
+            "data_layout": f"NCHW{ib}c", "kernel_layout": f"OIHW{weight[1]}i{ob}o",
+            "out_layout": f"NCHW{ob}c"}))
     assert_close(relayout(got, f"NCHW{ob}c", "NCHW").astype("float32"), want.astype("float32"),
                  1e-5)
 
 
 def test_group_window_weight_of_the_wrong_width_is_a_type_error():
-    with pytest.raises(OpfusionError, match="group window of groups=4 .* is 9"):
-        infer(_conv((1, 17, 5, 5, 8), (17, 17, 1, 1, 8, 8), groups=4, group_window=True,
-                    data_layout="NCHW8c", kernel_layout="OIHW8i8o", out_layout="NCHW8c"))
+    with pytest.raises(OpfusionError, match=r"group-window weight .* expected \(4, 5, 1, 1, 34"):
+        infer(_conv((1, 17, 5, 5, 8), (4, 4, 1, 1, 34, 8), groups=4, group_window=True,
+                    channels=136, data_layout="NCHW8c", kernel_layout="OIHW34i8o",
+                    out_layout="NCHW8c"))
+
+
+def test_group_window_needs_the_channels_attribute():
+    with pytest.raises(OpfusionError, match="'channels'=None: the attribute must be set"):
+        infer(_conv((1, 17, 5, 5, 8), (4, 5, 1, 1, 34, 8), groups=4, group_window=True,
+                    data_layout="NCHW8c", kernel_layout="OIHW34i8o", out_layout="NCHW8c"))
 
 
 def _conv(data_shape, weight_shape, **attrs):

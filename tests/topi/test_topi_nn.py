@@ -131,12 +131,14 @@ def test_conv2d_nchwc_depthwise(attrs):
 @pytest.mark.parametrize("data, weight, groups, ib, ob, attrs", [
     ((1, 48, 7, 9), (40, 12, 3, 3), 4, 8, 8, {"strides": 2, "padding": 1}),
     ((1, 40, 5, 6), (40, 10, 1, 1), 4, 8, 8, {}),
+    ((1, 136, 6, 9), (136, 34, 1, 1), 4, 8, 8, {}),  # ShuffleNet's: 5 blocks a group
+    ((2, 24, 5, 7), (24, 3, 3, 3), 8, 8, 8, {"padding": 1}),  # 3 groups in a block
 ], ids=str)
 def test_conv2d_nchwc_group_window(data, weight, groups, ib, ob, attrs):
     x = _blocked(normal(*data), "NCHW", f"NCHW{ib}c")
-    w = group_window_weight(normal(*weight, seed=1), groups, ib, ob)
-    check_compute(nn.conv2d_nchwc, x, w, groups=groups, group_window=True,
-                  data_layout=f"NCHW{ib}c", kernel_layout=f"OIHW{ib}i{ob}o",
+    w = group_window_weight(normal(*weight, seed=1), groups, ob)
+    check_compute(nn.conv2d_nchwc, x, w, groups=groups, group_window=True, channels=weight[0],
+                  data_layout=f"NCHW{ib}c", kernel_layout=f"OIHW{weight[1]}i{ob}o",
                   out_layout=f"NCHW{ob}c", **attrs)
 
 

@@ -108,29 +108,31 @@ def test_grouped_and_depthwise_convolutions_run_blocked():
     assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
 
 
-def test_a_few_groups_no_block_divides_read_a_window_of_input_blocks():
+def test_a_few_groups_no_block_divides_sum_their_own_channels():
     x = opf.var("x", shape=(1, 136, 28, 28))
     y = nn.relu(nn.conv2d(x, opf.const(normal(136, 136, 1, 1) * .2)))
     y = nn.conv2d(y, opf.const(normal(136, 34, 1, 1) * .2), groups=4)  # 34 a group
     func = laid_out(y)
     convs = calls(func, "nn.conv2d_nchwc")
     assert [(c.attrs.groups, c.attrs.group_window, c.attrs.kernel_layout) for c in convs] == [
-        (1, False, "OIHW8i8o"), (4, True, "OIHW8i8o")]
-    # 9 of the 17 input blocks an output block of 8 needs at most (two groups' 68 channels)
-    window = convs[1].args[1].data
-    assert window.shape == (17, 9, 1, 1, 8, 8) and not window[0, 5:].any()
+        (1, False, "OIHW8i8o"), (4, True, "OIHW34i8o")]
+    # each group's 34 input channels into the 5 output blocks its 34 outputs touch; group 1's
+    # first block (channels 32-39) holds group 0's last two outputs, zero in its weight
+    local = convs[1].args[1].data
+    assert local.shape == (4, 5, 1, 1, 34, 8) and not local[1, 0, :, :, :, :2].any()
+    assert local[1, 0, :, :, :, 2:].all() and local[0, 4, :, :, :, :2].all()
     mod = IRModule.from_expr(Function([x], y))
     value = normal(1, 136, 28, 28, seed=8)
     assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
 
 
-def test_groups_whose_window_is_every_block_run_as_one_dense_convolution():
+def test_groups_that_touch_every_output_block_run_as_one_dense_convolution():
     x = opf.var("x", shape=(1, 24, 56, 56))
-    y = nn.conv2d(x, opf.const(normal(48, 6, 1, 1) * .3), groups=4)  # 6 a group, block 8
+    y = nn.conv2d(x, opf.const(normal(8, 6, 3, 3) * .3), groups=4, padding=1)  # 6 in, 2 out
     (conv,) = calls(laid_out(y), "nn.conv2d_nchwc")
     assert (conv.attrs.groups, conv.attrs.group_window) == (1, False)
     dense = conv.args[1].data  # block diagonal: group 0's outputs read its inputs only
-    assert dense.shape == (3, 3, 1, 1, 8, 16) and not dense[0, :, 0, 0, 6:, :6].any()
+    assert dense.shape == (1, 3, 3, 3, 8, 8) and not dense[0, 0, :, :, 6:, :2].any()
     mod = IRModule.from_expr(Function([x], y))
     value = normal(1, 24, 56, 56, seed=9)
     assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)

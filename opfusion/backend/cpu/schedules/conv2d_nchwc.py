@@ -21,13 +21,14 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
+from ....topi.nn import CONV_GROUP_ACC, CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     arrange_rest,
     channel_tile,
     divisor,
     divisors,
+    min_tasks,
     owner_of,
     padded_copy_first,
     parallel_outer,
@@ -60,6 +61,9 @@ class Conv2dNCHWcRule(ScheduleRule):
     ops = ("nn.conv2d_nchwc",)
 
     def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
+        grouped = producer(anchor, CONV_GROUP_ACC)
+        if grouped is not None:
+            return _group_window_space(self.name, grouped, target)
         acc = producer(anchor, CONV_NCHWC_ACC)
         if acc is None:
             return None
@@ -82,6 +86,15 @@ class Conv2dNCHWcRule(ScheduleRule):
         ], fits)
 
     def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
+        space = self.space(anchor, output, target)
+        assert space is not None
+        grouped = producer(anchor, CONV_GROUP_ACC)
+        if grouped is not None:
+            _, _, local, height, _, unit, _ = (int(d) for d in grouped.shape)
+            tasks = int(grouped.shape[0]) * height
+            return space.config(
+                channel_tile=channel_tile(local, unit, conv_accumulators(target)), col_units=1,
+                row_block=divisor(height, max(1, tasks // min_tasks(target))))
         acc = producer(anchor, CONV_NCHWC_ACC)
         assert acc is not None
         blocks, height, _, unit, _ = _shape(acc)
@@ -91,13 +104,15 @@ class Conv2dNCHWcRule(ScheduleRule):
         # tasks (or as many as the shape has).
         channel_tasks = int(acc.shape[0]) * blocks // tile
         row_block = divisor(height, max(1, height * channel_tasks // NCHWC_MIN_TASKS))
-        space = self.space(anchor, output, target)
-        assert space is not None
         return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
                             row_block=row_block)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:
+        if producer(anchor, CONV_GROUP_ACC) is not None:
+            group_window_tiles(s, anchor, output, int(config["channel_tile"]),
+                               int(config["col_units"]), int(config["row_block"]))
+            return
         conv2d_nchwc_tiles(s, anchor, output, int(config["channel_tile"]),
                            int(config["col_units"]), int(config["task_blocks"]),
                            int(config["row_block"]))
@@ -137,6 +152,58 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     acc_stage.unroll(aoi)
     acc_stage.unroll(abi)
     acc_stage.unroll(ax)
+    acc_stage.vectorize(ac)
+
+    padded_copy_first(s, pad)
+    arrange_rest(s)
+
+
+def _group_window_space(name: str, acc: te.Tensor, target: Target) -> ConfigSpace:
+    """The knobs of a group-window convolution (see :func:`group_window_tiles`)."""
+    _, _, local, height, units, unit, _ = (int(d) for d in acc.shape)
+
+    def fits(config: Mapping[str, Any]) -> bool:
+        """the register tile fits the vector registers"""
+        return config["channel_tile"] * config["col_units"] * unit <= target.vector_registers
+
+    return ConfigSpace(name, [
+        Knob("channel_tile", divisors(local, 4),
+             "a group's output blocks in a register tile (one weight vector each)"),
+        Knob("col_units", divisors(units, 4), f"units of {unit} output columns of a register tile"),
+        Knob("row_block", divisors(height), "output rows of one parallel task"),
+    ], fits)
+
+
+def group_window_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_tile: int,
+                       col_units: int, row_block: int) -> None:
+    """A group-window convolution (``opfusion.topi.nn._conv2d_group_window``): a parallel task
+    is ``row_block`` output rows of every output block; at the task, every group's sums for
+    those rows are computed by register tiles of ``channel_tile`` of the group's blocks x
+    ``col_units`` units of columns (each input value broadcast once per tile), then the
+    output blocks add their groups' sums and the epilogue runs, vector by vector. A task
+    holds all the groups so that it computes each group's sums once (an output block needs
+    up to two groups')."""
+    acc = producer(anchor, CONV_GROUP_ACC)
+    assert acc is not None
+    pad = producer(acc, CONV_NCHWC_PAD)
+    owner = owner_of(s, anchor, output)
+    stage = s[owner]
+    n, b, y, x, c = stage.op.axis
+    yo, yi = stage.split(y, factor=row_block)
+    stage.reorder(n, yo, b, yi, x, c)
+    task = parallel_outer(stage, [n, yo], tensor_size(owner))
+    stage.vectorize(c)
+
+    acc_stage = s[acc]
+    acc_stage.compute_at(stage, task)
+    an, ag, aj, ay, ax, axi, ac = acc_stage.op.axis
+    rc, ry, rx = acc_stage.op.reduce_axis
+    ajo, aji = acc_stage.split(aj, factor=channel_tile)
+    axo, axb = acc_stage.split(ax, factor=col_units)
+    acc_stage.reorder(an, ag, ajo, ay, axo, ry, rx, rc, aji, axb, axi, ac)
+    acc_stage.unroll(aji)
+    acc_stage.unroll(axb)
+    acc_stage.unroll(axi)
     acc_stage.vectorize(ac)
 
     padded_copy_first(s, pad)
