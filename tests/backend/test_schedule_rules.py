@@ -19,6 +19,7 @@ from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
 from opfusion.opdefs import _winograd as winograd
+from opfusion.opdefs.nn import group_window_weight
 from opfusion.target import Target
 from opfusion.testing import assert_close
 from opfusion.topi import get_compute
@@ -124,6 +125,15 @@ CASES = {
                                {"padding": 1, "strides": 2, "groups": 16,
                                 "data_layout": "NCHW8c", "kernel_layout": "OIHW1i8o",
                                 "out_layout": "NCHW8c"}),
+    # 37 output blocks computed as 40 (whole tiles of 4) and cropped; K-blocked by default
+    "conv2d_nchwc_padded_blocks": (nn.conv2d_nchwc, (normal(1, 4, 5, 6, 8),
+                                                     normal(37, 4, 3, 3, 8, 8, seed=1) * .1),
+                                   True, {"padding": 1, "data_layout": "NCHW8c",
+                                          "kernel_layout": "OIHW8i8o", "out_layout": "NCHW8c"}),
+    "conv2d_nchwc_group_window": (nn.conv2d_nchwc, (
+        normal(1, 17, 4, 6, 8), group_window_weight(normal(136, 34, 1, 1, seed=1), 4, 8)), True,
+        {"groups": 4, "group_window": True, "channels": 136, "data_layout": "NCHW8c",
+         "kernel_layout": "OIHW34i8o", "out_layout": "NCHW8c"}),
     "conv2d_winograd_f2": (nn.conv2d_winograd_nchwc, (
         normal(1, 2, 9, 11, 4), winograd.transform_weight(normal(2, 2, 3, 3, 4, 4, seed=1),
                                                           2).astype("float32")), True,
@@ -359,6 +369,26 @@ def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
 ])
 def test_avx2_defaults_are_the_measured_choices(builder, shapes, attrs, want):
     assert _default(builder, shapes, AVX2_MEASURED, **attrs) == want
+
+
+def _nchwc(data, weight, **attrs):
+    return {"data_layout": f"NCHW{data[4]}c", "kernel_layout": f"OIHW{weight[4]}i{weight[5]}o",
+            "out_layout": f"NCHW{weight[5]}c", **attrs}
+
+
+@pytest.mark.parametrize("shapes, attrs, want", [
+    # SqueezeNet's last: 125 blocks computed as 128 in tiles of 4 x 2 columns; 13 rows (a
+    # prime) in one task rather than 13; the 64 input blocks in reduction blocks of 16 (a
+    # tile's weights for them are 16 KiB, half the L1)
+    ([(1, 64, 13, 13, 8), (125, 64, 1, 1, 8, 8)], {},
+     {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 13, "k_blocks": 16}),
+    # a 3x3 stride-2 one: 9 taps, one input block per reduction block
+    ([(1, 16, 56, 56, 8), (16, 16, 3, 3, 8, 8)], {"strides": 2, "padding": 1},
+     {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 1, "k_blocks": 1}),
+])
+def test_avx2_blocked_convolution_defaults(shapes, attrs, want):
+    got = _default(nn.conv2d_nchwc, shapes, AVX2_MEASURED, **_nchwc(*shapes, **attrs))
+    assert got == ("conv2d_nchwc", want)
 
 
 def test_avx512_defaults_use_its_wider_vectors():
