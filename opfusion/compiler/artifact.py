@@ -73,7 +73,7 @@ from ..target import Target
 from ..target.host import host_arch, host_features
 from .executor import ExecStep, Executor, ValueInfo
 from .lower_group import LoweredGroup
-from .memory_plan import ALIGNMENT, MemoryPlan
+from .memory_plan import ALIGNMENT, MemoryPlan, resolve_aliases
 from .signature import check_output_names
 
 #: Version 2: the library exports a kernel table (files of version 1 lack it). Version 3: the
@@ -160,7 +160,8 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         "outputs": exe.outputs, "tuple_output": exe.tuple_output,
         "output_names": exe.output_names,
         "plan": {"block_of": {str(k): v for k, v in exe.plan.block_of.items()},
-                 "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes},
+                 "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes,
+                 "aliases": {str(k): list(v) for k, v in exe.plan.aliases.items()}},
     }
     index, weights = weights_layout(constants)
     target = Path(path)
@@ -563,9 +564,10 @@ def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source
         if not library_bytes:
             raise ArtifactError(f"{path}: steps call kernels but the artifact has no library")
         library = _install_library(library_bytes, source, digest)
-    steps, modules = _steps(entries, values, library, source, path)
+    aliases = _aliases(manifest, values)
+    steps, modules = _steps(entries, values, library, source, path, aliases)
     outputs, tuple_output = _outputs(manifest, values, steps)
-    plan = _plan(manifest, values, steps, outputs)
+    plan = _plan(manifest, values, steps, outputs, aliases)
     exe = Executor(input_names, values, steps, outputs, plan, tuple_output,
                    _output_names(manifest, len(outputs)))
     exe.modules = modules
@@ -608,11 +610,44 @@ def _values(manifest: dict[str, Any], input_names: list[str],
     return values
 
 
+def _aliases(manifest: dict[str, Any], values: list[ValueInfo]) -> dict[int, tuple[int, int]]:
+    """The memory plan's aliases (value: [the value holding it, byte offset]), checked: in
+    range, aligned, each inside its holder, of the holder's dtype, no cycle."""
+    entry = _field(manifest, "plan", dict, "manifest")
+    raw = entry.get("aliases", {})
+    if not isinstance(raw, dict):
+        raise ArtifactError("the manifest's plan.aliases is not an object")
+    aliases: dict[int, tuple[int, int]] = {}
+    for key, pair in raw.items():
+        if not isinstance(key, str) or not key.isdigit() or not isinstance(pair, list) \
+                or len(pair) != 2:
+            raise ArtifactError(f"the manifest's plan.aliases holds {key!r}: {pair!r}, not "
+                                f"value: [holder, offset]")
+        value = _index(int(key), len(values), "plan.aliases")
+        holder = _index(pair[0], len(values), f"plan.aliases[{key}]")
+        offset = pair[1]
+        inner, outer = values[value].type, values[holder].type
+        if (not isinstance(offset, int) or isinstance(offset, bool) or offset < 0
+                or offset % ALIGNMENT or offset + inner.nbytes > outer.nbytes
+                or inner.dtype != outer.dtype or value == holder):
+            raise ArtifactError(f"the manifest's plan places value {value} at byte {offset!r} "
+                                f"of value {holder}, which does not hold it there")
+        aliases[value] = (holder, offset)
+    try:
+        resolve_aliases(aliases)
+    except ValueError as err:
+        raise ArtifactError(f"the manifest's plan: {err}") from None
+    return aliases
+
+
 def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary | None,
-           source: str, path: Any) -> tuple[list[ExecStep], dict[str, Module]]:
+           source: str, path: Any, aliases: dict[int, tuple[int, int]]
+           ) -> tuple[list[ExecStep], dict[str, Module]]:
     """The steps, each checked: values in range, read after they are made and written once;
     a kernel from the library's table whose parameters are exactly the step's values (and
-    which writes none of the values it reads); a reference function typed like its values."""
+    which writes none of the values it reads); a reference function typed like its values.
+    A value that ``aliases`` places others in (an in-place concatenation) is made when they
+    all are, and no step writes it."""
     kernels = None
     if library is not None:
         try:
@@ -620,6 +655,9 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
         except LibraryLoadError as err:
             raise ArtifactError(f"{path}: {err}") from None
     ready = {i for i, v in enumerate(values) if v.input_index is not None or v.constant is not None}
+    missing: dict[int, int] = {}  # holder: its aliased values not made yet
+    for holder, _ in aliases.values():
+        missing[holder] = missing.get(holder, 0) + 1
     steps, modules = [], {}
     for number, entry in enumerate(entries):
         where = f"steps[{number}]"
@@ -634,9 +672,9 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
                 raise ArtifactError(f"the manifest's {where} reads value {value} before any "
                                     f"step makes it")
         for value in writes:
-            if value in ready or writes.count(value) > 1:
+            if value in ready or writes.count(value) > 1 or value in missing:
                 raise ArtifactError(f"the manifest's {where} writes value {value}, an input, a "
-                                    f"constant or a value written before")
+                                    f"constant, a value written before or assembled in place")
         output_types = []
         for pair in _field(entry, "output_types", list, where):
             if not isinstance(pair, list) or len(pair) != 2:
@@ -660,8 +698,22 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
         group = LoweredGroup(name, None, output_types, reference_function=reference,
                              op_names=[str(op) for op in ops])
         steps.append(ExecStep(group, function, reads, writes))
-        ready.update(writes)
+        _make_ready(writes, ready, aliases, missing)
     return steps, modules
+
+
+def _make_ready(made: list[int], ready: set[int], aliases: dict[int, tuple[int, int]],
+                missing: dict[int, int]) -> None:
+    """Mark ``made`` ready, and every in-place concatenation whose last piece that was."""
+    pending = list(made)
+    while pending:
+        value = pending.pop()
+        ready.add(value)
+        if value in aliases:
+            holder = aliases[value][0]
+            missing[holder] -= 1
+            if missing[holder] == 0:
+                pending.append(holder)
 
 
 def _kernel_module(entry: dict[str, Any], name: str, entry_name: str, reads: list[int],
@@ -749,9 +801,11 @@ def _output_names(manifest: dict[str, Any], count: int) -> list[str] | None:
 
 
 def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep],
-          outputs: list[int]) -> MemoryPlan:
-    """The memory plan, checked: exactly the intermediate values are planned, each block is
-    as large as its largest value, and no two values of one block are alive together."""
+          outputs: list[int], aliases: dict[int, tuple[int, int]]) -> MemoryPlan:
+    """The memory plan, checked: exactly the intermediate values are planned (and the
+    in-place concatenations), an aliased value in its holder's block, each block as large as
+    its largest storage (a value with all those aliased into it), and no two storages of one
+    block alive together."""
     entry = _field(manifest, "plan", dict, "manifest")
     sizes = _field(entry, "block_sizes", list, "plan")
     for size in sizes:
@@ -765,23 +819,32 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
             block, len(sizes), f"plan.block_of[{key}]")
     naive = _field(entry, "naive_bytes", int, "plan")
     kept = set(outputs)
-    intermediates = {v for step in steps for v in step.writes if v not in kept}
-    if set(block_of) != intermediates:
+    holders = {holder for holder, _ in aliases.values()}
+    intermediates = {v for step in steps for v in step.writes if v not in kept} | holders
+    if set(block_of) != intermediates or any(v in kept for v in (*aliases, *holders)):
         raise ArtifactError("the manifest's memory plan does not place exactly the "
                             "intermediate values")
-    first, last = {}, {}
+    storage = resolve_aliases(aliases)
+    for value, (root, _) in storage.items():
+        if block_of[value] != block_of[root]:
+            raise ArtifactError(f"the manifest's memory plan puts value {value} in another "
+                                f"block than value {root}, which holds it")
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
     for number, step in enumerate(steps):
-        for value in step.writes:
-            first[value] = last[value] = number
-        for value in step.reads:
+        for value in (*step.writes, *step.reads):
             if value in block_of:
-                last[value] = number
+                root = storage[value][0] if value in storage else value
+                first.setdefault(root, number)
+                last[root] = number
     needed = [0] * len(sizes)
     spans: dict[int, list[tuple[int, int, int]]] = {}
     for value, block in block_of.items():
+        if value in storage:
+            continue  # lives in its holder's storage
         aligned = -(-max(values[value].type.nbytes, 1) // ALIGNMENT) * ALIGNMENT
         needed[block] = max(needed[block], aligned)
-        spans.setdefault(block, []).append((first[value], last[value], value))
+        spans.setdefault(block, []).append((first.get(value, -1), last.get(value, -1), value))
     if needed != sizes:
         raise ArtifactError("the manifest's memory plan has blocks of other sizes than their "
                             "values need")
@@ -791,7 +854,8 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
             if start <= end:
                 raise ArtifactError(f"the manifest's memory plan puts values {value} and "
                                     f"{other}, alive together, in block {block}")
-    return MemoryPlan(block_of, list(sizes), naive)
+    offsets = {value: offset for value, (_, offset) in storage.items() if offset}
+    return MemoryPlan(block_of, list(sizes), naive, offsets, dict(aliases))
 
 
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:

@@ -34,7 +34,7 @@ from ..runtime.model_layout import NO_KERNEL, model_layout
 from ..stages import stage
 from ..target import Target, as_target
 from ..transform.alter_op_layout import AlterOpLayout
-from ..transform.context import PassContext
+from ..transform.context import PassContext, register_pass_config
 from ..transform.fold_constant import FoldConstant
 from ..transform.fuse_attention import FuseAttention
 from ..transform.fusion_strategy import get_fusion_strategy
@@ -46,7 +46,7 @@ from ..transform.pass_infra import Sequential
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
-from .memory_plan import MemoryPlan, plan_memory
+from .memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from .signature import check_output_names
 
 if TYPE_CHECKING:
@@ -172,6 +172,14 @@ def build_executor(mod: IRModule, backend: Backend | None = None) -> Executor:
     return builder.finish()
 
 
+INPLACE_CONCATENATE = "compile.inplace_concatenate"
+register_pass_config(
+    INPLACE_CONCATENATE, bool, True,
+    "Concatenations of intermediates whose operands are contiguous pieces of the result "
+    "(along the channels at batch 1) run in place: each operand's kernel writes its piece of "
+    "the result and no kernel copies them (the memory plan aliases the operands into it).")
+
+
 class _ExecutorBuilder:
     def __init__(self, main: Function, backend: Backend) -> None:
         self.backend = backend
@@ -245,8 +253,11 @@ class _ExecutorBuilder:
 
     def finish(self) -> Executor:
         check_values(model_values(self.values, self.steps, self.input_names))  # before any C
-        plan = self._plan_memory()
-        groups = [group for _, group in self.kernels if group.prim_func is not None]
+        aliases = self._concatenate_in_place()
+        plan = self._plan_memory(aliases)
+        used = {step.group.name for step in self.steps}
+        groups = [group for _, group in self.kernels
+                  if group.prim_func is not None and group.name in used]
         functions: dict[str, Any] = {}
         source = ""
         if groups:
@@ -270,19 +281,91 @@ class _ExecutorBuilder:
         executor.target = self.backend.target
         return executor
 
-    def _plan_memory(self) -> MemoryPlan:
+    def _concatenate_in_place(self) -> dict[int, tuple[int, int]]:
+        if not PassContext.current().get_config(INPLACE_CONCATENATE, True):
+            return {}
+        return self._alias_concatenations()
+
+    def _alias_concatenations(self) -> dict[int, tuple[int, int]]:
+        """Remove the steps that only concatenate intermediates along an axis with nothing
+        but ones before it (NCHW or NCHW<x>c channels at batch 1, so each operand is one
+        contiguous piece of the result), having their operands written where the result
+        has them instead: the aliases (operand: (result, byte offset)) for the memory plan.
+        An operand qualifies when a step writes it (or it is such a result itself: DenseNet's
+        growing concatenations nest), it is no model output, this is the only concatenation
+        it is placed in, and its offset is aligned; a concatenation whose operands do not
+        all qualify stays a copy. Saves a pass over memory per concatenation, and DenseNet's
+        copies of every earlier feature map at each layer."""
+        keep = set(self.outputs)
+        written = {value for step in self.steps for value in step.writes}
+        aliases: dict[int, tuple[int, int]] = {}
+        kept_steps = []
+        for step in self.steps:
+            placed = self._concatenation_offsets(step, keep, written, aliases)
+            if placed is None:
+                kept_steps.append(step)
+                continue
+            for value, offset in zip(step.reads, placed):
+                aliases[value] = (step.writes[0], offset)
+        self.steps = kept_steps
+        return aliases
+
+    def _concatenation_offsets(self, step: ExecStep, keep: set[int], written: set[int],
+                               aliases: dict[int, tuple[int, int]]) -> list[int] | None:
+        """The byte offsets of a step's operands in its result when the step is a
+        concatenation that can be done in place (see :meth:`_concatenate_in_place`)."""
+        axis = _concatenation_axis(step.group)
+        if axis is None or len(step.writes) != 1 or step.writes[0] in keep:
+            return None
+        result = self.values[step.writes[0]].type
+        if any(int(d) != 1 for d in result.shape[:axis]):
+            return None
+        offsets, offset = [], 0
+        for value in step.reads:
+            ty = self.values[value].type
+            if (value in keep or value not in written or value in aliases
+                    or step.reads.count(value) != 1 or ty.dtype != result.dtype
+                    or offset % ALIGNMENT):
+                return None
+            offsets.append(offset)
+            offset += ty.nbytes
+        return offsets if offset == result.nbytes else None
+
+    def _plan_memory(self, aliases: dict[int, tuple[int, int]]) -> MemoryPlan:
         """The static memory plan of the intermediates (every value a step writes that is not
-        an output), checked against the size limits."""
+        an output, and the results of in-place concatenations), checked against the size
+        limits."""
         keep = set(self.outputs)
         nbytes = {}
-        for step in self.steps:
-            for value in step.writes:
-                if value not in keep:
-                    nbytes[value] = self.values[value].type.nbytes
+        for value in [*(v for step in self.steps for v in step.writes),
+                      *(holder for holder, _ in aliases.values())]:
+            if value not in keep:
+                nbytes[value] = self.values[value].type.nbytes
         with stage("plan memory"):
-            plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep))
+            plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep),
+                               aliases=aliases)
         check_values([], plan.total_bytes)
         return plan
+
+
+def _concatenation_axis(group: LoweredGroup) -> int | None:
+    """The axis of a kernel that is one ``concatenate`` of its parameters, in order (None
+    for any other kernel)."""
+    func = group.function
+    if func is None or group.constants or group.op_names != ["concatenate"]:
+        return None
+    body = func.body
+    if not (isinstance(body, Call) and isinstance(body.op, Op)
+            and body.op.name == "concatenate"):
+        return None
+    operand = body.args[0]
+    # its operands: a tuple of the parameters in order, or one tuple parameter (fusion none)
+    fields = operand.fields if isinstance(operand, Tuple) else [operand]
+    if len(fields) != len(func.params) or any(f is not p for f, p in zip(fields, func.params)):
+        return None
+    rank = len(body.checked_type.shape)
+    axis = int(body.attrs.axis)
+    return axis + rank if axis < 0 else axis
 
 
 def _wrap_op_call(call: Call) -> Function:

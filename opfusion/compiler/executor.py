@@ -176,7 +176,7 @@ class Executor:
                            for index, info in enumerate(self.values)
                            if info.constant is not None}
         self._arguments = [step.reads + step.writes for step in self.steps]
-        self._value_names = _value_names(self.input_names, self.values, self.steps)
+        self._value_names = _value_names(self.input_names, self.values, self.steps, plan)
         # Decided once, not per run: where each input goes, which outputs a run allocates.
         self._input_values = [index for _, index in sorted(
             (info.input_index, index) for index, info in enumerate(self.values)
@@ -212,7 +212,8 @@ class Executor:
         buffer, blocks = self.plan.allocate_workspace(self._block_text)
         arrays = dict(self._constants)
         for value, block in self.plan.block_of.items():
-            arrays[value] = _view(blocks[block], self.values[value].type)
+            offset = self.plan.byte_offset(value)
+            arrays[value] = _view(blocks[block][offset:], self.values[value].type)
         pointers = [[arrays[v].ctypes.data if v in arrays else None for v in arguments]
                     for arguments in self._arguments]
         inputs = (ctypes.c_void_p * max(1, len(self.input_names)))()
@@ -787,9 +788,9 @@ def _fresh(array: np.ndarray, index: int, executor: Executor) -> np.ndarray:
 
 
 def _value_names(input_names: Sequence[str], values: Sequence[ValueInfo],
-                 steps: Sequence[ExecStep]) -> dict[int, str]:
-    """How error messages name each value: ``input 'x'``, ``a constant``, or ``result 0 of
-    kernel fused_add_0 (add)``."""
+                 steps: Sequence[ExecStep], plan: MemoryPlan) -> dict[int, str]:
+    """How error messages name each value: ``input 'x'``, ``a constant``, ``result 0 of
+    kernel fused_add_0 (add)``, or a concatenation assembled in place."""
     names = {}
     for index, info in enumerate(values):
         if info.input_index is not None:
@@ -801,6 +802,9 @@ def _value_names(input_names: Sequence[str], values: Sequence[ValueInfo],
         for position, value in enumerate(step.writes):
             names.setdefault(value, f"result {position} of kernel {step.group.name} ({ops}), "
                                     f"of type {values[value].type!r}")
+    for holder, _ in plan.aliases.values():
+        names.setdefault(holder, "a concatenation written in place by the kernels of its "
+                                 f"operands, of type {values[holder].type!r}")
     return names
 
 

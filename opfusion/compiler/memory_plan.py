@@ -4,12 +4,19 @@ Sizes are known at compile time, so the plan is made once. Steps run in order; a
 live from the step that writes it to the last step that reads it. When a step starts, its
 outputs take free blocks (the smallest that fits, else a new block, or the largest free
 block grown to fit); the blocks of tensors whose last reader is this step become free only
-after it, because a kernel's output must never share memory with its inputs."""
+after it, because a kernel's output must never share memory with its inputs.
+
+*Aliases* place a value inside another one, at a byte offset: the operands of a
+concatenation written where the concatenation's result has them (see
+``opfusion.compiler.compile``'s in-place concatenation), so that no step copies them. A value
+and everything aliased into it, transitively, are one *storage*, planned as one tensor of
+the outermost value's size, live from the first write of any of them to the last use of any
+of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,12 +36,21 @@ class PlannedStep:
 
 @dataclass
 class MemoryPlan:
-    """``block_of[value]`` is the block holding an intermediate value; ``block_sizes`` the
-    byte size of each block. ``naive_bytes`` is what one buffer per value would take."""
+    """``block_of[value]`` is the block holding an intermediate value, at byte
+    ``offset_of.get(value, 0)`` of it (non-zero for a value aliased inside another);
+    ``block_sizes`` the byte size of each block; ``aliases`` the placements the plan was
+    made with (value: (the value holding it, byte offset)). ``naive_bytes`` is what one
+    buffer per value would take."""
 
     block_of: dict[int, int]
     block_sizes: list[int]
     naive_bytes: int
+    offset_of: dict[int, int] = field(default_factory=dict)
+    aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def byte_offset(self, value: int) -> int:
+        """Where ``value`` starts in its block."""
+        return self.offset_of.get(value, 0)
 
     @property
     def total_bytes(self) -> int:
@@ -104,33 +120,66 @@ def _aligned(nbytes: int) -> int:
     return max(ALIGNMENT, (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT)
 
 
+def resolve_aliases(aliases: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Each aliased value's storage: (the outermost value holding it, its byte offset there),
+    following chains of aliases (a concatenation's result inside the next one's) without
+    recursion. ValueError for a cycle."""
+    resolved: dict[int, tuple[int, int]] = {}
+    for value in aliases:
+        chain, current = [], value
+        while current in aliases and current not in resolved:
+            if current in chain:
+                raise ValueError(f"values {chain} are aliased into each other in a cycle")
+            chain.append(current)
+            current = aliases[current][0]
+        root, base = resolved.get(current, (current, 0))
+        # every value of the chain, from the last, gets its offset from the root
+        for member in reversed(chain):
+            base += aliases[member][1]
+            resolved[member] = (root, base)
+    return resolved
+
+
 def plan_memory(steps: Sequence[PlannedStep], nbytes: dict[int, int],
-                keep: Sequence[int] = ()) -> MemoryPlan:
+                keep: Sequence[int] = (),
+                aliases: Mapping[int, tuple[int, int]] | None = None) -> MemoryPlan:
     """Assign a block to every value in ``nbytes`` (the intermediates, with their sizes).
 
     Values in ``keep`` (the results) are never freed; values not in ``nbytes`` (inputs and
-    constants) are not planned."""
-    last_read: dict[int, int] = {}
+    constants) are not planned. ``aliases`` (value: (value holding it, byte offset)), all of
+    them intermediates, share their holder's storage (see the module docstring)."""
+    aliases = dict(aliases or {})
+    storage = resolve_aliases(aliases)
+
+    def root(value: int) -> int:
+        return storage[value][0] if value in storage else value
+
+    last_use: dict[int, int] = {}
     for index, step in enumerate(steps):
-        for value in step.reads:
+        for value in (*step.reads, *step.writes):
             if value in nbytes:
-                last_read[value] = index
-    kept = set(keep)
+                last_use[root(value)] = index
+    kept = {root(v) for v in keep}
     block_of: dict[int, int] = {}
     sizes: list[int] = []
     free: list[int] = []  # block ids, kept in creation order for determinism
     for index, step in enumerate(steps):
         for value in step.writes:
-            if value not in nbytes or value in block_of:
+            if value not in nbytes or root(value) in block_of:
                 continue
-            block_of[value] = _take_block(_aligned(nbytes[value]), sizes, free)
+            block_of[root(value)] = _take_block(_aligned(nbytes[root(value)]), sizes, free)
         for value in dict.fromkeys(step.reads + step.writes):
-            if value in block_of and value not in kept and last_read.get(value, -1) <= index:
-                block = block_of[value]
+            owner = root(value)
+            if owner in block_of and owner not in kept and last_use.get(owner, -1) <= index:
+                block = block_of[owner]
                 if block not in free:
                     free.append(block)
+    for value, (owner, _) in storage.items():
+        if owner in block_of:
+            block_of[value] = block_of[owner]
     naive = sum(_aligned(size) for size in nbytes.values())
-    return MemoryPlan(block_of, sizes, naive)
+    offsets = {value: offset for value, (_, offset) in storage.items() if offset}
+    return MemoryPlan(block_of, sizes, naive, offsets, aliases)
 
 
 def _take_block(size: int, sizes: list[int], free: list[int]) -> int:

@@ -122,7 +122,7 @@ def model_layout(values: Sequence[Any], steps: Sequence[Any], outputs: Sequence[
         if value in first_output:
             return ModelArg(OUTPUT, first_output[value])
         block = plan.block_of[value]
-        return ModelArg(WORKSPACE, block, offsets[block])
+        return ModelArg(WORKSPACE, block, offsets[block] + plan.byte_offset(value))
 
     step_args = tuple(
         () if kernel == NO_KERNEL else tuple(place(v) for v in [*step.reads, *step.writes])

@@ -298,3 +298,59 @@ def test_a_manifest_rewired_within_its_own_checks_is_refused_by_the_model_tables
     with pytest.raises(ArtifactError, match="the library's model tables differ from the "
                                             "model's steps in step_args"):
         opf.load(path)
+
+
+@pytest.fixture(scope="module")
+def concatenated(tmp_path_factory):
+    """relu(concatenate([exp(x), -x], axis=1)) at batch 1: exp and negative write their
+    pieces of the concatenation in place (plan aliases 1 -> [3, 0], 2 -> [3, 512])."""
+    directory = tmp_path_factory.mktemp("concat")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPFUSION_CACHE_DIR", str(directory / "cache"))
+        x = opf.var("x", (1, 8, 4, 4))
+        out = opf.op.nn.relu(opf.op.concatenate([opf.op.exp(x), opf.op.negative(x)], axis=1))
+        exe = opf.compile(opf.IRModule.from_expr(opf.Function([x], out)), fusion="none")
+        assert exe.plan.aliases == {1: (3, 0), 2: (3, 512)}
+        value = np.random.default_rng(1).standard_normal((1, 8, 4, 4)).astype(np.float32)
+        path = directory / "concat.opf"
+        exe.export(path)
+        yield path, value, exe(value)
+
+
+def test_an_in_place_concatenation_round_trips(concatenated):
+    path, value, want = concatenated
+    np.testing.assert_array_equal(opf.load(path)(value), want)
+
+
+def _alias(key, pair):
+    def edit(manifest):
+        manifest["plan"]["aliases"][key] = pair
+    return edit
+
+
+def _write_holder(manifest):
+    manifest["steps"][1]["writes"] = [3]  # the concatenation, which its pieces make
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_alias("2", [3, 768]), "places value 2 at byte 768 of value 3, which does not hold it"),
+    (_alias("2", [3, 520]), "places value 2 at byte 520"),  # not aligned
+    (_alias("3", [1, 0]), "which does not hold it there"),  # 3 is larger than 1
+    (_alias("2", [2, 0]), "which does not hold it there"),  # itself
+    (_write_holder, "writes value 3, an input, a constant, a value written before or "
+                    "assembled in place"),
+], ids=["outside", "misaligned", "larger", "itself", "holder written"])
+def test_a_damaged_in_place_concatenation_is_refused(concatenated, tmp_path, edit, message):
+    path = _rewrite(concatenated[0], tmp_path / "damaged.opf", edit)
+    with pytest.raises(ArtifactError, match=message):
+        opf.load(path)
+
+
+def test_aliases_in_a_cycle_are_refused(concatenated, tmp_path):
+    def cycle(manifest):
+        manifest["values"][3]["shape"] = manifest["values"][1]["shape"]
+        manifest["plan"]["aliases"] = {"1": [3, 0], "3": [1, 0]}
+
+    path = _rewrite(concatenated[0], tmp_path / "cycle.opf", cycle)
+    with pytest.raises(ArtifactError):
+        opf.load(path)

@@ -11,7 +11,7 @@ import opfusion as opf
 from opfusion.backend.cpu.toolchain import have_c_compiler
 from opfusion.compiler.compile import random_inputs
 from opfusion.compiler.executor import InputError, KernelMismatchError
-from opfusion.compiler.memory_plan import PlannedStep, plan_memory
+from opfusion.compiler.memory_plan import PlannedStep, plan_memory, resolve_aliases
 from opfusion.ir import evaluate
 from opfusion.testing import assert_close
 from opfusion.testing.examples import seed_example
@@ -213,3 +213,85 @@ def test_inputs_a_kernel_never_reads_are_accepted():
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(4, 8), (8,), (8,)]]
     assert_close(opf.compile(mod)(*arrays), opf.ir.evaluate(mod, arrays))
+
+
+def test_memory_plan_places_aliased_values_inside_their_holder():
+    # 1 and 2 are the pieces of 3 (a concatenation done in place), which step 2 reads
+    steps = [PlannedStep((0,), (1,)), PlannedStep((0,), (2,)), PlannedStep((3,), (4,))]
+    plan = plan_memory(steps, {1: 448, 2: 448, 3: 896, 4: 896}, keep=[],
+                       aliases={1: (3, 0), 2: (3, 448)})
+    assert plan.block_of[1] == plan.block_of[2] == plan.block_of[3] != plan.block_of[4]
+    assert (plan.byte_offset(1), plan.byte_offset(2), plan.byte_offset(3)) == (0, 448, 0)
+    assert plan.block_sizes[plan.block_of[3]] == 896
+
+
+def test_aliases_nest_and_resolve_to_the_outermost_holder():
+    # DenseNet: each concatenation's result is the first piece of the next one's
+    aliases = {1: (3, 0), 2: (3, 64), 3: (5, 0), 4: (5, 128), 5: (7, 0), 6: (7, 192)}
+    assert resolve_aliases(aliases) == {1: (7, 0), 2: (7, 64), 3: (7, 0), 4: (7, 128),
+                                        5: (7, 0), 6: (7, 192)}
+    with pytest.raises(ValueError, match="cycle"):
+        resolve_aliases({1: (2, 0), 2: (1, 0)})
+
+
+def _concat_model(batch=1, channels=(8, 16), axis=1, chain=False):
+    """Convolutions of x concatenated along ``axis`` (and, with ``chain``, that result
+    concatenated again with a third convolution of it, as DenseNet grows), then a relu."""
+    rng = np.random.default_rng(3)
+    x = opf.var("x", shape=(batch, 4, 6, 6))
+
+    def conv(data, out):
+        w = rng.standard_normal((out, int(data.checked_type.shape[1]) if hasattr(
+            data, "checked_type") and data.checked_type else 4, 3, 3)).astype("float32")
+        return opf.op.nn.conv2d(data, opf.const(w), padding=1)
+
+    cat = opf.op.concatenate([conv(x, c) for c in channels], axis=axis)
+    if chain:
+        w = rng.standard_normal((8, sum(channels), 1, 1)).astype("float32")
+        grown = opf.op.nn.conv2d(cat, opf.const(w))
+        cat = opf.op.concatenate([cat, grown], axis=1)
+    return opf.IRModule.from_expr(opf.Function([x], opf.op.nn.relu(cat)))
+
+
+def _concat_steps(exe):
+    return [s for s in exe.steps if s.group.op_names == ["concatenate"]]
+
+
+@pytest.mark.parametrize("chain", [False, True], ids=["one", "nested"])
+def test_a_channel_concatenation_at_batch_1_runs_in_place(chain):
+    mod = _concat_model(chain=chain)
+    x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype("float32")
+    want = evaluate(mod, [x])
+    for fusion in ("tvm", "none"):
+        exe = opf.compile(mod, fusion=fusion)
+        assert_close(exe.run([x])[0], want, 1e-5)
+        if fusion == "none":  # (fused, the relu after the concatenation joins it)
+            assert not _concat_steps(exe) and exe.plan.aliases
+            with opf.transform.PassContext(config={"compile.inplace_concatenate": False}):
+                assert _concat_steps(opf.compile(mod, fusion=fusion))
+
+
+@pytest.mark.parametrize("case", ["batch 2", "not the outer axis", "a model output",
+                                  "an operand in two concatenations"])
+def test_concatenations_that_cannot_run_in_place_stay_copies(case):
+    x = opf.var("x", shape=(1, 8, 4, 4))
+    a, b = opf.op.exp(x), opf.op.negative(x)
+    if case == "batch 2":
+        x = opf.var("x", shape=(2, 8, 4, 4))
+        a, b = opf.op.exp(x), opf.op.negative(x)
+        out = opf.op.nn.relu(opf.op.concatenate([a, b], axis=1))
+    elif case == "not the outer axis":
+        out = opf.op.nn.relu(opf.op.concatenate([a, b], axis=2))
+    elif case == "a model output":
+        out = opf.op.concatenate([a, b], axis=1)
+    else:
+        out = opf.op.add(opf.op.concatenate([a, b], axis=1), opf.op.concatenate([a, a], axis=1))
+    mod = opf.IRModule.from_expr(opf.Function([x], out))
+    exe = opf.compile(mod, fusion="none")
+    value = np.random.default_rng(0).standard_normal(x.type_annotation.shape).astype("float32")
+    assert_close(exe.run([value])[0], evaluate(mod, [value]), 1e-5)
+    steps = _concat_steps(exe)
+    if case == "an operand in two concatenations":
+        assert len(steps) == 1 and len(exe.plan.aliases) == 2  # the first is in place
+    else:
+        assert len(steps) == 1 and not exe.plan.aliases

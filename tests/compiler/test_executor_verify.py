@@ -33,15 +33,25 @@ def test_verify_passes_on_a_concatenate_of_a_tuple(fusion):
     assert report and all(line.endswith(": ok") for line in report)
 
 
+COPIED_CONCATENATIONS = {"compile.inplace_concatenate": False}
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["in place", "copied"])
 @pytest.mark.parametrize("fusion", ["none", "tvm", "cinn"])
-def test_verify_passes_on_squeezenet(fusion):
+def test_verify_passes_on_squeezenet(fusion, in_place):
     mod, params = WORKLOADS["squeezenet"](**SMALL_WORKLOAD_ARGS["squeezenet"])
-    exe = opf.compile(mod, params=params, fusion=fusion, verify=True)
-    assert any("concatenate" in step.group.op_names for step in exe.steps)
+    with opf.transform.PassContext(config={"compile.inplace_concatenate": in_place}):
+        exe = opf.compile(mod, params=params, fusion=fusion, verify=True)
+    concatenations = [s for s in exe.steps if "concatenate" in s.group.op_names]
+    if not in_place:
+        assert concatenations
+    elif fusion == "none":
+        assert not concatenations and exe.plan.aliases
 
 
 def test_verify_names_a_concatenate_kernel_that_writes_zeros():
-    exe = opf.compile(concatenate_of_two_branches(), fusion="none")
+    with opf.transform.PassContext(config=COPIED_CONCATENATIONS):
+        exe = opf.compile(concatenate_of_two_branches(), fusion="none")
     step = next(s for s in exe.steps if s.group.op_names == ["concatenate"])
     (out,) = step.writes
     nbytes = int(np.prod(exe.values[out].type.shape)) * 4
