@@ -116,6 +116,10 @@ CONV2D_NCHWC_CASES = [
     ((1, 4, 11, 11), (4, 4, 7, 7), 4, 4, {"strides": 2, "padding": 3}),  # a 7x7 stem
     ((1, 16, 6, 9), (8, 8, 3, 3), 4, 4, {"groups": 2, "padding": 1}),  # grouped
     ((1, 24, 7, 7), (12, 8, 1, 1), 8, 4, {"groups": 3}),  # ShuffleNet's 1x1 groups
+    # strided 1x1: a compact copy of the inputs read (with padding, and one stride of 3)
+    ((1, 8, 14, 13), (16, 8, 1, 1), 8, 8, {"strides": 2}),
+    ((1, 8, 9, 10), (8, 8, 1, 1), 4, 8, {"strides": (2, 3), "padding": (1, 0, 0, 2)}),
+    ((2, 8, 9, 9), (296, 8, 1, 1), 8, 8, {"strides": 2}),  # 37 blocks computed as 40
 ]
 
 
