@@ -272,6 +272,9 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     # Wide tiles (several channel blocks) for dense convolutions only: a depthwise tile is
     # one block, a grouped one stays inside its group.
     acc_blocks = padded_out_blocks(out_blocks) if attrs.groups == 1 else out_blocks
+    if kh == kw == 1 and attrs.groups == 1 and flatten_pixels(
+            out_h, out_w, conv_accumulators(target), acc_blocks):
+        return _conv2d_pixels(inputs, attrs, out_type, acc_blocks)
     unit = nchwc_width_unit(out_w, conv_accumulators(target),
                             acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
@@ -339,6 +342,88 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
+                      name="conv2d_nchwc", tag=CONV_NCHWC)
+
+
+def flatten_pixels(out_h: int, out_w: int, budget: int, blocks: int) -> bool:
+    """Whether a blocked 1x1 convolution cuts its output pixels, all rows as one line, into
+    register tiles rather than each row: when the line gets a tile of more channel blocks
+    (:func:`nchwc_width_unit`: with AVX2, 7 x 7 pixels as 25 units of 2 columns for tiles of
+    4 blocks, where a row of 7 is one unit of 7 for a tile of 1 block, bound by its loads),
+    or as many with fewer cropped columns (13 x 13: one of 170, not 13 of 182)."""
+    if out_h == 1:
+        return False
+
+    def shape(extent: int) -> tuple[int, float]:
+        unit = nchwc_width_unit(extent, budget, blocks)
+        padded = -(-extent // unit) * unit
+        return budget // unit, -(padded - extent) / padded
+
+    return shape(out_h * out_w) > shape(out_w)
+
+
+def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
+                   ) -> te.Tensor:
+    """A blocked 1x1 convolution over its output pixels as one line (a product of the
+    pixels by the channels, see :func:`flatten_pixels`): ``acc[n, ob, 0, pb, pi, o]`` for
+    pixel ``p = pb * unit + pi`` (those past the last read the last and are cropped), then
+    the result ``out[n, ob, y, x, o] = acc[..., y * width + x]``. A strided or padded one
+    reads a compact copy of the pixels it uses, as one line."""
+    from ..target import Target
+
+    data, weight = inputs
+    batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
+    out_blocks, _, _, _, _, out_block = (int(d) for d in weight.shape)
+    _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
+    sh, sw = attrs.strides
+    top, left = attrs.padding[0], attrs.padding[1]
+    target = Target.current()
+    assert target is not None
+    pixels = out_h * out_w
+    unit = nchwc_width_unit(pixels, conv_accumulators(target), acc_blocks)
+    units = -(-pixels // unit)
+
+    def pixel(p: Any) -> tuple[Any, Any]:
+        last = te.min(p, pixels - 1)
+        return last // out_w, last % out_w
+
+    if (sh, sw) != (1, 1) or top or left or out_h > height or out_w > width:
+        padded = zero_padded(data, top, left, (out_h - 1) * sh + 1, (out_w - 1) * sw + 1,
+                             _zero(data.dtype))
+
+        def copied(n: Any, c: Any, y: Any, p: Any, i: Any) -> te.PrimExpr:
+            row, col = pixel(p)
+            return padded(n, c, row * sh, col * sw, i)
+
+        line = te.compute((batch, blocks_in, 1, units * unit, in_block), copied,
+                          name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+
+        def read(n: Any, c: Any, p: Any, i: Any) -> te.PrimExpr:
+            return line[n, c, 0, p, i]
+    else:
+        def read(n: Any, c: Any, p: Any, i: Any) -> te.PrimExpr:
+            row, col = pixel(p)
+            return data[n, c, row, col, i]
+
+    acc_dtype = accumulator_dtype(out_type.dtype)
+    rc = te.reduce_axis((0, int(weight.shape[1]) * in_block), name="rc")
+    ry = te.reduce_axis((0, 1), name="ry")
+    rx = te.reduce_axis((0, 1), name="rx")
+
+    def last_real(o: Any) -> Any:
+        return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
+
+    acc = te.compute(
+        (batch, acc_blocks, 1, units, unit, out_block),
+        lambda n, o, y, pb, pi, c: te.sum(
+            te.cast(read(n, rc // in_block, pb * unit + pi, rc % in_block), acc_dtype)
+            * te.cast(weight[last_real(o), rc // in_block, ry, rx, rc % in_block, c],
+                      acc_dtype), axis=[rc, ry, rx]),
+        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+    return te.compute((batch, out_blocks, out_h, out_w, out_block),
+                      lambda n, o, y, x, c: te.cast(
+                          acc[n, o, 0, (y * out_w + x) // unit, (y * out_w + x) % unit, c],
+                          out_type.dtype),
                       name="conv2d_nchwc", tag=CONV_NCHWC)
 
 
@@ -919,5 +1004,6 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
            "WIDE_TILE_BLOCKS", "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
-           "nchwc_width_unit", "normalize_axis_of", "padded_out_blocks", "panel_width",
+           "flatten_pixels", "nchwc_width_unit", "normalize_axis_of", "padded_out_blocks",
+           "panel_width",
            "register_rows", "sparse_rows", "width_blocks"]

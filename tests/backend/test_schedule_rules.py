@@ -130,6 +130,16 @@ CASES = {
                                                      normal(37, 4, 3, 3, 8, 8, seed=1) * .1),
                                    True, {"padding": 1, "data_layout": "NCHW8c",
                                           "kernel_layout": "OIHW8i8o", "out_layout": "NCHW8c"}),
+    # 1x1 over 7 x 7 pixels: with AVX2 one line of 25 units of 2 (the last cropped)
+    "conv2d_nchwc_pixels": (nn.conv2d_nchwc, (normal(1, 4, 7, 7, 8),
+                                              normal(8, 4, 1, 1, 8, 8, seed=1) * .2), True,
+                            {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o",
+                             "out_layout": "NCHW8c"}),
+    "conv2d_nchwc_pixels_strided": (nn.conv2d_nchwc, (normal(1, 2, 13, 14, 8),
+                                                      normal(4, 2, 1, 1, 8, 8, seed=1)), False,
+                                    {"strides": 2, "padding": (0, 1, 0, 0),
+                                     "data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o",
+                                     "out_layout": "NCHW8c"}),
     "conv2d_nchwc_group_window": (nn.conv2d_nchwc, (
         normal(1, 17, 4, 6, 8), group_window_weight(normal(136, 34, 1, 1, seed=1), 4, 8)), True,
         {"groups": 4, "group_window": True, "channels": 136, "data_layout": "NCHW8c",
@@ -382,6 +392,9 @@ def _nchwc(data, weight, **attrs):
     # tile's weights for them are 16 KiB, half the L1)
     ([(1, 64, 13, 13, 8), (125, 64, 1, 1, 8, 8)], {},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 13, "k_blocks": 16}),
+    # ResNet-50's 2048 -> 512 at 7 x 7: the 49 pixels one line, every row in each task
+    ([(1, 256, 7, 7, 8), (64, 256, 1, 1, 8, 8)], {},
+     {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 7, "k_blocks": 16}),
     # a 3x3 stride-2 one: 9 taps, one input block per reduction block
     ([(1, 16, 56, 56, 8), (16, 16, 3, 3, 8, 8)], {"strides": 2, "padding": 1},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 1, "k_blocks": 1}),

@@ -22,6 +22,7 @@ from opfusion.topi.nn import (
     MATMUL_DOT,
     MATMUL_PACK,
     MATMUL_PARTIAL,
+    flatten_pixels,
     nchwc_width_unit,
 )
 from opfusion.topi.testing import call_over_arrays, check_compute
@@ -144,6 +145,33 @@ def test_conv2d_nchwc_group_window(data, weight, groups, ib, ob, attrs):
     check_compute(nn.conv2d_nchwc, x, w, groups=groups, group_window=True, channels=weight[0],
                   data_layout=f"NCHW{ib}c", kernel_layout=f"OIHW{weight[1]}i{ob}o",
                   out_layout=f"NCHW{ob}c", **attrs)
+
+
+@pytest.mark.parametrize("data, weight, attrs", [
+    ((1, 16, 7, 7), (64, 16, 1, 1), {}),  # 49 pixels: 25 units of 2, the last cropped
+    ((2, 8, 13, 13), (296, 8, 1, 1), {}),  # 37 blocks computed as 40
+    ((1, 8, 14, 13), (32, 8, 1, 1), {"strides": 2}),  # a compact copy of 7 x 7 pixels
+    ((1, 8, 5, 6), (32, 8, 1, 1), {"strides": (2, 1), "padding": (1, 0, 1, 2)}),
+], ids=str)
+def test_conv2d_nchwc_pixels_as_one_line(data, weight, attrs):
+    # AVX2's 8 accumulators: these 1x1 convolutions tile their pixels as one line
+    with opf.Target("c -mattr=+avx2,+fma"):
+        x = _blocked(normal(*data), "NCHW", "NCHW8c")
+        w = _blocked(normal(*weight, seed=1), "OIHW", "OIHW8i8o")
+        check_compute(nn.conv2d_nchwc, x, w, data_layout="NCHW8c", kernel_layout="OIHW8i8o",
+                      out_layout="NCHW8c", **attrs)
+
+
+@pytest.mark.parametrize("out_h, out_w, budget, blocks, want", [
+    (7, 7, 8, 64, True),  # a row of 7: a tile of 1 block; the line: 4 blocks x 2 columns
+    (13, 13, 8, 128, True),  # both 4 x 2 tiles; the line crops 1 column of 170, rows 13
+    (14, 14, 8, 64, False),  # rows of 14 are whole 4 x 2 tiles already
+    (7, 7, 16, 64, False),  # AVX-512: 7 columns of 2 blocks either way
+    (1, 49, 8, 64, False),  # one row is a line already
+])
+def test_which_1x1_convolutions_tile_their_pixels_as_one_line(out_h, out_w, budget, blocks,
+                                                               want):
+    assert flatten_pixels(out_h, out_w, budget, blocks) is want
 
 
 def _blocked(x, src, dst):

@@ -67,7 +67,8 @@ class Conv2dNCHWcRule(ScheduleRule):
         acc = producer(anchor, CONV_NCHWC_ACC)
         if acc is None:
             return None
-        blocks, height, units, unit, _ = _shape(acc)
+        blocks, _, units, unit, _ = _shape(acc)
+        height = int(anchor.shape[2])  # the output's rows (the pixels' line is one)
         registers = target.vector_registers
 
         def fits(config: Mapping[str, Any]) -> bool:
@@ -100,13 +101,16 @@ class Conv2dNCHWcRule(ScheduleRule):
                 row_block=divisor(height, max(1, tasks // min_tasks(target))))
         acc = producer(anchor, CONV_NCHWC_ACC)
         assert acc is not None
-        blocks, height, _, unit, _ = _shape(acc)
+        blocks, _, _, unit, _ = _shape(acc)
+        height = int(anchor.shape[2])
         budget = conv_accumulators(target)
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
-        # tasks (or as many as the shape has).
+        # tasks (or as many as the shape has); all of them when the pixels are one line
+        # (a task of some rows would compute the units across its edges twice).
         channel_tasks = int(acc.shape[0]) * blocks // tile
-        row_block = task_rows(height, channel_tasks, target)
+        row_block = height if int(acc.shape[2]) < height else task_rows(height, channel_tasks,
+                                                                          target)
         return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
                             row_block=row_block, k_blocks=reduction_blocks(acc, tile, target))
 
