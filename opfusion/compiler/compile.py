@@ -4,9 +4,11 @@
     y = exe(x=array)                               # or exe.run({"x": array}) -> [arrays]
 
 Pipeline: type inference; ``optimize`` (batch-norm folding, constant folding, scale folding,
-simplification, CSE, DCE); ``FuseAttention`` (attention chains as ``nn.attention``, for the
-strategies that fuse); the layout passes; ``LegalizeCheckedIndices`` (the indices of checked
-gathers are checked before their kernels, which clamp); fusion by the chosen strategy —
+simplification, CSE, DCE); ``MergeParallelProducts`` (products of one operand by several
+constant weights as one, e.g. the queries, keys and values) and ``FuseAttention`` (attention
+chains as ``nn.attention``), for the strategies that fuse; the layout passes;
+``LegalizeCheckedIndices`` (the indices of checked gathers are checked before their kernels,
+which clamp); fusion by the chosen strategy —
 "tvm" (FuseOps), "cinn" (FuseOps, then FusionMerge with the registered policies) or "none"
 (every operator its own kernel), or any strategy added with
 ``opf.transform.register_fusion_strategy``; each fused group lowered to one kernel; C
@@ -40,6 +42,7 @@ from ..transform.fuse_attention import FuseAttention
 from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
+from ..transform.merge_parallel_products import MergeParallelProducts
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pass_infra import Sequential
@@ -96,7 +99,8 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
         mod = InferType()(mod)
         mod = optimize(mod, params)
         if get_fusion_strategy(strategy).patterns:  # opt_level 3, unless disabled
-            mod = Sequential([FuseAttention()], name="FusePatterns")(mod)
+            mod = Sequential([MergeParallelProducts(), FuseAttention()],
+                             name="FusePatterns")(mod)
         mod = alter_layout(mod, resolved)
         mod = fuse(mod, strategy, level)
     with resolved:

@@ -51,6 +51,7 @@ from .fusion_strategy import (
 from .infer_type import InferType
 from .instrument import DumpIR, PassInstrument, PassTiming, PassTimingInstrument, PrintIR
 from .legalize_checked_indices import LegalizeCheckedIndices
+from .merge_parallel_products import MergeParallelProducts
 from .optimize import optimization_passes, optimize
 from .pack_matmul_weights import PackMatmulWeights
 from .pass_infra import (
@@ -92,7 +93,8 @@ __all__ = [
     "FuseOps", "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal",
     "FusionReport",
     "FusionStrategy", "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
-    "LegalizeCheckedIndices", "ModulePass", "PackMatmulWeights", "Pass", "PassContext",
+    "LegalizeCheckedIndices", "MergeParallelProducts", "ModulePass", "PackMatmulWeights", "Pass",
+    "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
     "PatternCallback", "PatternRewrite", "PrintIR",
     "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "VerticalFusePass",
