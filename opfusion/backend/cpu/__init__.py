@@ -49,10 +49,11 @@ class CPUBackend(Backend):
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
         """One C file for the kernels of a model (and its native entry with ``model``); a
         kernel too small for threads runs on the calling one (the target's
-        ``min_parallel_work``)."""
-        from .emitter import CodegenOptions, codegen_c_module
+        ``min_parallel_work``), a parallel loop of much work is scheduled ``guided``
+        (``BALANCED_WORK``)."""
+        from .emitter import BALANCED_WORK, CodegenOptions, codegen_c_module
 
-        options = CodegenOptions(min_parallel_work=None)
+        options = CodegenOptions(min_parallel_work=None, balanced_work=BALANCED_WORK)
         if header is None:
             return codegen_c_module(funcs, options, target=self.target, model=model)
         return codegen_c_module(funcs, options, header=header, target=self.target, model=model)
