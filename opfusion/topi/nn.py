@@ -91,6 +91,18 @@ def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
     return padded
 
 
+def padded_source(data: te.Tensor, top: int, left: int, rows: int, cols: int) -> te.Tensor:
+    """What a blocked convolution reads: ``data`` (N, C/b, H, W, b), or, when it reads
+    ``rows`` x ``cols`` positions from ``top``, ``left`` that leave it, a zero-padded copy
+    (the stage tagged CONV_NCHWC_PAD that the schedules build first)."""
+    height, width = int(data.shape[2]), int(data.shape[3])
+    if not (top or left or rows > height or cols > width):
+        return data
+    return te.compute((data.shape[0], data.shape[1], rows, cols, data.shape[4]),
+                      zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
+                      name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+
+
 def window_reader(data: te.Tensor, top: int, left: int, rows: int, out_cols: int,
                   stride: int, reach: int, fill: te.PrimExpr, name: str,
                   tag: str) -> Callable[..., te.PrimExpr]:
@@ -280,7 +292,6 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
-    source = data
     if kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise:
         # A strided 1x1 convolution reads every sh-th row and sw-th column once each: a
         # compact copy of those (a quarter of the input at stride 2) gives the register
@@ -292,10 +303,8 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                             lambda n, c, y, x, i: padded(n, c, y * sh, x * sw, i),
                             name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
         sh = sw = 1
-    elif top or left or rows > height or cols > width:
-        source = te.compute((batch, blocks_in, rows, cols, in_block),
-                            zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
-                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+    else:
+        source = padded_source(data, top, left, rows, cols)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
     ry = te.reduce_axis((0, kh), name="ry")
@@ -454,11 +463,7 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
-    source = data
-    if top or left or rows > height or cols > width:
-        source = te.compute((batch, data.shape[1], rows, cols, in_block),
-                            zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
-                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
+    source = padded_source(data, top, left, rows, cols)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
     rc = te.reduce_axis((0, per_group), name="rc")
