@@ -325,11 +325,12 @@ class _ExecutorBuilder:
         if any(int(d) != 1 for d in result.shape[:axis]):
             return None
         offsets, offset = [], 0
+        if len(set(step.reads)) != len(step.reads):  # an operand twice: it has one place
+            return None
         for value in step.reads:
             ty = self.values[value].type
             if (value in keep or value not in written or value in aliases
-                    or step.reads.count(value) != 1 or ty.dtype != result.dtype
-                    or offset % ALIGNMENT):
+                    or ty.dtype != result.dtype or offset % ALIGNMENT):
                 return None
             offsets.append(offset)
             offset += ty.nbytes

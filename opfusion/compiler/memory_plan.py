@@ -126,11 +126,12 @@ def resolve_aliases(aliases: Mapping[int, tuple[int, int]]) -> dict[int, tuple[i
     recursion. ValueError for a cycle."""
     resolved: dict[int, tuple[int, int]] = {}
     for value in aliases:
-        chain, current = [], value
+        chain, seen, current = [], set(), value
         while current in aliases and current not in resolved:
-            if current in chain:
+            if current in seen:
                 raise ValueError(f"values {chain} are aliased into each other in a cycle")
             chain.append(current)
+            seen.add(current)
             current = aliases[current][0]
         root, base = resolved.get(current, (current, 0))
         # every value of the chain, from the last, gets its offset from the root
