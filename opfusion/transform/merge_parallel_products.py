@@ -92,10 +92,8 @@ class _ProductMerger(ExprMutator):
             if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
                 self.memo[node.op] = node.op  # fused groups stay as they are
             key = _merge_key(node)
-            if key is not None:
-                members = sets.setdefault(key, [])
-                if not any(member is node for member in members):
-                    members.append(node)
+            if key is not None:  # (post_order yields each node once)
+                sets.setdefault(key, []).append(node)
         #: each merged product's member: (the set's members, its position among them)
         self.member: dict[Expr, tuple[list[Call], int]] = {}
         for members in sets.values():

@@ -11,8 +11,10 @@ residual add) then reads the accumulator vector by vector, while it is still in 
 padded input, when the convolution has padding, is built first, in parallel.
 
 Knobs: ``channel_tile``, ``col_units`` (the register tile, at most ``vector_registers``
-accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``; each a
-divisor of its axis."""
+accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``, ``k_blocks``
+(K-blocking: the input channel blocks every row and column of a task sums before the next
+ones, see :func:`reduction_blocks`); each a divisor of its axis. A group-window convolution
+(see :func:`group_window_tiles`) has ``channel_tile``, ``col_units`` and ``row_block``."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from .common import (
     channel_tile,
     divisor,
     divisors,
+    itemsize,
     min_tasks,
     owner_of,
     padded_copy_first,
@@ -143,7 +146,7 @@ def reduction_blocks(acc: te.Tensor, tile: int, target: Target) -> int:
     _, _, _, _, in_block = _shape(acc)
     kh, kw = (int(r.dom.extent) for r in acc.op.reduce_axis[1:]) if not is_depthwise(acc) \
         else (1, 1)
-    per_block = tile * in_block * kh * kw * int(acc.shape[5]) * 4
+    per_block = tile * in_block * kh * kw * int(acc.shape[5]) * itemsize(acc)
     return divisor(blocks, max(1, target.cache_bytes(1) // 2 // per_block))
 
 
