@@ -854,8 +854,7 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
             if start <= end:
                 raise ArtifactError(f"the manifest's memory plan puts values {value} and "
                                     f"{other}, alive together, in block {block}")
-    offsets = {value: offset for value, (_, offset) in storage.items() if offset}
-    return MemoryPlan(block_of, list(sizes), naive, offsets, dict(aliases))
+    return MemoryPlan(block_of, list(sizes), naive, dict(aliases))
 
 
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:

@@ -37,20 +37,24 @@ class PlannedStep:
 @dataclass
 class MemoryPlan:
     """``block_of[value]`` is the block holding an intermediate value, at byte
-    ``offset_of.get(value, 0)`` of it (non-zero for a value aliased inside another);
-    ``block_sizes`` the byte size of each block; ``aliases`` the placements the plan was
-    made with (value: (the value holding it, byte offset)). ``naive_bytes`` is what one
-    buffer per value would take."""
+    :meth:`byte_offset` of it (non-zero for a value aliased inside another); ``block_sizes``
+    the byte size of each block; ``aliases`` the placements the plan was made with (value:
+    (the value holding it, byte offset)). ``naive_bytes`` is what one buffer per value would
+    take."""
 
     block_of: dict[int, int]
     block_sizes: list[int]
     naive_bytes: int
-    offset_of: dict[int, int] = field(default_factory=dict)
     aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _offsets: dict[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._offsets = {value: offset
+                         for value, (_, offset) in resolve_aliases(self.aliases).items()}
 
     def byte_offset(self, value: int) -> int:
-        """Where ``value`` starts in its block."""
-        return self.offset_of.get(value, 0)
+        """Where ``value`` starts in its block (from its storage's start)."""
+        return self._offsets.get(value, 0)
 
     @property
     def total_bytes(self) -> int:
@@ -179,8 +183,7 @@ def plan_memory(steps: Sequence[PlannedStep], nbytes: dict[int, int],
         if owner in block_of:
             block_of[value] = block_of[owner]
     naive = sum(_aligned(size) for size in nbytes.values())
-    offsets = {value: offset for value, (_, offset) in storage.items() if offset}
-    return MemoryPlan(block_of, sizes, naive, offsets, aliases)
+    return MemoryPlan(block_of, sizes, naive, aliases)
 
 
 def _take_block(size: int, sizes: list[int], free: list[int]) -> int:

@@ -249,6 +249,13 @@ def padded_out_blocks(out_blocks: int) -> int:
     return padded if padded - out_blocks <= WIDE_TILE_WASTE * padded else out_blocks
 
 
+def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:
+    """The weight block that accumulator block ``o`` reads: the blocks past the real ones
+    (:func:`padded_out_blocks`) repeat the last one's weight, in bounds and cropped, so that
+    the register tile needs no guard."""
+    return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
+
+
 def conv_accumulators(target: Any) -> int:
     """Accumulator vectors of a blocked convolution's register tile: half the vector
     registers (16 with AVX-512, 8 with AVX2), leaving the rest for the weight vectors and
@@ -272,7 +279,7 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     if attrs.group_window:
         return _conv2d_group_window(inputs, attrs, out_type)
     data, weight = inputs
-    batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
+    batch, blocks_in, _, _, in_block = (int(d) for d in data.shape)
     out_blocks, _, kh, kw, _, out_block = (int(d) for d in weight.shape)
     _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
     sh, sw = attrs.strides
@@ -334,18 +341,13 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         def first_block(o: Any) -> Any:
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
 
-        def last_real(o: Any) -> Any:
-            # the blocks past the real ones (padded_out_blocks) repeat the last one's weight,
-            # in bounds and cropped, so that the register tile needs no guard
-            return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
-
         acc = te.compute(
             shape,
             lambda n, o, y, xb, xi, c: te.sum(
                 te.cast(source[n, first_block(o) + rc // in_block, y * sh + ry * dh,
                                column(xb, xi), rc % in_block], acc_dtype)
-                * te.cast(weight[last_real(o), rc // in_block, ry, rx, rc % in_block, c],
-                          acc_dtype),
+                * te.cast(weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry,
+                                 rx, rc % in_block, c], acc_dtype),
                 axis=[rc, ry, rx]),
             name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
@@ -419,15 +421,12 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
     ry = te.reduce_axis((0, 1), name="ry")
     rx = te.reduce_axis((0, 1), name="rx")
 
-    def last_real(o: Any) -> Any:
-        return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
-
     acc = te.compute(
         (batch, acc_blocks, 1, units, unit, out_block),
         lambda n, o, y, pb, pi, c: te.sum(
             te.cast(read(n, rc // in_block, pb * unit + pi, rc % in_block), acc_dtype)
-            * te.cast(weight[last_real(o), rc // in_block, ry, rx, rc % in_block, c],
-                      acc_dtype), axis=[rc, ry, rx]),
+            * te.cast(weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
+                             rc % in_block, c], acc_dtype), axis=[rc, ry, rx]),
         name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(
@@ -449,7 +448,7 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     from ..target import Target
 
     data, weight = inputs
-    batch, _, height, width, in_block = (int(d) for d in data.shape)
+    batch, in_block = int(data.shape[0]), int(data.shape[4])
     groups, local, kh, kw, per_group, out_block = (int(d) for d in weight.shape)
     _, out_blocks, out_h, out_w, _ = (int(d) for d in out_type.shape)
     per_out = out_blocks * out_block // groups
