@@ -9,7 +9,8 @@ Graph level::
     print(mod)
 """
 
-from . import frontend, ir, op, te, transform
+from . import autotune, frontend, ir, op, te, transform
+from .autotune import tune
 from .compiler.artifact import load
 from .compiler.compile import compile
 from .driver import build
@@ -49,5 +50,5 @@ __all__ = [
     "OpAttributeError", "OpfusionError", "OpfusionTypeError", "ParseError", "TensorType",
     "Tuple", "TupleGetItem", "TupleType", "UnknownOpError", "Var", "const", "ir", "op", "parse",
     "var", "build", "nd", "device", "cpu", "te", "lower", "frontend", "transform", "compile",
-    "load", "Target",
+    "load", "Target", "autotune", "tune",
 ]

@@ -212,7 +212,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             times.add("start-up", args.startup)
         mod, params = load_onnx(args.model, args.shape, args.verbose, progress=progress)
         exe = compile_with_progress(args.verbose, mod, params, args.opt_level, args.fusion,
-                                    verify=args.verify, target=args.target, progress=progress)
+                                    verify=args.verify, target=args.target, progress=progress,
+                                    records=_tuning_records(args.records))
         progress.stage(f"writing {output}")
         with listening(progress), stage("export"):
             exe.export(output)
@@ -242,6 +243,51 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if source:
         _print(f"  C source   {source} ({lines} lines)")
     _print(f"run it with: opfusion run {output}")
+    return 0
+
+
+def _tuning_records(path: str | None) -> Any:
+    """``--records``' file as TuningRecords (None without the option)."""
+    if path is None:
+        return None
+    from .autotune.records import TuningRecords
+
+    records = TuningRecords.load(_existing_file(path))
+    if records.skipped:
+        _print(f"warning: {records.skipped} lines of {path} are not tuning records; skipped",
+               file=sys.stderr)
+    return records
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .autotune import TuneProgress, tune
+
+    if args.trials < 1:
+        raise CommandError(f"--trials must be at least 1, not {args.trials}")
+    mod, params = load_onnx(args.model, args.shape, args.verbose)
+    runner: Any = "local"
+    if args.ray is not None:
+        from .autotune.ray_runner import RayRunner
+
+        runner = RayRunner(address=args.ray or None)
+
+    def report(status: TuneProgress) -> None:
+        entry = status.task
+        best = "-" if entry.best_seconds is None else f"{entry.best_seconds * 1e3:.3f} ms"
+        speedup = f", {entry.speedup:.2f}x" if entry.speedup is not None else ""
+        default = ("" if entry.default_seconds is None
+                   else f" (default {entry.default_seconds * 1e3:.3f} ms{speedup})")
+        _print(f"[{status.trials:>5}/{status.total_trials}] {status.elapsed:6.0f} s  "
+               f"{printable(entry.task.name, keep_newlines=False)} x{entry.task.weight}: best "
+               f"{best}{default}; tuned groups {status.estimated_seconds * 1e3:.2f} ms per "
+               f"run (untuned {status.untuned_seconds * 1e3:.2f} ms)", flush=True)
+
+    result = tune(mod, params, target=args.target, trials=args.trials, records=args.output,
+                  runner=runner, seconds=args.seconds, opt_level=args.opt_level,
+                  fusion=args.fusion, callback=report)
+    _print(result.render())
+    _print(f"records: {args.output}; compile with: opfusion compile {args.model} "
+           f"--records {args.output}")
     return 0
 
 
@@ -625,7 +671,30 @@ def build_parser() -> argparse.ArgumentParser:
     _compile_options(compile_)
     compile_.add_argument("--verify", action="store_true",
                           help="check every kernel against the reference interpreter")
+    compile_.add_argument("--records", metavar="RECORDS.json",
+                          help="tuning records (from `opfusion tune`): each group gets the "
+                               "best config measured for it")
     compile_.set_defaults(handler=cmd_compile)
+
+    tune_ = commands.add_parser(
+        "tune", parents=[common], help="search the kernels' schedule knobs, keep the records",
+        description="Tune the schedule knobs of every fused group of an ONNX model: "
+                    "candidates are built, then measured one at a time in a worker process "
+                    "and checked against the reference interpreter; every result is "
+                    "appended to the records (a second run with the same file continues). "
+                    "Compile with the records: opfusion compile MODEL.onnx --records FILE.")
+    tune_.add_argument("model", metavar="MODEL.onnx")
+    tune_.add_argument("--trials", type=int, default=1000,
+                       help="candidates to measure (default 1000)")
+    tune_.add_argument("--seconds", type=float, default=None,
+                       help="stop after the round that passes this much wall time")
+    tune_.add_argument("-o", "--output", default="tune.json", metavar="RECORDS.json",
+                       help="the records file to append to (default tune.json)")
+    tune_.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="measure on a Ray cluster (ADDRESS: 'auto', 'ray://host:port'; "
+                            "none: a local Ray); needs pip install opfusion[tune]")
+    _compile_options(tune_)
+    tune_.set_defaults(handler=cmd_tune)
 
     run = commands.add_parser(
         "run", parents=[common], help="run a .opf or ONNX model",

@@ -148,11 +148,12 @@ def make_progress(verbose: int) -> Progress:
 def compile_with_progress(verbose: int, mod: Any, params: Any = None,
                           opt_level: int = DEFAULT_OPT_LEVEL, fusion: str = "tvm",
                           verify: bool = False, label: str = "", target: Any = None,
-                          progress: Progress | None = None) -> Any:
+                          progress: Progress | None = None, records: Any = None) -> Any:
     """``opf.compile`` (for ``target``; None: the host) showing each pass and stage and the C
     build's progress (see :func:`make_progress`). With ``progress`` (a display the caller
     made, with :func:`showing_progress`, for a command that does more than compile), the
-    compile draws on it and adds its stage times to ``progress.times``."""
+    compile draws on it and adds its stage times to ``progress.times``. ``records``: tuning
+    records to take the groups' schedule configs from (see ``opf.compile``)."""
     prefix = f"{label}: " if label else ""
 
     class _Report(PassInstrument):
@@ -175,7 +176,7 @@ def compile_with_progress(verbose: int, mod: Any, params: Any = None,
         stack.enter_context(PassContext(opt_level=opt_level, instruments=[_Report()]))
         shown.stage(f"{prefix}optimizing (opt level {opt_level}, fusion {fusion})")
         exe = opf_compile(mod, target=target, params=params, opt_level=opt_level,
-                          fusion=fusion, verify=verify)
+                          fusion=fusion, verify=verify, records=records)
     log.info("%scompiled %d kernels in %.2f s (%s)", prefix, exe.num_kernels,
              time.perf_counter() - start, shown.times.summary(before))
     return exe

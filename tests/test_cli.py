@@ -394,3 +394,25 @@ def test_interleaved_medians_gives_one_median_per_round():
     assert [len(v) for v in medians.values()] == [3, 3]
     assert calls["a"] == calls["b"] >= 3 * 3
     assert median_ratio([2.0, 4.0, 6.0], [1.0, 1.0, 2.0]) == 3.0
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+def test_tune_writes_records_that_compile_takes(files, cache, tmp_path):
+    out = opfusion("tune", files / "tiny.onnx", "--trials", "6", "-o", tmp_path / "t.json",
+                   cwd=tmp_path, cache=cache).stdout
+    assert out.startswith("[    ") and "tuned groups" in out and "untuned" in out
+    assert f"compile with: opfusion compile {files / 'tiny.onnx'} --records" in out
+    lines = (tmp_path / "t.json").read_text().splitlines()
+    assert len(lines) == 6
+    out = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "tiny.opf", "--records",
+                   tmp_path / "t.json", "--verify", cwd=tmp_path, cache=cache).stdout
+    assert "compiled" in out
+
+
+def test_tune_and_compile_refuse_bad_arguments(files, tmp_path):
+    assert_one_line_error(opfusion("tune", files / "tiny.onnx", "--trials", "0", cwd=tmp_path,
+                                   check=False), "--trials must be at least 1")
+    assert_one_line_error(opfusion("compile", files / "tiny.onnx", "--records",
+                                   tmp_path / "none.json", cwd=tmp_path, check=False),
+                          "none.json")

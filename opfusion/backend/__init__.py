@@ -47,6 +47,13 @@ class Backend(ABC):
         ``output``) with ``config`` (None: the rule's default for the target), or the default
         schedule when no rule applies. Returns the config used (None for the default)."""
 
+    def config_space(self, anchor: Any, output: Any, op_name: str | None) -> Any:
+        """``(rule, space, default)`` for one fused group (arguments as for
+        :meth:`schedule`): the schedule rule that takes it, its
+        :class:`~opfusion.backend.schedule_rule.ConfigSpace` and the heuristic's config; None
+        when no rule with knobs takes the group (a tuner has nothing to choose)."""
+        return None
+
     @abstractmethod
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
         """Source code of one module holding every PrimFunc of ``funcs`` and, with ``model``

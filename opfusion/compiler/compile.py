@@ -16,6 +16,7 @@ generated and compiled once (cached by content); a static memory plan; the execu
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,8 @@ from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from .signature import check_output_names
 
+log = logging.getLogger("opfusion.autotune")
+
 if TYPE_CHECKING:
     from .specialize import SpecializingExecutor
 
@@ -59,8 +62,8 @@ if TYPE_CHECKING:
 def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
             target: str | Target | None = None, params: Mapping[str, Any] | None = None,
             opt_level: int | None = None, fusion: str | None = None, verify: bool = False,
-            num_threads: int = 0, *, max_specializations: int | None = None
-            ) -> Executor | SpecializingExecutor:
+            num_threads: int = 0, *, max_specializations: int | None = None,
+            records: Any = None) -> Executor | SpecializingExecutor:
     """Compile ``mod``'s ``@main`` into an :class:`Executor`.
 
     A :class:`~opfusion.ir.symbolic.SymbolicModule` (``from_onnx`` of a model with symbolic
@@ -76,13 +79,19 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     kernel that differs. ``target`` (an :class:`~opfusion.target.Target` or a string such as
     ``"c"`` or ``"c -mattr=+avx2,+fma"``) defaults to the current target (``with target:``),
     else the host CPU. ``num_threads`` is how many threads the kernels run on (0, the
-    default: OpenMP's, every core; change it later with ``exe.set_num_threads``)."""
+    default: OpenMP's, every core; change it later with ``exe.set_num_threads``).
+    ``records`` (a path of ``opf.tune``'s records or a
+    :class:`~opfusion.autotune.records.TuningRecords`; default: the PassContext's
+    ``tune.records`` config) gives each group the best config measured for it on this target;
+    groups without a record (or whose record no longer fits their schedule's space) get the
+    heuristic's."""
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
     check_num_threads(num_threads)
+    tuned = _tuning_records(records)
     if isinstance(mod, SymbolicModule):
         return _specializing(mod, resolved, params, opt_level, fusion, verify,
-                             max_specializations, num_threads)
+                             max_specializations, num_threads, tuned)
     if max_specializations is not None:
         raise OpfusionError("max_specializations applies to a model with symbolic input "
                             "dimensions; this one has static shapes")
@@ -91,6 +100,21 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     if not isinstance(mod, IRModule) or "main" not in mod:
         raise OpfusionError("opf.compile takes an IRModule with a @main function (or a "
                             "Function)")
+    mod = fused_module(mod, params, resolved, opt_level, fusion)
+    with resolved:
+        executor = build_executor(mod, backend, tuned)
+    executor.set_num_threads(num_threads)
+    if verify:
+        with stage("verify"):
+            executor.verify(random_inputs(executor))
+    return executor
+
+
+def fused_module(mod: IRModule, params: Mapping[str, Any] | None, target: Target,
+                 opt_level: int | None = None, fusion: str | None = None) -> IRModule:
+    """``mod`` optimized, laid out for ``target`` and fused, as :func:`compile` does before it
+    lowers the groups (``opt_level`` and ``fusion`` default to the current PassContext's):
+    every primitive function ``@main`` calls is one kernel to be."""
     ctx = PassContext.current()
     level = ctx.opt_level if opt_level is None else opt_level
     strategy = fusion if fusion is not None else ctx.get_config("fusion.strategy")
@@ -101,20 +125,14 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
         if get_fusion_strategy(strategy).patterns:  # opt_level 3, unless disabled
             mod = Sequential([MergeParallelProducts(), FuseAttention()],
                              name="FusePatterns")(mod)
-        mod = alter_layout(mod, resolved)
-        mod = fuse(mod, strategy, level)
-    with resolved:
-        executor = build_executor(mod, backend)
-    executor.set_num_threads(num_threads)
-    if verify:
-        with stage("verify"):
-            executor.verify(random_inputs(executor))
-    return executor
+        mod = alter_layout(mod, target)
+        return fuse(mod, strategy, level)
 
 
 def _specializing(mod: SymbolicModule, target: Target, params: Mapping[str, Any] | None,
                   opt_level: int | None, fusion: str | None, verify: bool,
-                  max_specializations: int | None, num_threads: int) -> SpecializingExecutor:
+                  max_specializations: int | None, num_threads: int,
+                  records: Any = None) -> SpecializingExecutor:
     """The executor of a symbolic module, with every setting resolved now."""
     from .specialize import DEFAULT_MAX_SPECIALIZATIONS, SpecializingExecutor
 
@@ -124,7 +142,7 @@ def _specializing(mod: SymbolicModule, target: Target, params: Mapping[str, Any]
     return SpecializingExecutor(
         mod, target=target, params=params,
         opt_level=ctx.opt_level if opt_level is None else opt_level, fusion=strategy,
-        verify=verify, context=ctx, num_threads=num_threads,
+        verify=verify, context=ctx, num_threads=num_threads, records=records,
         max_specializations=(DEFAULT_MAX_SPECIALIZATIONS if max_specializations is None
                              else max_specializations))
 
@@ -166,14 +184,34 @@ def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
     return pipeline(LegalizeCheckedIndices()(mod), opt_level)
 
 
-def build_executor(mod: IRModule, backend: Backend | None = None) -> Executor:
+def build_executor(mod: IRModule, backend: Backend | None = None,
+                   records: Any = None) -> Executor:
     """An executor for a fused module: one kernel per primitive function called by
     ``@main`` (identical functions share a kernel), generated by ``backend`` (default: the
-    current target's)."""
+    current target's), each scheduled by the best config of ``records`` (a
+    :class:`~opfusion.autotune.records.TuningRecords`) for it, else by the heuristic."""
     main = mod["main"]
     with stage("lower"):
-        builder = _ExecutorBuilder(main, backend or get_backend())
+        builder = _ExecutorBuilder(main, backend or get_backend(), records)
     return builder.finish()
+
+
+TUNE_RECORDS = "tune.records"
+register_pass_config(
+    TUNE_RECORDS, str, "",
+    "The tuning records (a JSON-lines file written by opf.tune / `opfusion tune`) that "
+    "opf.compile takes each group's schedule config from, when compile's records argument "
+    "is not given; empty: none.")
+
+
+def _tuning_records(records: Any) -> Any:
+    """``records`` (or the pass context's ``tune.records`` path) as TuningRecords; None
+    when there are none."""
+    from ..autotune.records import as_records
+
+    if records is None:
+        records = PassContext.current().get_config(TUNE_RECORDS, "") or None
+    return as_records(records)
 
 
 INPLACE_CONCATENATE = "compile.inplace_concatenate"
@@ -185,8 +223,9 @@ register_pass_config(
 
 
 class _ExecutorBuilder:
-    def __init__(self, main: Function, backend: Backend) -> None:
+    def __init__(self, main: Function, backend: Backend, records: Any = None) -> None:
         self.backend = backend
+        self.records = records
         self.values: list[ValueInfo] = []
         self.steps: list[ExecStep] = []
         self.kernels: list[tuple[Function, LoweredGroup]] = []
@@ -249,7 +288,9 @@ class _ExecutorBuilder:
             if structural_equal(known, func):
                 return group
         name = _kernel_name(func, len(self.kernels))
-        group = lower_primitive_function(func, name, self.backend)
+        config = None if self.records is None else tuned_config(func, self.backend,
+                                                                  self.records)
+        group = lower_primitive_function(func, name, self.backend, config)
         check_kernel(name, group.op_names, group.prim_func and group.prim_func.body)
         self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
         self.kernels.append((func, group))
@@ -351,6 +392,26 @@ class _ExecutorBuilder:
                                aliases=aliases)
         check_values([], plan.total_bytes)
         return plan
+
+
+def tuned_config(func: Function, backend: Backend, records: Any) -> Any:
+    """The best config ``records`` hold for primitive function ``func`` on the backend's
+    target, checked against the group's config space now (a record from another opfusion
+    version or a damaged file never reaches the schedule); None for the heuristic."""
+    from ..autotune.task import target_key, task_key
+    from .lower_group import schedule_space
+
+    target = backend.target
+    record = records.best(task_key(func, target), target_key(target))
+    if record is None:
+        return None
+    found = schedule_space(func, backend)
+    if found is None or found[0].name != record.rule or record.knobs not in found[1]:
+        log.warning("the tuning record of a %s group does not fit its schedule now (rule "
+                    "%s, knobs %s); the heuristic's config is used", "+".join(record.ops),
+                    record.rule, record.knobs)
+        return None
+    return found[1].check(record.knobs)
 
 
 def _concatenation_axis(group: LoweredGroup) -> int | None:

@@ -87,12 +87,9 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
             f"opaque operators must form groups of their own")
     backend = backend or get_backend()
     with backend.target:
-        builder = _TEBuilder(func, name)
+        builder, schedule, anchor = _schedulable(func, name)
         outputs = builder.outputs
-        schedule = te.create_schedule([t.op for t in outputs])
-        _inline_injective_stages(schedule, builder, outputs)
-        anchor = _anchor(builder) or _layout_anchor(builder, outputs)
-        if anchor is not None and len(outputs) == 1:
+        if anchor is not None:
             used = backend.schedule(schedule, anchor[1], outputs[0], anchor[0].op.name, config)
         else:
             used = backend.schedule(schedule, None, None, None, config)
@@ -101,6 +98,34 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
                         function=func,
                         schedule_config=used.to_dict() if used is not None else None)
+
+
+def schedule_space(func: Function, backend: Backend | None = None) -> Any:
+    """``(rule, space, default config)`` of the schedule rule that would arrange the kernel
+    of primitive function ``func`` (see :meth:`opfusion.backend.Backend.config_space`), or
+    None when no rule with knobs takes it (a lone operator without a TE compute, a group
+    without an anchor, several results): what a tuner may choose for this group."""
+    calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
+    if any(not isinstance(c.op, Op) or get_compute(c.op.name) is None for c in calls):
+        return None
+    backend = backend or get_backend()
+    with backend.target:
+        builder, _, anchor = _schedulable(func, "space")
+        if anchor is None:
+            return None
+        return backend.config_space(anchor[1], builder.outputs[0], anchor[0].op.name)
+
+
+def _schedulable(func: Function, name: str
+                 ) -> tuple[_TEBuilder, te.Schedule, tuple[Call, te.Tensor] | None]:
+    """The TE graph of ``func``, its schedule with the injective stages inlined, and the
+    anchor a schedule rule arranges (None: the default schedule)."""
+    builder = _TEBuilder(func, name)
+    outputs = builder.outputs
+    schedule = te.create_schedule([t.op for t in outputs])
+    _inline_injective_stages(schedule, builder, outputs)
+    anchor = _anchor(builder) or _layout_anchor(builder, outputs)
+    return builder, schedule, anchor if len(outputs) == 1 else None
 
 
 def _output_types(func: Function) -> list[TensorType]:

@@ -149,8 +149,10 @@ class SpecializingExecutor:
                  params: Mapping[str, Any] | None = None, opt_level: int, fusion: str,
                  verify: bool = False, context: PassContext | None = None,
                  max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS,
-                 num_threads: int = 0) -> None:
+                 num_threads: int = 0, records: Any = None) -> None:
         self.module = module
+        #: The tuning records every specialization is compiled with (None: the heuristics).
+        self.records = records
         #: The target every specialization is compiled for.
         self.target = target
         self.params = dict(params or {})
@@ -199,7 +201,8 @@ class SpecializingExecutor:
             mod, params = self.module.specialize(shapes)
             executor = compile_model(mod, target=self.target, params={**params, **self.params},
                                      opt_level=self.opt_level, fusion=self.fusion,
-                                     verify=self.verify_kernels, num_threads=self._num_threads)
+                                     verify=self.verify_kernels, num_threads=self._num_threads,
+                                     records=self.records)
         log.info("compiled the specialization %s in %.2f s", _shapes_text(shapes),
                  time.perf_counter() - start)
         return executor

@@ -46,6 +46,15 @@ class CPUBackend(Backend):
         rule.apply(s, anchor, output, self.target, used)
         return None if rule is RULES.fallback and config is None else used
 
+    def config_space(self, anchor: Any, output: Any, op_name: str | None) -> Any:
+        from .schedules import RULES
+
+        found = RULES.find(op_name, anchor, output, self.target)
+        if found is None:
+            return None
+        rule, space = found
+        return rule, space, rule.default_config(anchor, output, self.target)
+
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
         """One C file for the kernels of a model (and its native entry with ``model``); a
         kernel too small for threads runs on the calling one (the target's

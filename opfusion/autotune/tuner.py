@@ -1,0 +1,280 @@
+"""``opf.tune``: search the schedule knobs of a model's fused groups and keep the records.
+
+    result = opf.tune(mod, params, trials=800, records="tune.json")   # measures, appends
+    exe = opf.compile(mod, params=params, records="tune.json")      # best config per group
+
+The model's tasks (:mod:`.task`) are tuned in rounds of ``batch`` candidates. The first
+round of each task measures the heuristic's config with a few others; after that the task
+scheduler gives the next round to the task where the estimated gain is largest — its weight
+(how often the model calls it) times its best time so far times its recent relative
+improvement plus an exploration term that shrinks with each round (TVM's task-scheduler
+idea: spend the trials where the model's latency can drop most). Each round proposes configs
+(:mod:`.search`), builds them in parallel, measures them one at a time (:mod:`.runner`) and
+appends every result — failures too — to the records. Records already in the file are
+reused, never measured again: a second ``tune`` with the same file continues."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import OpfusionError
+from ..ir.expr import Function
+from ..ir.module import IRModule
+from ..target import Target, as_target
+from .measure import MeasureOptions, MeasureResult, TaskData, generate_candidates, task_data
+from .records import Record, TuningRecords
+from .runner import LocalRunner, Runner
+from .search import TaskSearch
+from .task import Task, extract_tasks, target_key
+
+logger = logging.getLogger("opfusion.autotune")
+
+#: Candidates per round of one task (built together, then measured one by one).
+DEFAULT_BATCH = 8
+
+
+@dataclass
+class TaskResult:
+    """Where one task stands: its heuristic's time, its best time and config, its trials."""
+
+    task: Task
+    default_seconds: float | None
+    best_seconds: float | None
+    best_config: Any
+    trials: int
+    failed: int
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_seconds is None or self.best_seconds is None:
+            return None
+        return self.default_seconds / self.best_seconds
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run found: one :class:`TaskResult` per task, the trials it measured
+    (``trials``, this run only) and the records (every run's)."""
+
+    tasks: list[TaskResult]
+    trials: int
+    seconds: float
+    records: TuningRecords
+
+    def estimated_seconds(self, tuned: bool = True) -> float:
+        """The tuned groups' share of one model run: sum over tasks of weight x best time
+        (``tuned=False``: x the heuristic's time)."""
+        total = 0.0
+        for entry in self.tasks:
+            chosen = entry.best_seconds if tuned else entry.default_seconds
+            if chosen is not None:
+                total += entry.task.weight * chosen
+        return total
+
+    def render(self) -> str:
+        """A table: per task its weight, heuristic and best time, speedup and trials."""
+        lines = [f"{'task':44} {'w':>3} {'default ms':>11} {'best ms':>9} {'x':>6} "
+                 f"{'trials':>6}"]
+        for entry in self.tasks:
+            default = _ms(entry.default_seconds)
+            best = _ms(entry.best_seconds)
+            speedup = f"{entry.speedup:.2f}" if entry.speedup is not None else "-"
+            lines.append(f"{entry.task.name[:44]:44} {entry.task.weight:>3} {default:>11} "
+                         f"{best:>9} {speedup:>6} {entry.trials:>6}")
+        before, after = self.estimated_seconds(False), self.estimated_seconds(True)
+        lines.append(f"tuned groups per run: {before * 1e3:.2f} ms untuned -> "
+                     f"{after * 1e3:.2f} ms tuned ({self.trials} trials this run, "
+                     f"{self.seconds:.0f} s)")
+        return "\n".join(lines)
+
+
+@dataclass
+class TuneProgress:
+    """Reported after every round: trials done and allowed, the task just tuned and the
+    estimated time of the tuned groups per model run."""
+
+    trials: int
+    total_trials: int
+    elapsed: float
+    task: TaskResult
+    estimated_seconds: float
+    untuned_seconds: float
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+@dataclass
+class _Tuning:
+    """The state of one ``tune`` call."""
+
+    tasks: list[Task]
+    searches: list[TaskSearch]
+    records: TuningRecords
+    runner: Runner
+    options: MeasureOptions
+    target: str
+    batch: int
+    workers: int | None
+    rounds: list[int] = field(default_factory=list)
+    gains: list[float] = field(default_factory=list)
+    done: set[int] = field(default_factory=set)
+    data: dict[str, TaskData] = field(default_factory=dict)
+    trials: int = 0
+
+    def result(self, index: int) -> TaskResult:
+        search = self.searches[index]
+        best = search.best()
+        default = search.seconds.get(search.task.default)
+        return TaskResult(search.task, default, best[1] if best else None,
+                          best[0] if best else None, search.trials, len(search.failed))
+
+    def run_round(self, index: int, count: int) -> int:
+        """Measure up to ``count`` new configs of task ``index``; how many it measured."""
+        search = self.searches[index]
+        task = search.task
+        configs = search.propose(count)
+        if not configs:
+            self.done.add(index)  # nothing left to try
+            return 0
+        before = search.best()
+        data = self.data.get(task.key)
+        if data is None:
+            data = self.data[task.key] = task_data(task)
+        candidates = generate_candidates(task, configs)
+        self.runner.build(candidates, self.workers)
+        results = self.runner.run(data, candidates, self.options)
+        for candidate, outcome in zip(candidates, results, strict=True):
+            features = None
+            if candidate.prim_func is not None and outcome.ok:
+                features = search.features(candidate.config, candidate.prim_func)
+            search.add(candidate.config, outcome.seconds, outcome.error, features)
+            self.records.append(self._record(task, outcome))
+        after = search.best()
+        self.rounds[index] += 1
+        if before is not None and after is not None:
+            self.gains[index] = (before[1] - after[1]) / before[1]
+        self.trials += len(configs)
+        return len(configs)
+
+    def _record(self, task: Task, outcome: MeasureResult) -> Record:
+        return Record(task.key, self.target, task.rule, dict(outcome.config), outcome.seconds,
+                      outcome.error, task.op_names, task.weight, self.runner.name, time.time())
+
+    def priority(self, index: int) -> float:
+        """The estimated gain of one more round of task ``index`` (see the module
+        docstring)."""
+        search = self.searches[index]
+        if search.exhausted or index in self.done:
+            return -1.0
+        best = search.best()
+        if best is None:  # nothing ran correctly yet: worth one more look, not many
+            return float("inf") if self.rounds[index] < 2 else -1.0
+        explore = 0.5 / (1 + self.rounds[index])
+        return search.task.weight * best[1] * (self.gains[index] + explore)
+
+
+def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
+         target: str | Target | None = None, trials: int = 1000,
+         records: str | TuningRecords | None = "tune.json", runner: str | Runner = "local",
+         *, seconds: float | None = None, batch: int = DEFAULT_BATCH,
+         options: MeasureOptions | None = None, opt_level: int | None = None,
+         fusion: str | None = None, seed: int = 0, workers: int | None = None,
+         callback: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+    """Tune the schedule knobs of ``mod``'s fused groups on ``target`` (default: the host).
+
+    Measures at most ``trials`` new candidates (and stops after the round that passes
+    ``seconds`` of wall time, when given), appending every result to ``records`` (a JSON-lines
+    path, created when missing; a :class:`TuningRecords`; None keeps them in memory).
+    ``runner`` is ``"local"`` (a worker process on this machine), ``"ray"`` (a
+    :class:`~opfusion.autotune.ray_runner.RayRunner` on ``ray.init()``'s cluster) or a
+    :class:`Runner`. ``options`` say how candidates are timed and checked; ``opt_level``
+    and ``fusion`` must be those the model will be compiled with (they decide the groups).
+    ``callback`` gets a :class:`TuneProgress` after every round. Compile with
+    ``opf.compile(mod, params=params, records=records)`` to use the best configs."""
+    if trials < 0 or batch < 1:
+        raise OpfusionError(f"tune needs trials >= 0 and batch >= 1, not {trials} and {batch}")
+    start = time.monotonic()
+    resolved = as_target(target)
+    tasks = extract_tasks(mod, params, resolved, opt_level, fusion)
+    store = _records(records)
+    own_runner = isinstance(runner, str)
+    active = make_runner(runner)
+    state = _Tuning(tasks, [TaskSearch(t, seed + i) for i, t in enumerate(tasks)], store,
+                    active, options or MeasureOptions(), target_key(resolved), batch, workers,
+                    [0] * len(tasks), [0.0] * len(tasks))
+    _resume(state)
+    try:
+        _search(state, trials, seconds, start, callback)
+    finally:
+        if own_runner:
+            active.close()
+    return TuneResult([state.result(i) for i in range(len(tasks))], state.trials,
+                      time.monotonic() - start, store)
+
+
+def _records(records: str | TuningRecords | None) -> TuningRecords:
+    if records is None:
+        return TuningRecords()
+    if isinstance(records, TuningRecords):
+        return records
+    return TuningRecords.load(records, create=True)
+
+
+def make_runner(runner: str | Runner) -> Runner:
+    """``"local"`` or ``"ray"`` as a runner (a Runner is returned as it is)."""
+    if isinstance(runner, Runner):
+        return runner
+    if runner == "local":
+        return LocalRunner()
+    if runner == "ray":
+        from .ray_runner import RayRunner
+
+        return RayRunner()
+    raise OpfusionError(f"unknown runner {runner!r}: use 'local', 'ray' or a Runner")
+
+
+def _resume(state: _Tuning) -> None:
+    """Feed the records already kept for these tasks to their searches (configs outside a
+    task's space now, e.g. from another opfusion version, are ignored)."""
+    for search in state.searches:
+        task = search.task
+        for record in state.records.for_task(task.key, state.target):
+            if record.rule != task.rule or record.knobs not in task.space:
+                continue
+            config = task.space.check(record.knobs)
+            if search.tried(config):
+                continue
+            features = search.features(config) if record.ok else None
+            search.add(config, record.seconds, record.error, features)
+
+
+def _search(state: _Tuning, trials: int, seconds: float | None, start: float,
+            callback: Callable[[TuneProgress], None] | None) -> None:
+    """Rounds until the trials or the time are spent or every space is measured: first one
+    round per task (heaviest first), then by priority."""
+    untuned = None
+    first = list(range(len(state.tasks)))
+    while state.trials < trials:
+        if seconds is not None and time.monotonic() - start >= seconds:
+            break
+        if first:
+            index = first.pop(0)
+        else:
+            index = max(range(len(state.tasks)), key=lambda i: (state.priority(i), -i))
+            if state.priority(index) < 0:
+                break
+        count = state.run_round(index, min(state.batch, trials - state.trials))
+        if count == 0:
+            continue
+        if callback is not None:
+            results = [state.result(i) for i in range(len(state.tasks))]
+            estimate = TuneResult(results, state.trials, 0.0, state.records)
+            untuned = estimate.estimated_seconds(False)
+            callback(TuneProgress(state.trials, trials, time.monotonic() - start,
+                                  results[index], estimate.estimated_seconds(True), untuned))

@@ -1,0 +1,152 @@
+"""The measuring process: ``python -m opfusion.autotune.worker``, started by a runner.
+
+It reads requests from its standard input and answers on its standard output (the
+descriptor it had at start; its ``print`` output goes to standard error instead, so nothing
+else writes into the answers), each message a length-prefixed pickle. Pickle is safe here
+only because both ends are this package, connected by a private pipe; nothing read from disk
+is unpickled. Requests:
+
+- ``("task", TaskData)``: the inputs and reference outputs of the candidates that follow;
+- ``("measure", MeasureRequest)``: load the candidate's library (built by the parent and
+  found in the kernel cache, or compiled here when the cache is another machine's), run it,
+  compare, time it; answers ``("ok", seconds, repeats)`` or ``("error", message)``;
+- ``("stop",)``.
+
+A candidate that crashes takes this process with it and one that hangs is killed by the
+runner: either way the runner records the failure and starts a fresh worker."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .measure import MeasureOptions, TaskData
+
+_LENGTH = struct.Struct("<Q")
+
+
+@dataclass
+class MeasureRequest:
+    """One candidate to measure: its C source, exported entry and params, compiler flags
+    (the library is found in the cache by these) and how to time it."""
+
+    source: str
+    entry_name: str
+    params: tuple[Any, ...]
+    flags: tuple[str, ...]
+    options: MeasureOptions
+
+
+def write_message(stream: BinaryIO, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def read_message(stream: BinaryIO) -> Any:
+    header = stream.read(_LENGTH.size)
+    if len(header) < _LENGTH.size:
+        raise EOFError("the other end closed the pipe")
+    (length,) = _LENGTH.unpack(header)
+    data = stream.read(length)
+    if len(data) < length:
+        raise EOFError("the other end closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+def measure(request: MeasureRequest, data: TaskData) -> tuple[float, list[float]]:
+    """Load, check and time one candidate: (median seconds per call, each batch's mean).
+    Raises ValueError when its outputs differ from the reference (before or after timing)."""
+    from ..backend.cpu.module import load_kernels
+
+    module = load_kernels(request.source, [("candidate", request.entry_name, request.params)],
+                          request.flags)[0]
+    function = module._function
+    arrays = [np.ascontiguousarray(a) for a in data.inputs]
+    outputs = [np.full(e.shape, np.nan, e.dtype) if e.dtype.kind == "f"
+               else np.zeros(e.shape, e.dtype) for e in data.expected]
+    pointers = [a.ctypes.data for a in arrays + outputs]
+    options = request.options
+    _call(function, pointers)
+    _check(outputs, data.expected, options.rtol, "")
+    start = time.perf_counter()
+    _call(function, pointers)
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, int(options.min_repeat_seconds / once))
+    flush = _flush_buffer() if options.flush_cache else None
+    repeats = []
+    for _ in range(options.repeat):
+        if flush is not None:
+            flush += 1.0
+        start = time.perf_counter()
+        for _ in range(number):
+            _call(function, pointers)
+        repeats.append((time.perf_counter() - start) / number)
+    _check(outputs, data.expected, options.rtol, " after the timed runs")
+    return float(np.median(repeats)), repeats
+
+
+def _call(function: Any, pointers: list[int]) -> None:
+    status = function(*pointers)
+    if status != 0:
+        raise RuntimeError(f"the kernel returned status {status}")
+
+
+def _check(got: list[np.ndarray], want: list[np.ndarray], rtol: float, when: str) -> None:
+    from ..compiler.executor import _relative_error
+
+    for index, (a, b) in enumerate(zip(got, want)):
+        error = _relative_error(a, b)
+        if not error <= rtol:
+            raise ValueError(f"output {index} differs from the reference{when}: max error "
+                             f"{error:.3g} x max|reference| (tolerance {rtol:g})")
+
+
+def _flush_buffer() -> np.ndarray:
+    """A buffer four times the host's last-level cache, to write over between batches."""
+    from ..target.host import host_cache_bytes
+
+    caches = host_cache_bytes()
+    size = 4 * max(caches.values(), default=32 << 20)
+    return np.zeros(size // 8, np.float64)
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    """Answer requests until ``("stop",)`` or the end of the input."""
+    data: TaskData | None = None
+    while True:
+        try:
+            message = read_message(requests)
+        except EOFError:
+            return
+        kind = message[0]
+        if kind == "stop":
+            return
+        if kind == "task":
+            data = message[1]
+            write_message(answers, ("ok",))
+            continue
+        try:
+            if data is None:
+                raise RuntimeError("no task was given before the candidate")
+            seconds, repeats = measure(message[1], data)
+            write_message(answers, ("ok", seconds, repeats))
+        except Exception as err:  # noqa: BLE001 - any failure of a candidate is its result
+            write_message(answers, ("error", f"{type(err).__name__}: {err}"))
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints go to stderr, never into the answers
+    serve(sys.stdin.buffer, answers)
+
+
+if __name__ == "__main__":
+    main()
