@@ -59,12 +59,14 @@ class Candidate:
 class MeasureResult:
     """The outcome of one candidate: ``seconds`` (the median time of one kernel call) when it
     ran and matched the reference, else ``error`` (``build: ...``, ``crashed: ...``,
-    ``timeout: ...``, ``wrong: ...``, ``failed: ...``)."""
+    ``timeout: ...``, ``wrong: ...``, ``failed: ...``); ``reference``: the time of the
+    runner's reference candidate timed interleaved with it, when one was given."""
 
     config: Config
     seconds: float | None = None
     error: str | None = None
     repeats: list[float] = field(default_factory=list)
+    reference: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,9 +88,11 @@ class MeasureOptions:
     """How a candidate is timed: after one warm-up call, ``repeat`` batches of calls, each
     batch at least ``min_repeat_seconds`` long (so short kernels run many times); the median
     batch's mean is the time. ``timeout`` bounds one candidate's whole measurement (a hang
-    costs that much once); ``rtol`` is the output tolerance (x max|reference|);
-    ``flush_cache`` writes over a buffer larger than the last-level cache before each
-    batch's first call, so weights start cold as they do in a model run."""
+    costs that much once); ``rtol`` is the output tolerance (x max|reference|).
+    ``flush_cache`` times ``repeat`` single calls instead, each after writing over a buffer
+    four times the last-level cache: what a kernel sees in a model whose weights do not fit
+    in the cache (ResNet-50's 100 MB), where a warm measurement would favour configs that
+    read the weights more often."""
 
     repeat: int = 5
     min_repeat_seconds: float = 0.02

@@ -6,9 +6,11 @@ Ray (``pip install opfusion[tune]``) is optional and imported only here. The run
   which leaves it in that node's kernel cache;
 - measures on **one actor per node**: each measurement actor holds the exclusive custom
   resource ``opfusion_measure`` (one unit per node), so two measurements never share a
-  machine; the actor measures in a worker process of its own (:class:`WorkerProcess`), so a
-  candidate that crashes or hangs costs one trial, never the actor; a node whose cache lacks
-  the library (it was built elsewhere) compiles it before timing;
+  machine; the actor measures as :class:`~opfusion.autotune.runner.LocalRunner` does, in a
+  worker process of its own, so a candidate that crashes or hangs costs one trial, never the
+  actor; a node whose cache lacks the library (it was built elsewhere) compiles it before
+  timing; the candidates of a round are dealt out to the actors, each share timed
+  interleaved with the round's reference on its node;
 - streams results back as they finish (``ray.wait``) and returns them in candidate order,
   the same :class:`MeasureResult`\\ s as :class:`~opfusion.autotune.runner.LocalRunner`'s, so the
   records are the same whichever runner wrote them.
@@ -20,14 +22,14 @@ and ``"ray://host:10001"`` a remote one. On a cluster, start each node with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import OpfusionError
 from .measure import Candidate, MeasureOptions, MeasureResult, TaskData
-from .runner import Runner, WorkerProcess, request_for, result_of
-from .worker import MeasureRequest
+from .runner import LocalRunner, Runner
 
 logger = logging.getLogger("opfusion.autotune")
 
@@ -49,14 +51,15 @@ def _ray() -> Any:
 
 
 class MeasureActor:
-    """The body of a measurement actor: a worker process on its node, one candidate at a
-    time (a Ray actor runs its calls in order)."""
+    """The body of a measurement actor: a :class:`LocalRunner` on its node (a worker process
+    of its own; a Ray actor runs its calls one at a time)."""
 
     def __init__(self) -> None:
-        self.worker = WorkerProcess()
+        self.runner = LocalRunner()
 
-    def measure(self, data: TaskData, request: MeasureRequest) -> tuple[Any, ...]:
-        return self.worker.measure(data, request)
+    def run(self, data: TaskData, candidates: list[Candidate], options: MeasureOptions,
+            reference: Candidate | None) -> list[MeasureResult]:
+        return self.runner.run(data, candidates, options, reference)
 
     def node(self) -> str:
         import ray
@@ -64,7 +67,12 @@ class MeasureActor:
         return ray.get_runtime_context().get_node_id()
 
     def close(self) -> None:
-        self.worker.close()
+        self.runner.close()
+
+
+def _portable(candidate: Candidate) -> Candidate:
+    """``candidate`` without its loop IR (the actor needs only the C and the flags)."""
+    return dataclasses.replace(candidate, prim_func=None)
 
 
 def _build_library(source: str, flags: tuple[str, ...]) -> str | None:
@@ -119,26 +127,27 @@ class RayRunner(Runner):
             if error is not None:
                 candidate.error = error
 
-    def run(self, data: TaskData, candidates: Sequence[Candidate],
-            options: MeasureOptions) -> list[MeasureResult]:
+    def run(self, data: TaskData, candidates: Sequence[Candidate], options: MeasureOptions,
+            reference: Candidate | None = None) -> list[MeasureResult]:
+        """The candidates dealt out to the actors in turn, each actor's share measured (with
+        the reference, when given) on its node; results in candidate order."""
         ray = self._ray
-        results: list[MeasureResult | None] = [None] * len(candidates)
         shared = ray.put(data)
-        futures: dict[Any, int] = {}
-        runnable = [i for i, c in enumerate(candidates) if c.error is None]
-        for i, c in enumerate(candidates):
-            if c.error is not None:
-                results[i] = MeasureResult(c.config, error=c.error)
-        for slot, index in enumerate(runnable):
-            actor = self._actors[slot % len(self._actors)]
-            request = request_for(candidates[index], options)
-            futures[actor.measure.remote(shared, request)] = index
+        shares = [list(range(k, len(candidates), len(self._actors)))
+                  for k in range(len(self._actors))]
+        futures = {}
+        for actor, share in zip(self._actors, shares):
+            if share:
+                batch = [_portable(candidates[i]) for i in share]
+                ref = _portable(reference) if reference is not None else None
+                futures[actor.run.remote(shared, batch, options, ref)] = share
+        results: list[MeasureResult | None] = [None] * len(candidates)
         waiting = list(futures)
-        while waiting:
+        while waiting:  # streamed back as each node finishes its share
             done, waiting = ray.wait(waiting, num_returns=1)
             for future in done:
-                index = futures[future]
-                results[index] = result_of(candidates[index], ray.get(future))
+                for index, result in zip(futures[future], ray.get(future)):
+                    results[index] = result
         return [r for r in results if r is not None]
 
     def close(self) -> None:

@@ -29,10 +29,12 @@ class Runner(ABC):
     name = "runner"
 
     @abstractmethod
-    def run(self, data: TaskData, candidates: Sequence[Candidate],
-            options: MeasureOptions) -> list[MeasureResult]:
+    def run(self, data: TaskData, candidates: Sequence[Candidate], options: MeasureOptions,
+            reference: Candidate | None = None) -> list[MeasureResult]:
         """One result per candidate, in order; candidates that failed to build are failed
-        results without being run."""
+        results without being run. With a ``reference`` (a candidate measured before), each
+        result's ``reference`` is its time measured alongside them, for comparing
+        measurements taken at different times."""
 
     def build(self, candidates: Sequence[Candidate], workers: int | None = None) -> None:
         """Compile the candidates' libraries where they will be measured (here: on
@@ -55,7 +57,7 @@ def result_of(candidate: Candidate, answer: tuple[Any, ...]) -> MeasureResult:
     if answer[0] == "ok":
         return MeasureResult(candidate.config, seconds=answer[1], repeats=list(answer[2]))
     message = str(answer[1])
-    if not message.startswith(("crashed:", "timeout:")):
+    if not message.startswith(("crashed:", "timeout:", "build:")):
         kind = "wrong" if message.startswith("ValueError") else "failed"
         message = f"{kind}: {message}"
     logger.debug("candidate %s: %s", dict(candidate.config), message)
@@ -74,6 +76,7 @@ class WorkerProcess:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.task: str | None = None
+        self.loaded: set[int] = set()
 
     def start(self) -> None:
         env = dict(os.environ)
@@ -84,17 +87,25 @@ class WorkerProcess:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
         self.task = None
+        self.loaded = set()
 
-    def measure(self, data: TaskData, request: MeasureRequest) -> tuple[Any, ...]:
-        """``("ok", seconds, repeats)`` or ``("error", message)`` for one candidate."""
+    def ask(self, data: TaskData, message: tuple[Any, ...], timeout: float
+            ) -> tuple[Any, ...]:
+        """Send ``message`` about task ``data`` (starting the worker and giving it the task
+        first when needed): the answer, ``("error", "crashed: ...")`` when the worker died or
+        ``("error", "timeout: ...")`` when it was killed for taking longer than ``timeout``."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         if self.task != data.key:
-            answer = self._ask(("task", data), request.options.timeout)
+            answer = self._ask(("task", data), timeout)
             if answer[0] != "ok":
                 return answer
             self.task = data.key
-        return self._ask(("measure", request), request.options.timeout)
+            self.loaded = set()
+        answer = self._ask(message, timeout)
+        if message[0] == "load" and answer[0] == "ok":
+            self.loaded.add(message[1])
+        return answer
 
     def _ask(self, message: tuple[Any, ...], timeout: float) -> tuple[Any, ...]:
         assert self.proc is not None and self.proc.stdin is not None
@@ -141,6 +152,8 @@ class WorkerProcess:
             self.kill()
             return "the worker stopped answering"
         self.proc = None
+        self.task = None
+        self.loaded = set()
         if code < 0:
             try:
                 return f"the worker died of {signal.Signals(-code).name}"
@@ -154,6 +167,7 @@ class WorkerProcess:
             self.proc.wait()
             self.proc = None
         self.task = None
+        self.loaded = set()
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -170,23 +184,68 @@ class WorkerProcess:
 
 
 class LocalRunner(Runner):
-    """Measures on this machine, one candidate at a time, in a worker process that a crashing
-    or hanging candidate cannot take the tuner down with."""
+    """Measures on this machine in a worker process that a crashing or hanging candidate
+    cannot take the tuner down with: each candidate is loaded and checked on its own, then
+    the ones that passed are timed together, interleaved (:func:`.worker.time_interleaved`),
+    with the ``reference`` candidate when one is given, so their times compare even on a
+    machine whose speed drifts."""
 
     name = "local"
 
     def __init__(self) -> None:
         self._worker = WorkerProcess()
 
-    def run(self, data: TaskData, candidates: Sequence[Candidate],
-            options: MeasureOptions) -> list[MeasureResult]:
-        return [self.run_one(data, c, options) for c in candidates]
+    def run(self, data: TaskData, candidates: Sequence[Candidate], options: MeasureOptions,
+            reference: Candidate | None = None) -> list[MeasureResult]:
+        everyone = [*candidates, *([reference] if reference is not None else [])]
+        answers: dict[int, tuple[Any, ...]] = {}
+        for key, candidate in enumerate(everyone):
+            if candidate.error is not None:
+                answers[key] = ("error", candidate.error)
+            else:
+                answers[key] = self._worker.ask(
+                    data, ("load", key, request_for(candidate, options)), options.timeout)
+        passed = [key for key, answer in answers.items() if answer[0] == "ok"]
+        times = self._time(data, everyone, passed, options)
+        for key in passed:
+            answers[key] = times[key]
+        results = [result_of(c, answers[k]) for k, c in enumerate(everyone)]
+        if reference is not None:
+            measured = results.pop()
+            for result in results:
+                result.reference = measured.seconds
+        return results
 
-    def run_one(self, data: TaskData, candidate: Candidate,
-                options: MeasureOptions) -> MeasureResult:
-        if candidate.error is not None:
-            return MeasureResult(candidate.config, error=candidate.error)
-        return result_of(candidate, self._worker.measure(data, request_for(candidate, options)))
+    def _time(self, data: TaskData, everyone: Sequence[Candidate], keys: list[int],
+              options: MeasureOptions) -> dict[int, tuple[Any, ...]]:
+        """The answers of timing ``keys`` interleaved; when that fails (a candidate that
+        crashes or hangs only sometimes), each is timed on its own, so the failure is
+        its own."""
+        if not keys:
+            return {}
+        self._reload(data, everyone, keys, options)
+        answer = self._worker.ask(data, ("time", keys, options),
+                                  options.timeout * len(keys))
+        if answer[0] == "ok":
+            return {key: ("ok", *timed) for key, timed in zip(keys, answer[1])}
+        if len(keys) == 1:
+            return {keys[0]: answer}
+        result = {}
+        for key in keys:
+            self._reload(data, everyone, [key], options)
+            one = self._worker.ask(data, ("time", [key], options), options.timeout)
+            result[key] = ("ok", *one[1][0]) if one[0] == "ok" else one
+        return result
+
+    def _reload(self, data: TaskData, everyone: Sequence[Candidate], keys: list[int],
+                options: MeasureOptions) -> None:
+        """Load ``keys`` again when the worker was restarted since (a crash loses them)."""
+        if self._worker.proc is not None and self._worker.task == data.key and \
+                self._worker.loaded >= set(keys):
+            return
+        for key in keys:
+            self._worker.ask(data, ("load", key, request_for(everyone[key], options)),
+                             options.timeout)
 
     def close(self) -> None:
         self._worker.close()

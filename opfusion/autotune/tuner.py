@@ -9,9 +9,12 @@ scheduler gives the next round to the task where the estimated gain is largest �
 (how often the model calls it) times its best time so far times its recent relative
 improvement plus an exploration term that shrinks with each round (TVM's task-scheduler
 idea: spend the trials where the model's latency can drop most). Each round proposes configs
-(:mod:`.search`), builds them in parallel, measures them one at a time (:mod:`.runner`) and
-appends every result — failures too — to the records. Records already in the file are
-reused, never measured again: a second ``tune`` with the same file continues."""
+(:mod:`.search`), builds them in parallel, checks them one at a time and times them
+interleaved with the task's heuristic config (:mod:`.runner`), scales their times by the
+heuristic's first measured time (so rounds taken minutes apart, on a machine whose speed
+drifts, compare), and appends every result — failures too — to the records. Records
+already in the file are reused, never measured again: a second ``tune`` with the same file
+continues."""
 
 from __future__ import annotations
 
@@ -25,7 +28,14 @@ from ..errors import OpfusionError
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target, as_target
-from .measure import MeasureOptions, MeasureResult, TaskData, generate_candidates, task_data
+from .measure import (
+    Candidate,
+    MeasureOptions,
+    MeasureResult,
+    TaskData,
+    generate_candidates,
+    task_data,
+)
 from .records import Record, TuningRecords
 from .runner import LocalRunner, Runner
 from .search import TaskSearch
@@ -124,6 +134,7 @@ class _Tuning:
     rounds: list[int] = field(default_factory=list)
     gains: list[float] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
+    references: dict[str, tuple[Candidate, float]] = field(default_factory=dict)
     data: dict[str, TaskData] = field(default_factory=dict)
     trials: int = 0
 
@@ -148,8 +159,13 @@ class _Tuning:
             data = self.data[task.key] = task_data(task)
         candidates = generate_candidates(task, configs)
         self.runner.build(candidates, self.workers)
-        results = self.runner.run(data, candidates, self.options)
+        reference = None if task.default in configs else self._reference(index)
+        results = self.runner.run(data, candidates, self.options,
+                                  reference[0] if reference else None)
         for candidate, outcome in zip(candidates, results, strict=True):
+            if reference is not None and outcome.ok and outcome.reference:
+                # timed beside the default: on the scale of the default's first time
+                outcome.seconds = outcome.seconds / outcome.reference * reference[1]
             features = None
             if candidate.prim_func is not None and outcome.ok:
                 features = search.features(candidate.config, candidate.prim_func)
@@ -161,6 +177,22 @@ class _Tuning:
             self.gains[index] = (before[1] - after[1]) / before[1]
         self.trials += len(configs)
         return len(configs)
+
+    def _reference(self, index: int) -> tuple[Candidate, float] | None:
+        """The task's heuristic config built, and its measured time: every later round is
+        timed interleaved with it and scaled to that time (None when it did not run)."""
+        task = self.tasks[index]
+        known = self.references.get(task.key)
+        if known is None:
+            seconds = self.searches[index].seconds.get(task.default)
+            if seconds is None:
+                return None
+            candidate = generate_candidates(task, [task.default])[0]
+            self.runner.build([candidate], self.workers)
+            if candidate.error is not None:
+                return None
+            known = self.references[task.key] = (candidate, seconds)
+        return known
 
     def _record(self, task: Task, outcome: MeasureResult) -> Record:
         return Record(task.key, self.target, task.rule, dict(outcome.config), outcome.seconds,

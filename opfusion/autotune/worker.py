@@ -7,9 +7,12 @@ only because both ends are this package, connected by a private pipe; nothing re
 is unpickled. Requests:
 
 - ``("task", TaskData)``: the inputs and reference outputs of the candidates that follow;
-- ``("measure", MeasureRequest)``: load the candidate's library (built by the parent and
-  found in the kernel cache, or compiled here when the cache is another machine's), run it,
-  compare, time it; answers ``("ok", seconds, repeats)`` or ``("error", message)``;
+- ``("load", key, MeasureRequest)``: load a candidate's library (built by the parent and
+  found in the kernel cache, or compiled here when the cache is another machine's), run it
+  and compare its outputs with the reference's; answers ``("ok", seconds of one call)`` or
+  ``("error", message)``;
+- ``("time", [key, ...], MeasureOptions)``: time loaded candidates interleaved
+  (:func:`time_interleaved`); answers ``("ok", [(median, repeats), ...])`` or an error;
 - ``("stop",)``.
 
 A candidate that crashes takes this process with it and one that hangs is killed by the
@@ -61,42 +64,66 @@ def read_message(stream: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
-def measure(request: MeasureRequest, data: TaskData) -> tuple[float, list[float]]:
-    """Load, check and time one candidate: (median seconds per call, each batch's mean).
-    Raises ValueError when its outputs differ from the reference (before or after timing)."""
-    from ..backend.cpu.module import load_kernels
+class Loaded:
+    """A candidate loaded in this worker: its kernel, its output buffers and argument
+    pointers, and the time of one call (from loading)."""
 
-    module = load_kernels(request.source, [("candidate", request.entry_name, request.params)],
-                          request.flags)[0]
-    function = module._function
-    arrays = [np.ascontiguousarray(a) for a in data.inputs]
-    outputs = [np.full(e.shape, np.nan, e.dtype) if e.dtype.kind == "f"
-               else np.zeros(e.shape, e.dtype) for e in data.expected]
-    pointers = [a.ctypes.data for a in arrays + outputs]
-    options = request.options
-    _call(function, pointers)
-    _check(outputs, data.expected, options.rtol, "")
+    def __init__(self, request: MeasureRequest, data: TaskData) -> None:
+        from ..backend.cpu.module import load_kernels
+
+        self.module = load_kernels(request.source,
+                                   [("candidate", request.entry_name, request.params)],
+                                   request.flags)[0]
+        self.function = self.module._function
+        self.inputs = [np.ascontiguousarray(a) for a in data.inputs]
+        self.outputs = [np.full(e.shape, np.nan, e.dtype) if e.dtype.kind == "f"
+                        else np.zeros(e.shape, e.dtype) for e in data.expected]
+        self.pointers = [a.ctypes.data for a in self.inputs + self.outputs]
+        self.once = 0.0
+
+    def call(self) -> None:
+        status = self.function(*self.pointers)
+        if status != 0:
+            raise RuntimeError(f"the kernel returned status {status}")
+
+    def check(self, data: TaskData, rtol: float, when: str) -> None:
+        _check(self.outputs, data.expected, rtol, when)
+
+
+def load(request: MeasureRequest, data: TaskData) -> Loaded:
+    """Load one candidate, run it once and compare its outputs with the reference
+    (ValueError when they differ), then time one call."""
+    loaded = Loaded(request, data)
+    loaded.call()
+    loaded.check(data, request.options.rtol, "")
     start = time.perf_counter()
-    _call(function, pointers)
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(options.min_repeat_seconds / once))
+    loaded.call()
+    loaded.once = max(time.perf_counter() - start, 1e-7)
+    return loaded
+
+
+def time_interleaved(candidates: list[Loaded], data: TaskData, options: MeasureOptions
+                     ) -> list[tuple[float, list[float]]]:
+    """Time loaded candidates **interleaved**: each of ``options.repeat`` rounds runs a batch
+    of every candidate in turn (each batch at least ``min_repeat_seconds`` of calls), so a
+    machine that slows down or speeds up over the seconds this takes (other tenants, clock
+    changes) moves every candidate alike and their ratios hold. Returns each candidate's
+    (median seconds per call, each batch's mean) and checks every output again after."""
+    repeats: list[list[float]] = [[] for _ in candidates]
     flush = _flush_buffer() if options.flush_cache else None
-    repeats = []
+    numbers = [1 if flush is not None else max(1, int(options.min_repeat_seconds / c.once))
+               for c in candidates]
     for _ in range(options.repeat):
-        if flush is not None:
-            flush += 1.0
-        start = time.perf_counter()
-        for _ in range(number):
-            _call(function, pointers)
-        repeats.append((time.perf_counter() - start) / number)
-    _check(outputs, data.expected, options.rtol, " after the timed runs")
-    return float(np.median(repeats)), repeats
-
-
-def _call(function: Any, pointers: list[int]) -> None:
-    status = function(*pointers)
-    if status != 0:
-        raise RuntimeError(f"the kernel returned status {status}")
+        for index, candidate in enumerate(candidates):
+            if flush is not None:
+                flush += 1.0
+            start = time.perf_counter()
+            for _ in range(numbers[index]):
+                candidate.call()
+            repeats[index].append((time.perf_counter() - start) / numbers[index])
+    for candidate in candidates:
+        candidate.check(data, options.rtol, " after the timed runs")
+    return [(float(np.median(r)), r) for r in repeats]
 
 
 def _check(got: list[np.ndarray], want: list[np.ndarray], rtol: float, when: str) -> None:
@@ -121,6 +148,7 @@ def _flush_buffer() -> np.ndarray:
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     """Answer requests until ``("stop",)`` or the end of the input."""
     data: TaskData | None = None
+    loaded: dict[int, Loaded] = {}
     while True:
         try:
             message = read_message(requests)
@@ -130,14 +158,20 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         if kind == "stop":
             return
         if kind == "task":
-            data = message[1]
+            data, loaded = message[1], {}
             write_message(answers, ("ok",))
             continue
         try:
             if data is None:
                 raise RuntimeError("no task was given before the candidate")
-            seconds, repeats = measure(message[1], data)
-            write_message(answers, ("ok", seconds, repeats))
+            if kind == "load":
+                loaded[message[1]] = load(message[2], data)
+                write_message(answers, ("ok", loaded[message[1]].once))
+            elif kind == "time":
+                chosen = [loaded[key] for key in message[1]]
+                write_message(answers, ("ok", time_interleaved(chosen, data, message[2])))
+            else:
+                raise RuntimeError(f"unknown request {kind!r}")
         except Exception as err:  # noqa: BLE001 - any failure of a candidate is its result
             write_message(answers, ("error", f"{type(err).__name__}: {err}"))
 
