@@ -4,11 +4,16 @@ Each line is an object::
 
     {"version": 1, "task": "<32 hex>", "target": "c -mcpu=... cores=2", "rule": "conv2d_nchwc",
      "knobs": {"channel_tile": 4, ...}, "seconds": 0.00067, "error": null,
-     "ops": ["nn.conv2d_nchwc", "add"], "weight": 6, "runner": "local", "time": 1764172800.0}
+     "ops": ["nn.conv2d_nchwc", "add"], "weight": 6, "runner": "local", "time": 1764172800.0,
+     "confirmed": false}
 
-``seconds`` is the kernel's median time when it ran and matched the reference, else null with
-``error`` saying why (``build:``, ``crashed:``, ``timeout:``, ``wrong:``, ``failed:``). Lines are
-only ever appended, so a tuning run that stops anywhere leaves a usable file, and a second run
+``seconds`` is the kernel's median time when it ran and matched the reference (on the scale
+of the task's heuristic config's first measured time: every later candidate is timed beside
+the heuristic and scaled by it), else null with ``error`` saying why (``build:``,
+``crashed:``, ``timeout:``, ``wrong:``, ``failed:``). ``confirmed`` marks the times of a
+tuning run's last step, which times the few best configs of each task again, longer and side
+by side with the heuristic's: the best confirmed record is the task's best. Lines are only
+ever appended, so a tuning run that stops anywhere leaves a usable file, and a second run
 with the same file continues from it.
 
 A records file is read as untrusted data: a line that is not such an object (a damaged
@@ -60,6 +65,7 @@ class Record:
     weight: int = 1
     runner: str = ""
     time: float = 0.0
+    confirmed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -73,7 +79,8 @@ class Record:
         return json.dumps({"version": RECORD_VERSION, "task": self.task, "target": self.target,
                            "rule": self.rule, "knobs": self.knobs, "seconds": self.seconds,
                            "error": self.error, "ops": list(self.ops), "weight": self.weight,
-                           "runner": self.runner, "time": self.time})
+                           "runner": self.runner, "time": self.time,
+                           "confirmed": self.confirmed})
 
 
 def parse_record(line: str) -> Record:
@@ -110,9 +117,12 @@ def parse_record(line: str) -> Record:
     if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
         raise ValueError(f"weight {weight!r} is not a positive count")
     stamp = data.get("time", 0.0)
+    confirmed = data.get("confirmed", False)
+    if not isinstance(confirmed, bool):
+        raise ValueError("confirmed must be true or false")
     return Record(task, target, rule, dict(knobs), None if seconds is None else float(seconds),
                   error, tuple(ops), weight, str(data.get("runner", "")),
-                  float(stamp) if isinstance(stamp, (int, float)) else 0.0)
+                  float(stamp) if isinstance(stamp, (int, float)) else 0.0, confirmed)
 
 
 @dataclass
@@ -127,6 +137,7 @@ class TuningRecords:
     records: list[Record] = field(default_factory=list)
     skipped: int = 0
     _best: dict[tuple[str, str], Record] = field(default_factory=dict, repr=False)
+    _confirmed: dict[tuple[str, str], Record] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], create: bool = False) -> TuningRecords:
@@ -163,9 +174,10 @@ class TuningRecords:
         self.records.append(record)
         if record.ok:
             key = (record.task, record.target)
-            best = self._best.get(key)
+            table = self._confirmed if record.confirmed else self._best
+            best = table.get(key)
             if best is None or record.seconds < best.seconds:  # type: ignore[operator]
-                self._best[key] = record
+                table[key] = record
 
     def append(self, record: Record) -> None:
         """Add ``record`` and append its line to the file (when there is one)."""
@@ -178,8 +190,11 @@ class TuningRecords:
         self._add(record)
 
     def best(self, task: str, target: str) -> Record | None:
-        """The fastest correct record of ``task`` on ``target``, if any."""
-        return self._best.get((task, target))
+        """The fastest correct record of ``task`` on ``target``, if any: among the confirmed
+        ones when there are (a search's fastest of hundreds of noisy measurements is too
+        often lucky; a confirmation times the few best again, side by side)."""
+        key = (task, target)
+        return self._confirmed.get(key) or self._best.get(key)
 
     def for_task(self, task: str, target: str) -> Iterator[Record]:
         """Every record (failed ones too) of ``task`` on ``target``, in file order."""

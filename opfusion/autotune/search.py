@@ -41,6 +41,7 @@ class TaskSearch:
         self.model = model_factory()
         self.seconds: dict[Config, float] = {}
         self.failed: dict[Config, str] = {}
+        self.confirmed: dict[Config, float] = {}
         self._features: dict[Config, np.ndarray] = {}
         self._points = list(task.space)
         self._position = {c: i for i, c in enumerate(self._points)}
@@ -57,11 +58,17 @@ class TaskSearch:
         return self.trials >= len(self._points)
 
     def best(self) -> tuple[Config, float] | None:
-        """The fastest correct config measured and its time."""
-        if not self.seconds:
+        """The fastest correct config measured and its time: among the confirmed ones when
+        there are (see :meth:`confirm`)."""
+        times = self.confirmed or self.seconds
+        if not times:
             return None
-        config = min(self.seconds, key=lambda c: (self.seconds[c], self._index(c)))
-        return config, self.seconds[config]
+        config = min(times, key=lambda c: (times[c], self._index(c)))
+        return config, times[config]
+
+    def confirm(self, config: Config, seconds: float) -> None:
+        """Record a confirmation: ``config`` timed again beside the others confirmed."""
+        self.confirmed[config] = seconds
 
     def tried(self, config: Config) -> bool:
         return config in self.seconds or config in self.failed

@@ -45,6 +45,16 @@ def test_every_sampled_config_measures_with_a_positive_time(conv_task):
         assert 0 < result.seconds < 1 and len(result.repeats) == 3
 
 
+def test_a_reference_is_timed_beside_the_candidates(conv_task):
+    candidates = build_candidates(conv_task, conv_task.space.sample(2, seed=7))
+    reference = build_candidates(conv_task, [conv_task.default])[0]
+    with LocalRunner() as runner:
+        results = runner.run(task_data(conv_task), candidates, MeasureOptions(repeat=3),
+                             reference)
+    assert len(results) == 2
+    assert all(r.ok and r.reference is not None and r.reference > 0 for r in results)
+
+
 def test_task_data_is_the_reference_on_seeded_normal_inputs(conv_task):
     data = task_data(conv_task, seed=3)
     again = task_inputs(conv_task, seed=3)

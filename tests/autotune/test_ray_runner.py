@@ -44,8 +44,9 @@ def test_ray_and_local_runners_keep_interchangeable_records(two_nodes, tmp_path)
         nodes = runner.nodes
         assert len(nodes) == 2 and len(set(nodes)) == 2  # one measurement actor per node
         tune(mod, params, trials=8, records=tmp_path / "ray.json", runner=runner, batch=4,
-             options=FAST)
-    tune(mod, params, trials=8, records=tmp_path / "local.json", batch=4, options=FAST)
+             options=FAST, confirm=0)
+    tune(mod, params, trials=8, records=tmp_path / "local.json", batch=4, options=FAST,
+         confirm=0)
     remote, local = lines(tmp_path / "ray.json"), lines(tmp_path / "local.json")
     assert [set(r) for r in remote] == [set(r) for r in local]
     assert {r["runner"] for r in remote} == {"ray"} and {r["runner"] for r in local} == {"local"}

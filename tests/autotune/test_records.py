@@ -48,6 +48,17 @@ def test_records_are_appended_as_measured_and_read_back(tmp_path):
     assert [r.knobs["channel_tile"] for r in again.for_task(TASK, TARGET)] == [1, 2, 4]
 
 
+def test_a_confirmed_record_is_preferred_to_a_faster_unconfirmed_one():
+    records = TuningRecords()
+    records.append(record(0.001, channel_tile=1))  # a lucky measurement of the search
+    records.append(Record(TASK, TARGET, "conv2d_nchwc", {"channel_tile": 2}, 0.0015,
+                          confirmed=True))
+    records.append(Record(TASK, TARGET, "conv2d_nchwc", {"channel_tile": 1}, 0.0016,
+                          confirmed=True))
+    assert records.best(TASK, TARGET).knobs == {"channel_tile": 2}
+    assert parse_record(records.records[1].to_json()).confirmed
+
+
 def test_a_failed_record_is_never_the_best():
     records = TuningRecords()
     records.append(record(None, "timeout: no result within 20 s (killed)", channel_tile=8))
@@ -69,6 +80,7 @@ BAD_LINES = [
     json.dumps({**json.loads(record().to_json()), "knobs": "channel_tile=4"}),
     json.dumps({**json.loads(record().to_json()), "weight": 0}),
     json.dumps({**json.loads(record().to_json()), "ops": "conv"}),
+    json.dumps({**json.loads(record().to_json()), "confirmed": "yes"}),
     "[" * 100000,
     json.dumps({**json.loads(record().to_json()), "error": "x" * MAX_LINE_BYTES}),
 ]

@@ -25,7 +25,7 @@ def test_tuning_measures_defaults_first_and_records_every_trial(small_resnet, tm
     path = tmp_path / "tune.json"
     progress = []
     result = tune(mod, params, trials=24, records=path, batch=3, options=FAST,
-                  callback=progress.append)
+                  callback=progress.append, confirm=0)
     tasks = extract_tasks(mod, params)
     assert result.trials == 24 == len(path.read_text().splitlines())
     counts = [p.trials for p in progress]
@@ -43,11 +43,33 @@ def test_tuning_measures_defaults_first_and_records_every_trial(small_resnet, tm
     assert "tuned groups per run" in result.render()
 
 
+def test_the_best_configs_are_timed_again_and_the_confirmed_best_chosen(small_resnet,
+                                                                       tmp_path):
+    mod, params = small_resnet
+    path = tmp_path / "tune.json"
+    result = tune(mod, params, trials=16, records=path, batch=8, options=FAST, confirm=2)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    searched = [line for line in lines if not line["confirmed"]]
+    confirmed = [line for line in lines if line["confirmed"]]
+    assert len(searched) == 16 == result.trials
+    records = TuningRecords.load(path)
+    for entry in result.tasks:
+        mine = [line for line in confirmed if line["task"] == entry.task.key]
+        if not mine:  # nothing beat the heuristic in the search
+            continue
+        assert mine[0]["knobs"] == dict(entry.task.default)  # the heuristic, beside them
+        assert mine[0]["seconds"] == pytest.approx(entry.default_seconds)
+        assert 2 <= len(mine) <= 3
+        best = records.best(entry.task.key, mine[0]["target"])
+        assert best.confirmed and best.seconds == min(line["seconds"] for line in mine)
+        assert entry.best_seconds == best.seconds and entry.best_config == best.config
+
+
 def test_tuning_continues_from_its_records(small_resnet, tmp_path):
     mod, params = small_resnet
     path = tmp_path / "tune.json"
-    tune(mod, params, trials=6, records=path, batch=3, options=FAST)
-    second = tune(mod, params, trials=6, records=path, batch=3, options=FAST)
+    tune(mod, params, trials=6, records=path, batch=3, options=FAST, confirm=0)
+    second = tune(mod, params, trials=6, records=path, batch=3, options=FAST, confirm=0)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == 12 and second.trials == 6
     measured = [(line["task"], json.dumps(line["knobs"], sort_keys=True)) for line in lines]
@@ -88,7 +110,8 @@ def test_a_broken_candidate_is_recorded_failed_and_never_chosen(small_resnet, tm
     break_configs(breaks)
     path = tmp_path / "tune.json"
     result = tune(mod, params, trials=7, records=path, batch=7,
-                  options=MeasureOptions(repeat=2, min_repeat_seconds=0.002, timeout=3.0))
+                  options=MeasureOptions(repeat=2, min_repeat_seconds=0.002, timeout=3.0),
+                  confirm=0)
     first = result.tasks[0]
     assert first.task.key == task.key and first.trials == 7 and first.failed == 6
     assert first.best_config == task.default
