@@ -24,7 +24,7 @@ from ..backend.schedule_rule import ConfigSpace, KnobValue, ScheduleError
 from ..tir import expr as E
 from ..tir import stmt as S
 from ..tir.simplify import linear_form, var_key
-from ..tir.work import _largest_extent  # kernel_work's extent rule: the same counts
+from ..tir.work import largest_extent  # kernel_work's extent rule: the same counts
 
 #: The loop-IR features of :func:`loop_features`, in order. ``log`` marks ``log2(1 + x)``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -192,7 +192,7 @@ def _walk(body: S.Stmt) -> _Totals:
 def _visit_loop(loop: S.For, weight: int, path: tuple[_Loop, ...],
                 ranges: dict[E.Var, tuple[int, int]], totals: _Totals,
                 stack: list[tuple[S.Stmt, int, tuple[_Loop, ...]]]) -> None:
-    extent = _largest_extent(loop, ranges)
+    extent = largest_extent(loop, ranges)
     totals.loops += 1
     totals.max_depth = max(totals.max_depth, len(path) + 1)
     totals.variable_extents += not isinstance(loop.extent, E.IntImm)

@@ -21,7 +21,7 @@ def kernel_work(body: S.Stmt) -> int:
     while stack:
         node, weight = stack.pop()
         if isinstance(node, S.For):
-            extent = _largest_extent(node, ranges)
+            extent = largest_extent(node, ranges)
             if extent > 0:
                 stack.append((node.body, weight * extent))
         elif isinstance(node, S.SeqStmt):
@@ -38,7 +38,7 @@ def kernel_work(body: S.Stmt) -> int:
     return total
 
 
-def _largest_extent(loop: S.For, ranges: dict[Var, tuple[int, int]]) -> int:
+def largest_extent(loop: S.For, ranges: dict[Var, tuple[int, int]]) -> int:
     """``loop``'s extent, or its upper bound over the outer loops' ranges (1 when unbounded);
     records the loop variable's range for the loops inside."""
     if isinstance(loop.extent, IntImm):
