@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,7 +51,6 @@ class Candidate:
     flags: tuple[str, ...] = ()
     prim_func: Any = None
     error: str | None = None
-    build_seconds: float = 0.0
 
 
 @dataclass
@@ -139,7 +137,6 @@ def compile_candidates(candidates: Sequence[Candidate], workers: int | None = No
 
 def _generate(task: Task, config: Config, backend: Any) -> Candidate:
     """The candidate's loop IR and C source (not yet compiled)."""
-    start = time.perf_counter()
     try:
         group = lower_primitive_function(task.func, f"tune_{task.key[:12]}", backend, config)
         with task.target:
@@ -151,15 +148,13 @@ def _generate(task: Task, config: Config, backend: Any) -> Candidate:
     part = parts[0]
     flags = target_flags(task.target)
     return Candidate(config, source, part.entry_name, tuple(part.params), flags,
-                     group.prim_func, build_seconds=time.perf_counter() - start)
+                     group.prim_func)
 
 
 def _compile(candidate: Candidate) -> None:
     from ..backend.cpu.toolchain import compile_source
 
-    start = time.perf_counter()
     try:
         compile_source(candidate.source, flags=candidate.flags)
     except OpfusionError as err:
         candidate.error = f"build: {err}"
-    candidate.build_seconds += time.perf_counter() - start

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .measure import Candidate, MeasureOptions, MeasureResult, TaskData, compile_candidates
-from .worker import _LENGTH, MeasureRequest, write_message
+from .worker import HEADER, MeasureRequest, write_message
 
 logger = logging.getLogger("opfusion.autotune")
 
@@ -86,8 +86,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "opfusion.autotune.worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
-        self.task = None
-        self.loaded = set()
+        self._forget()
 
     def ask(self, data: TaskData, message: tuple[Any, ...], timeout: float
             ) -> tuple[Any, ...]:
@@ -100,8 +99,8 @@ class WorkerProcess:
             answer = self._ask(("task", data), timeout)
             if answer[0] != "ok":
                 return answer
+            self._forget()
             self.task = data.key
-            self.loaded = set()
         answer = self._ask(message, timeout)
         if message[0] == "load" and answer[0] == "ok":
             self.loaded.add(message[1])
@@ -116,11 +115,11 @@ class WorkerProcess:
             return ("error", f"crashed: {self._exit_reason()}")
 
     def _answer(self, deadline: float, timeout: float) -> tuple[Any, ...]:
-        header = self._read(_LENGTH.size, deadline)
+        header = self._read(HEADER.size, deadline)
         if header is None:
             self.kill()
             return ("error", f"timeout: no result within {timeout:g} s (killed)")
-        data = self._read(_LENGTH.unpack(header)[0], deadline)
+        data = self._read(HEADER.unpack(header)[0], deadline)
         if data is None:
             self.kill()
             return ("error", f"timeout: no result within {timeout:g} s (killed)")
@@ -152,8 +151,7 @@ class WorkerProcess:
             self.kill()
             return "the worker stopped answering"
         self.proc = None
-        self.task = None
-        self.loaded = set()
+        self._forget()
         if code < 0:
             try:
                 return f"the worker died of {signal.Signals(-code).name}"
@@ -166,6 +164,10 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+        self._forget()
+
+    def _forget(self) -> None:
+        """A new (or no) worker process holds no task and no loaded candidate."""
         self.task = None
         self.loaded = set()
 
@@ -180,7 +182,7 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
-        self.task = None
+        self._forget()
 
 
 class LocalRunner(Runner):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..backend import Backend, get_backend
 from ..backend.schedule_rule import Config, ConfigSpace
-from ..compiler.compile import fused_module
+from ..compiler.compile import fused_module, random_array
 from ..compiler.lower_group import schedule_space
 from ..ir.expr import Call, Function
 from ..ir.module import IRModule
@@ -130,16 +130,5 @@ def task_inputs(task: Task, seed: int = 0) -> list[np.ndarray]:
     """Standard-normal arrays for the task's parameters (small non-negative integers for
     integer ones), the same for the same seed."""
     rng = np.random.default_rng(seed)
-    arrays = []
-    for param in task.func.params:
-        ty = param.type_annotation
-        assert isinstance(ty, TensorType)  # schedule_space takes tensor parameters only
-        shape = tuple(int(d) for d in ty.shape)
-        kind = np.dtype(ty.dtype).kind
-        if kind == "f":
-            arrays.append(rng.standard_normal(shape).astype(ty.dtype))
-        elif kind == "b":
-            arrays.append(rng.random(shape) < 0.5)
-        else:
-            arrays.append(rng.integers(0, 4, shape).astype(ty.dtype))
-    return arrays
+    types = [p.type_annotation for p in task.func.params]  # tensors: make_task checks
+    return [random_array(rng, ty.shape, ty.dtype) for ty in types]

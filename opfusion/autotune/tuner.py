@@ -343,7 +343,6 @@ def _search(state: _Tuning, trials: int, seconds: float | None, start: float,
             callback: Callable[[TuneProgress], None] | None) -> None:
     """Rounds until the trials or the time are spent or every space is measured: first one
     round per task (heaviest first), then by priority."""
-    untuned = None
     first = list(range(len(state.tasks)))
     while state.trials < trials:
         if seconds is not None and time.monotonic() - start >= seconds:
@@ -360,6 +359,6 @@ def _search(state: _Tuning, trials: int, seconds: float | None, start: float,
         if callback is not None:
             results = [state.result(i) for i in range(len(state.tasks))]
             estimate = TuneResult(results, state.trials, 0.0, state.records)
-            untuned = estimate.estimated_seconds(False)
             callback(TuneProgress(state.trials, trials, time.monotonic() - start,
-                                  results[index], estimate.estimated_seconds(True), untuned))
+                                  results[index], estimate.estimated_seconds(True),
+                                  estimate.estimated_seconds(False)))

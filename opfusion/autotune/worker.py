@@ -32,7 +32,8 @@ import numpy as np
 
 from .measure import MeasureOptions, TaskData
 
-_LENGTH = struct.Struct("<Q")
+#: The length prefix of every message: 8 bytes, little-endian.
+HEADER = struct.Struct("<Q")
 
 
 @dataclass
@@ -49,15 +50,15 @@ class MeasureRequest:
 
 def write_message(stream: BinaryIO, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.write(HEADER.pack(len(data)) + data)
     stream.flush()
 
 
 def read_message(stream: BinaryIO) -> Any:
-    header = stream.read(_LENGTH.size)
-    if len(header) < _LENGTH.size:
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
         raise EOFError("the other end closed the pipe")
-    (length,) = _LENGTH.unpack(header)
+    (length,) = HEADER.unpack(header)
     data = stream.read(length)
     if len(data) < length:
         raise EOFError("the other end closed the pipe mid-message")

@@ -150,17 +150,21 @@ def _specializing(mod: SymbolicModule, target: Target, params: Mapping[str, Any]
 def random_inputs(executor: Executor, seed: int = 0) -> list[Any]:
     """Standard-normal arrays (random integers for integer inputs) for every model input."""
     rng = np.random.default_rng(seed)
-    arrays = []
-    for info in sorted((v for v in executor.values if v.input_index is not None),
-                       key=lambda v: v.input_index):
-        ty = info.type
-        if np.dtype(ty.dtype).kind == "f":
-            arrays.append(rng.standard_normal(ty.shape).astype(ty.dtype))
-        elif np.dtype(ty.dtype).kind == "b":
-            arrays.append(rng.random(ty.shape) < 0.5)
-        else:
-            arrays.append(rng.integers(0, 4, ty.shape).astype(ty.dtype))
-    return arrays
+    return [random_array(rng, info.type.shape, info.type.dtype)
+            for info in sorted((v for v in executor.values if v.input_index is not None),
+                               key=lambda v: v.input_index)]
+
+
+def random_array(rng: np.random.Generator, shape: Any, dtype: str) -> np.ndarray:
+    """Standard-normal values of ``shape`` for a float dtype, coin flips for bool, small
+    non-negative integers (0 to 3: valid indices of any non-empty axis) otherwise."""
+    shape = tuple(int(d) for d in shape)
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, 4, shape).astype(dtype)
 
 
 def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
