@@ -84,6 +84,15 @@ class OnnxImportError(OpfusionError):
     reference, or a node that failed to convert; the message names the node or tensor."""
 
 
+class TorchImportError(OpfusionError):
+    """A PyTorch model could not be imported: an ATen node that failed to convert, a dtype or
+    an input opfusion cannot hold; the message names the node and its source line."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node  # the FX node's name, so a caller can run that node elsewhere
+
+
 class ResourceLimitError(OpfusionError):
     """A model would need more work or memory than the compile limits allow (a kernel's loop
     iterations, one allocation, the executor's memory plan). The message names the kernel or
