@@ -15,6 +15,7 @@ shape that differs is an error naming the node, never a quietly different graph.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
 import re
@@ -52,6 +53,7 @@ _ASSERTIONS = ("aten._assert_scalar.default", "aten._assert_tensor_metadata.defa
                "aten._assert_async.msg", "aten._assert_async.default")
 
 
+@functools.cache
 def _torch_size_functions() -> dict[Any, Callable[..., Any]]:
     import torch
 
@@ -77,11 +79,11 @@ def source_location(node: Any) -> str:
     return f", at {chosen[0]}:{chosen[1]}" if chosen else ""
 
 
-def is_structural(target: Any, size_functions: Mapping[Any, Any]) -> bool:
+def is_structural(target: Any) -> bool:
     """Whether a call_function target is graph plumbing opfusion handles itself (tuple
     indexing, size arithmetic, size queries, assertions) rather than an ATen operator."""
     name = target_name(target)
-    return (target is operator.getitem or target in size_functions
+    return (target is operator.getitem or target in _torch_size_functions()
             or name.startswith("aten.sym_") or name in _ASSERTIONS)
 
 
@@ -92,9 +94,9 @@ def node_dtypes(node: Any) -> list[Any]:
     return [v.dtype for v in values if hasattr(v, "dtype")]
 
 
-def unsupported_reason(node: Any, size_functions: Mapping[Any, Any]) -> str | None:
+def unsupported_reason(node: Any) -> str | None:
     """Why ``node`` cannot be converted (no converter, a dtype the IR lacks), or None."""
-    if node.op != "call_function" or is_structural(node.target, size_functions):
+    if node.op != "call_function" or is_structural(node.target):
         return None
     name = target_name(node.target)
     if lookup_converter(name) is None:
@@ -108,10 +110,9 @@ def unsupported_reason(node: Any, size_functions: Mapping[Any, Any]) -> str | No
 def unsupported_nodes(graph: Any) -> list[str]:
     """One line per node of ``graph`` that opfusion cannot convert: op, node, source line,
     reason."""
-    size_functions = _torch_size_functions()
     lines = []
     for node in graph.nodes:
-        reason = unsupported_reason(node, size_functions)
+        reason = unsupported_reason(node)
         if reason is not None:
             lines.append(f"{target_name(node.target)} (node {node.name!r}"
                          f"{source_location(node)}): {reason}")
