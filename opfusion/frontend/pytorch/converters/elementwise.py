@@ -314,14 +314,16 @@ for _name, _fn in _LOGICAL.items():
     converter(f"aten.{_name}.default")(_logical(_fn))
 
 
-def _bitwise(fn: Callable[[Expr, Expr], Expr]) -> Callable[[AtenNode], Expr]:
+def _bitwise(fn: Callable[[Expr, Expr], Expr], logical: Callable[[Expr, Expr], Expr]
+             ) -> Callable[[AtenNode], Expr]:
     def convert(node: AtenNode) -> Expr:
-        return fn(operand(node, "self", node.dtype), operand(node, "other", node.dtype))
+        both = operand(node, "self", node.dtype), operand(node, "other", node.dtype)
+        return logical(*both) if node.dtype == "bool" else fn(*both)  # & | ^ of masks
     return convert
 
 
-for _name, _fn in _BITWISE.items():
-    converter(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar")(_bitwise(_fn))
+for (_name, _fn), _logical_fn in zip(_BITWISE.items(), _LOGICAL.values()):
+    converter(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar")(_bitwise(_fn, _logical_fn))
 
 
 @converter("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther",

@@ -416,3 +416,35 @@ def fill(node: AtenNode) -> Expr:
     x = node.tensor("self")
     value = operand(node, "value", _dtype(node))
     return op.broadcast_to(value, shape=list(shape_of(x)))
+
+
+@converter("aten.index_put.default")
+def index_put(node: AtenNode) -> Expr:
+    """``x[indices] = values`` made functional, for the two forms exporters emit: a boolean
+    mask of ``x``'s shape (``x[mask] = v`` with one value), and constant indices on one dim
+    (``index_fill``, ``x[:, [0, 2]] = v``), the last write to a position winning."""
+    x = node.tensor("self")
+    shape, dtype = shape_of(x), tensor_type(x).dtype
+    if node.get("accumulate", False):
+        raise node.error("accumulate=True (index_put_ with +=) is not supported")
+    indices = list(node.values.get("indices") or [])
+    used = [axis for axis, idx in enumerate(indices) if idx is not None]
+    values = as_dtype(node.tensor("values"), dtype)
+    if len(used) == 1 and tensor_type(indices[used[0]]).dtype == "bool":
+        mask = indices[used[0]]
+        if shape_of(mask) != shape or math.prod(shape_of(values)) != 1:
+            raise node.error("a boolean mask must cover the whole tensor and the value be "
+                             "one number (x[mask] = v)")
+        return op.where(mask, op.reshape(values, newshape=[]), x)
+    if len(used) != 1 or not isinstance(indices[used[0]], Constant):
+        raise node.error("index_put is supported with a boolean mask or with constant indices "
+                         "on one dim")
+    axis = used[0]
+    positions = indices[axis].data.astype(np.int64).reshape(-1) % shape[axis]
+    written = [*shape[:axis], len(positions), *shape[axis + 1:]]
+    spread = op.broadcast_to(values, shape=written)
+    source = np.arange(shape[axis])
+    for order, position in enumerate(positions):
+        source[position] = shape[axis] + order
+    both = op.concatenate([x, spread], axis=axis)
+    return op.take(both, Constant(source.astype(np.int64)), axis=axis)
