@@ -127,9 +127,11 @@ class ExportedGraph:
         for spec in self.program.graph_signature.output_specs:
             if spec.kind.name != "USER_OUTPUT":
                 raise TorchImportError(
-                    f"the model's forward {spec.kind.name.lower().replace('_', ' ')}s "
-                    f"{spec.target!r}; opfusion compiles functions without side effects "
-                    "(run the model in eval mode; do not update buffers in forward)")
+                    f"the model's forward updates {spec.target!r} in place "
+                    f"({spec.kind.name.lower().replace('_', ' ')}); opfusion compiles "
+                    "functions without side effects: call model.eval() before importing (a "
+                    "batch norm in training mode updates its running statistics), and do "
+                    "not update buffers or inputs in forward")
             names.append(spec.arg.name)
         return names
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import torch
-import torch.nn.functional as F  # noqa: N812 - torch's own convention
-from torch import nn
 
-from torch_checks import check_from_torch
+torch = pytest.importorskip("torch", reason="the PyTorch frontend needs torch: pip install "
+                                    "'opfusion[torch]'")
+
+import torch.nn.functional as F  # noqa: E402, N812 - torch's own convention
+from torch import nn  # noqa: E402
+from torch_checks import check_from_torch  # noqa: E402
 
 
 class Lambda(nn.Module):

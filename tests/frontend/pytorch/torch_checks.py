@@ -35,7 +35,7 @@ def assert_matches(expected: Any, actual: Any, tolerance: float = TOLERANCE) -> 
     expected, actual = flat(expected), flat(actual)
     assert len(expected) == len(actual)
     for want, got in zip(expected, actual):
-        got_dtype = str(getattr(got, "dtype", np.asarray(got).dtype)).replace("torch.", "")
+        got_dtype = str(got.dtype).replace("torch.", "")
         assert str(want.dtype).replace("torch.", "") == got_dtype
         assert relative_error(want, got) <= tolerance
 
