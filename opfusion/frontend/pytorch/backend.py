@@ -47,12 +47,15 @@ class TorchFallbackWarning(UserWarning):
     """Part of a graph given to the ``opfusion`` backend runs in PyTorch (or all of it)."""
 
 
-def opfusion_backend(gm: Any, example_inputs: Sequence[Any], **options: Any) -> Callable:
+def opfusion_backend(gm: Any, example_inputs: Sequence[Any],
+                     options: dict[str, Any] | None = None, **settings: Any) -> Callable:
     """The ``torch.compile`` backend: ``gm`` (dynamo's FX graph) as a callable that runs it
-    with opfusion. ``options`` are ``opf.compile``'s (``target``, ``opt_level``, ``fusion``,
-    ``num_threads``, ``records``); ``max_specializations`` bounds the per-shape cache."""
+    with opfusion. ``options`` (``torch.compile(..., options={...})``) and ``settings`` are
+    ``opf.compile``'s (``target``, ``opt_level``, ``fusion``, ``num_threads``, ``records``);
+    ``max_specializations`` bounds the per-shape cache."""
     import torch
 
+    options = {**(options or {}), **settings}
     unknown = sorted(set(options) - {*COMPILE_OPTIONS, "max_specializations"})
     if unknown:
         raise OpfusionError(f"unknown opfusion backend option(s) {unknown}; it takes "
@@ -131,7 +134,10 @@ class CompiledGraph:
         kinds = [spec.kind.name for spec in program.graph_signature.output_specs]
         if any(kind != "USER_OUTPUT" for kind in kinds):
             return self.eager("the graph updates its inputs or buffers in place")
-        binding = _Binding(program, args, set(self.frozen))
+        try:
+            binding = _Binding(program, args, set(self.frozen))
+        except OpfusionError as err:  # an input or weight of a dtype the IR lacks
+            return self.eager(str(err))
         graph = program.graph_module.graph
         failed: dict[str, str] = {}
         if not any(unsupported_reason(node) for node in graph.nodes
@@ -142,6 +148,8 @@ class CompiledGraph:
                 if err.node is None:
                     return self.eager(str(err))
                 failed[err.node] = str(err)
+            except OpfusionError as err:  # the compiler refused the converted graph
+                return self.eager(f"opfusion could not compile the graph: {err}")
         return self.partitioned(program, binding, failed)
 
     def compile(self, mod: Any) -> Any:

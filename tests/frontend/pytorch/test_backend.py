@@ -117,6 +117,24 @@ def test_options_reach_opf_compile() -> None:
         assert_matches(model(x), compiled(x))
 
 
+def test_torch_compile_options_reach_opf_compile() -> None:
+    model = _model()
+    compiled = torch.compile(model, backend="opfusion", options={"fusion": "none"})
+    x = torch.randn(1, 16, 32)
+    with torch.no_grad():
+        assert_matches(model(x), compiled(x))
+
+
+def test_bfloat16_graph_runs_eager_with_a_warning() -> None:
+    model = nn.Linear(8, 4).to(torch.bfloat16)
+    compiled = torch.compile(model, backend="opfusion")
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    with torch.no_grad(), pytest.warns(torch_backend.TorchFallbackWarning, match="bfloat16"):
+        actual = compiled(x)
+    with torch.no_grad():
+        assert torch.equal(model(x), actual)
+
+
 def test_unknown_option_is_refused() -> None:
     with pytest.raises(opf.OpfusionError, match="unknown opfusion backend option"):
         torch_backend.opfusion_backend(None, [], bogus=1)

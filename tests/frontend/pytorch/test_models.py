@@ -35,6 +35,34 @@ def test_transformer_blocks_match_eager(name: str) -> None:
     check_torch_compile(model, (x,))
 
 
+class _MultiheadSelfAttention(nn.Module):
+    def __init__(self, padding: bool) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(64, 4, batch_first=True)
+        self.padding = padding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.arange(x.shape[1]) >= x.shape[1] - 3 if self.padding else None
+        mask = mask.expand(x.shape[0], -1) if mask is not None else None
+        return self.attention(x, x, x, need_weights=False, key_padding_mask=mask)[0]
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_multihead_attention_matches_eager(padding: bool) -> None:
+    model = torch_models.randomize(_MultiheadSelfAttention(padding), torch.zeros(TOKENS))
+    x = torch.randn(2, *TOKENS[1:])
+    check_from_torch(model, (x,))
+    check_torch_compile(model, (x,))
+
+
+def test_norm_first_encoder_matches_eager() -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True,
+                                       norm_first=True)
+    model = torch_models.randomize(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                   torch.zeros(TOKENS))
+    check_torch_compile(model, (torch.randn(TOKENS),))
+
+
 def test_attention_becomes_one_kernel_op() -> None:
     mod, _ = opf.frontend.from_torch(torch_models.gpt_block(), (torch.randn(TOKENS),))
     assert "nn.attention" in mod.astext()

@@ -3,12 +3,14 @@ value, as everywhere in opfusion's tests."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 import opfusion as opf
+from opfusion.frontend.pytorch.backend import TorchFallbackWarning
 
 TOLERANCE = 2e-3
 
@@ -56,10 +58,14 @@ def check_from_torch(model: torch.nn.Module, inputs: tuple) -> None:
 
 
 def check_torch_compile(model: torch.nn.Module, inputs: tuple) -> None:
-    """torch.compile(backend="opfusion") agrees with eager on ``inputs``."""
+    """torch.compile(backend="opfusion") agrees with eager on ``inputs``, under no_grad and
+    inference_mode (where nn.TransformerEncoderLayer and nn.MultiheadAttention take their
+    fused fast paths), with nothing left to PyTorch."""
     model.eval()
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="opfusion")
-    with torch.no_grad():
-        expected = model(*inputs)
-        assert_matches(expected, compiled(*inputs))
+    for mode in (torch.no_grad, torch.inference_mode):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="opfusion")
+        with mode(), warnings.catch_warnings():
+            warnings.simplefilter("error", TorchFallbackWarning)
+            expected = model(*inputs)
+            assert_matches(expected, compiled(*inputs))

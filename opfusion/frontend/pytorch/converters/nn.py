@@ -347,3 +347,94 @@ def upsample_nearest2d(node: AtenNode) -> Expr:
 def upsample_bilinear2d(node: AtenNode) -> Expr:
     mode = "align_corners" if node.get("align_corners", False) else "half_pixel"
     return _resize(node, "linear", mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch's fused inference fast paths: nn.TransformerEncoderLayer and nn.MultiheadAttention
+# call these under no_grad / inference_mode, so dynamo's graphs hold them whole.
+
+
+def _linear(x: Expr, weight: Expr, bias: Expr) -> Expr:
+    return op.nn.dense(x, weight) + bias
+
+
+def _fast_path_bias(node: AtenNode, dtype: str, batch: int, keys: int) -> Expr:
+    """The fast paths' mask as an additive bias: True (or a float) marks what to leave out;
+    mask_type 1 is a (batch, keys) padding mask, 0 and 2 broadcast to the scores."""
+    mask = node.optional_tensor("mask")
+    if mask is None:
+        return number(0, dtype)
+    bias = (op.where(mask, number(-np.inf, dtype), number(0, dtype))
+            if tensor_type(mask).dtype == "bool" else as_dtype(mask, dtype))
+    if node.get("mask_type") == 1:
+        if shape_of(mask) != (batch, keys):
+            raise node.error(f"a padding mask must be (batch, keys) = {(batch, keys)}, got "
+                             f"{shape_of(mask)}")
+        bias = op.reshape(bias, newshape=[batch, 1, 1, keys])
+    return bias
+
+
+def _heads(x: Expr, heads: int) -> Expr:
+    """(B, L, E) -> (B, heads, L, E / heads)."""
+    batch, length, width = shape_of(x)
+    split = op.reshape(x, newshape=[batch, length, heads, width // heads])
+    return op.transpose(split, axes=[0, 2, 1, 3])
+
+
+def _multi_head(node: AtenNode, query: Expr, key: Expr, value: Expr, heads: int) -> Expr:
+    """Self- or cross-attention with the packed in-projection (3E, E) and out-projection."""
+    weight, bias = node.tensor("qkv_weight"), node.tensor("qkv_bias")
+    batch, length, width = shape_of(query)
+    if width % heads:
+        raise node.error(f"embed_dim {width} does not split into {heads} heads")
+    parts = [op.strided_slice(w, begin=[i * width], end=[(i + 1) * width], axes=[0])
+             for w in (weight, bias) for i in range(3)]
+    q, k, v = (_heads(_linear(x, parts[i], parts[3 + i]), heads)
+               for i, x in enumerate((query, key, value)))
+    keys = shape_of(key)[1]
+    scores_bias = _fast_path_bias(node, tensor_type(query).dtype, batch, keys)
+    attended = op.nn.attention(q, op.transpose(k, axes=[0, 1, 3, 2]), v, scores_bias,
+                               scale=1.0 / math.sqrt(width // heads))
+    merged = op.reshape(op.transpose(attended, axes=[0, 2, 1, 3]),
+                        newshape=[batch, length, width])
+    return _linear(merged, node.tensor("proj_weight"), node.tensor("proj_bias"))
+
+
+@converter("aten._native_multi_head_attention.default")
+def native_multi_head_attention(node: AtenNode) -> tuple[Expr, Expr | Unavailable]:
+    query, key, value = node.tensor("query"), node.tensor("key"), node.tensor("value")
+    if any(len(shape_of(t)) != 3 for t in (query, key, value)):
+        raise node.error("needs batched (B, L, E) query, key and value")
+    out = _multi_head(node, query, key, value, int(node.get("num_head")))
+    weights = Unavailable("the fast path's attention weights are not computed by opfusion "
+                          "(pass need_weights=False)")
+    return out, weights
+
+
+@converter("aten._transformer_encoder_layer_fwd.default")
+def transformer_encoder_layer(node: AtenNode) -> Expr:
+    """``nn.TransformerEncoderLayer``'s fused forward: attention and feed-forward blocks with
+    residuals and layer norms, before (norm_first) or after each block."""
+    x = node.tensor("src")
+    if len(shape_of(x)) != 3:
+        raise node.error(f"needs a batched (B, L, E) source, got {shape_of(x)}")
+    heads, eps = int(node.get("num_heads")), float(node.get("eps"))
+    activation = (lambda h: h * 0.5 * (op.erf(h * (1 / math.sqrt(2))) + 1.0)) \
+        if node.get("use_gelu") else op.nn.relu
+
+    def norm(h: Expr, index: int) -> Expr:
+        return op.nn.layer_norm(h, node.tensor(f"norm_weight_{index}"),
+                                node.tensor(f"norm_bias_{index}"), axis=-1, epsilon=eps)
+
+    def attention(h: Expr) -> Expr:
+        return _multi_head(node, h, h, h, heads)
+
+    def feed_forward(h: Expr) -> Expr:
+        hidden = activation(_linear(h, node.tensor("ffn_weight_1"), node.tensor("ffn_bias_1")))
+        return _linear(hidden, node.tensor("ffn_weight_2"), node.tensor("ffn_bias_2"))
+
+    if node.get("norm_first"):
+        x = x + attention(norm(x, 1))
+        return x + feed_forward(norm(x, 2))
+    x = norm(x + attention(x), 1)
+    return norm(x + feed_forward(x), 2)
