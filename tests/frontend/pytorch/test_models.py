@@ -18,7 +18,8 @@ import opfusion as opf  # noqa: E402
 from opfusion.testing import torch_models  # noqa: E402
 
 TOKENS = (1, 16, 64)
-TORCHVISION = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16"]
+TORCHVISION = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "mobilenet_v2",
+               "regnet_y_400mf", "convnext_tiny", "shufflenet_v2_x0_5", "swin_t"]
 
 
 def _transformers() -> dict[str, nn.Module]:
