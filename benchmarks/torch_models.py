@@ -10,9 +10,10 @@ input (1, 128, 256)) and ``gpt`` (a GPT-style block, d_model 256, 8 heads, causa
 standard-normal input, under ``torch.inference_mode()``, every engine on the host's cores.
 
 Compile time is the first call of the compiled model (dynamo's trace, the backend's
-compilation and one run; opfusion's kernel cache emptied first, so its compile is cold),
-minus nothing. Latencies are medians of batches timed interleaved (``overhead.interleaved``,
-as ``models.py``: a drifting machine moves every engine alike). ``max diff`` is the largest
+compilation and one run), cold for both: opfusion's kernel cache and Inductor's caches point
+at an empty folder and Inductor's FX graph cache is off. Latencies are medians of batches
+timed interleaved (``overhead.interleaved``, as ``models.py``: a drifting machine moves every
+engine alike). ``max diff`` is the largest
 difference of a compiled model's output from eager's, relative to eager's largest value.
 Ratios ``eager/opf`` and ``ind/opf`` are the other engine's time over opfusion's (above 1,
 opfusion is faster). The header names the CPU, its ISA and the load: quote a table only from
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 import warnings
@@ -93,6 +95,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--no-inductor", action="store_true")
     args = parser.parse_args()
+    cache = tempfile.mkdtemp(prefix="torch_models_")
+    # Cold compiles for both compilers: empty kernel caches (set before torch is imported).
+    os.environ["OPFUSION_CACHE_DIR"] = os.path.join(cache, "opfusion")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
     import torch
 
     names = args.names or TORCHVISION_NAMES + BLOCK_NAMES
@@ -108,8 +115,7 @@ def main() -> None:
     header += f"{'opf diff':>10}"
     print(header)
     ratios: dict[str, list[float]] = {"eager": [], "inductor": []}
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["OPFUSION_CACHE_DIR"] = cache  # a cold compile for opfusion
+    try:
         for name in names:
             row = compare(name, args.repeat, inductor)
             line = f"{name:<20}{row['eager'] * 1e3:>10.2f}"
@@ -122,6 +128,8 @@ def main() -> None:
                 ratios["inductor"].append(row["inductor"] / row["opfusion"])
             line += f"{row['opfusion compile']:>15.1f}{row['opfusion diff']:>10.1e}"
             print(line, flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     summary = f"geomean eager/opfusion {geomean(ratios['eager']):.2f}"
     if inductor:
         summary += f" inductor/opfusion {geomean(ratios['inductor']):.2f}"
