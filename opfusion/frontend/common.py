@@ -4,6 +4,7 @@ materialised when that tensor is huge."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,3 +46,15 @@ def index_range(count: int, what: str = "an index range") -> Expr:
     if import_constant_fits(f"{what} of {count} elements", [count], "int64"):
         return Constant(np.arange(count, dtype=np.int64))
     return op.arange(stop=float(count), dtype="int64")
+
+
+def gelu(x: Expr, approximate: str = "none") -> Expr:
+    """GELU of ``x``: exact (``"none"``, with erf) or the tanh approximation (``"tanh"``), as
+    ONNX's Gelu and torch's ``gelu(approximate=...)`` define them. Any other ``approximate``
+    is a ValueError for the caller to name its node in."""
+    if approximate == "none":
+        return x * 0.5 * (op.erf(x * (1 / math.sqrt(2))) + 1.0)
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)
+        return x * 0.5 * (op.tanh(inner) + 1.0)
+    raise ValueError(f"approximate={approximate!r} must be 'none' or 'tanh'")

@@ -7,12 +7,12 @@ of min(x, 0), Softplus and Mish the exp of -|x|."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from .... import op
 from ....ir.expr import Constant, Expr
 from ....ir.types import is_float
+from ...common import gelu as gelu_of
 from ..registry import OnnxNode, converter
 from ._common import checked_axis as _axis
 from ._common import index_range
@@ -105,14 +105,10 @@ def prelu(node: OnnxNode) -> Expr:
 
 @converter("Gelu", since=20)
 def gelu(node: OnnxNode) -> Expr:
-    x = node.input(0)
     approximate = node.attr("approximate", "none")
-    if approximate == "none":
-        return x * 0.5 * (op.erf(x * (1 / math.sqrt(2))) + 1.0)
-    if approximate == "tanh":
-        inner = (x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)
-        return x * 0.5 * (op.tanh(inner) + 1.0)
-    raise node.error(f"attribute approximate={approximate!r} must be 'none' or 'tanh'")
+    if approximate not in ("none", "tanh"):
+        raise node.error(f"attribute approximate={approximate!r} must be 'none' or 'tanh'")
+    return gelu_of(node.input(0), approximate)
 
 
 @converter("HardSigmoid")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from .... import op
 from ....ir.expr import Expr
+from ...common import gelu as gelu_of
 from ..registry import AtenNode, converter
 from ._common import as_dtype, number, operand, tensor_type
 
@@ -83,14 +84,10 @@ def hardswish(node: AtenNode) -> Expr:
 
 @converter("aten.gelu.default")
 def gelu(node: AtenNode) -> Expr:
-    x = node.tensor("self")
     approximate = node.get("approximate", "none")
-    if approximate == "none":
-        return x * 0.5 * (op.erf(x * (1 / math.sqrt(2))) + 1.0)
-    if approximate == "tanh":
-        inner = (x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)
-        return x * 0.5 * (op.tanh(inner) + 1.0)
-    raise node.error(f"approximate={approximate!r} must be 'none' or 'tanh'")
+    if approximate not in ("none", "tanh"):
+        raise node.error(f"approximate={approximate!r} must be 'none' or 'tanh'")
+    return gelu_of(node.tensor("self"), approximate)
 
 
 @converter("aten.leaky_relu.default")

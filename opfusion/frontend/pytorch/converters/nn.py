@@ -16,6 +16,7 @@ import numpy as np
 
 from .... import op
 from ....ir.expr import Constant, Expr
+from ...common import gelu
 from ..registry import AtenNode, Unavailable, converter
 from ._common import as_dtype, dim, filled, number, shape_of, tensor_type
 
@@ -419,8 +420,7 @@ def transformer_encoder_layer(node: AtenNode) -> Expr:
     if len(shape_of(x)) != 3:
         raise node.error(f"needs a batched (B, L, E) source, got {shape_of(x)}")
     heads, eps = int(node.get("num_heads")), float(node.get("eps"))
-    activation = (lambda h: h * 0.5 * (op.erf(h * (1 / math.sqrt(2))) + 1.0)) \
-        if node.get("use_gelu") else op.nn.relu
+    activation = gelu if node.get("use_gelu") else op.nn.relu
 
     def norm(h: Expr, index: int) -> Expr:
         return op.nn.layer_norm(h, node.tensor(f"norm_weight_{index}"),
