@@ -24,6 +24,7 @@ needs gradients runs in eager PyTorch, with a warning: opfusion compiles inferen
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import warnings
@@ -38,6 +39,9 @@ from .graph import convert_graph, source_location, target_name, unsupported_reas
 from .importer import decomposition_table
 from .registry import ir_dtype
 from .tensors import constant_of, numpy_view, torch_tensor
+
+MAX_REPARTITIONS = 8
+"""How many times a graph is partitioned again around a node whose converter refused it."""
 
 COMPILE_OPTIONS = ("target", "opt_level", "fusion", "num_threads", "records")
 """The ``opf.compile`` settings the backend takes as options."""
@@ -165,7 +169,33 @@ class CompiledGraph:
         return _WholeRunner(executor, binding.positions, program.call_spec.out_spec)
 
     def partitioned(self, program: Any, binding: _Binding, failed: dict[str, str]) -> Callable:
-        """Supported pieces compiled by opfusion, the rest left to PyTorch."""
+        """Supported pieces compiled by opfusion, the rest left to PyTorch. A node whose
+        converter refuses its arguments (a 3-D convolution) is known only when its piece
+        converts: it joins ``failed`` and the graph is partitioned again, so only that node
+        falls back, not its whole piece (up to :data:`MAX_REPARTITIONS` times; after that a
+        piece that fails runs in PyTorch whole)."""
+        names = {node.name for node in program.graph_module.graph.nodes}
+        for attempt in range(MAX_REPARTITIONS + 1):
+            module = copy.deepcopy(program.graph_module)  # fusing rewrites the module
+            fused, reasons, refused = self.fuse_and_compile(module, binding, failed,
+                                                            retry=attempt < MAX_REPARTITIONS)
+            if refused is None or refused[0] not in names or refused[0] in failed:
+                break
+            failed[refused[0]] = refused[1]
+        order = {node.name: index for index, node in enumerate(program.graph_module.graph.nodes)}
+        self.fallbacks = [reasons[name] for name in
+                          sorted(reasons, key=lambda name: order.get(name, len(order)))]
+        if self.fallbacks:
+            listing = "\n  ".join(self.fallbacks)
+            warnings.warn(f"opfusion: {len(self.fallbacks)} node(s) of this graph run in "
+                          f"PyTorch:\n  {listing}", TorchFallbackWarning, stacklevel=3)
+        return _PartitionedRunner(fused, binding, program.call_spec.out_spec)
+
+    def fuse_and_compile(self, module: Any, binding: _Binding, failed: dict[str, str],
+                         retry: bool) -> tuple[Any, dict[str, str], tuple[str, str] | None]:
+        """Partition ``module`` around ``failed`` and the nodes without a converter, and
+        compile each piece: (the fused module, why each node falls back, and the node and
+        reason of a piece that failed on one node when ``retry``, else None)."""
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupport
 
@@ -181,26 +211,23 @@ class CompiledGraph:
                                           f"{source_location(node)}): {reason}")
                 return reason is None
 
-        module = program.graph_module
         partitioner = CapabilityBasedPartitioner(module, _Supported(),
                                                  allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for node in list(fused.graph.nodes):
             if node.op == "call_module" and node.target.startswith("fused_"):
-                self.compile_piece(fused, node, binding, reasons)
-        order = {node.name: index for index, node in enumerate(module.graph.nodes)}
-        self.fallbacks = [reasons[name] for name in
-                          sorted(reasons, key=lambda name: order.get(name, len(order)))]
-        if self.fallbacks:
-            listing = "\n  ".join(self.fallbacks)
-            warnings.warn(f"opfusion: {len(self.fallbacks)} node(s) of this graph run in "
-                          f"PyTorch:\n  {listing}", TorchFallbackWarning, stacklevel=3)
-        return _PartitionedRunner(fused, binding, program.call_spec.out_spec)
+                error = self.compile_piece(fused, node, binding)
+                if error is None:
+                    continue
+                if retry and isinstance(error, TorchImportError) and error.node is not None:
+                    return fused, reasons, (error.node, str(error))
+                size = len(getattr(fused, node.target).graph.nodes)
+                reasons[node.target] = f"{node.target} (a piece of {size} nodes): {error}"
+        return fused, reasons, None
 
-    def compile_piece(self, fused: Any, node: Any, binding: _Binding,
-                      reasons: dict[str, str]) -> None:
+    def compile_piece(self, fused: Any, node: Any, binding: _Binding) -> OpfusionError | None:
         """Replace submodule ``node.target`` by opfusion's compilation of it; on failure it
-        stays in PyTorch and the reason is recorded."""
+        stays in PyTorch and the error is returned."""
         piece = getattr(fused, node.target)
         bound, params, positions = {}, [], []
         placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
@@ -224,10 +251,9 @@ class CompiledGraph:
             mod = convert_graph(piece.graph, bound, params, [f"out{i}" for i in range(count)])
             executor = self.compile(mod)
         except OpfusionError as err:
-            reasons[node.target] = f"{node.target} (a piece of {len(piece.graph.nodes)} " \
-                                   f"nodes): {err}"
-            return
+            return err
         setattr(fused, node.target, executor_module(executor, positions, many))
+        return None
 
     def eager(self, reason: str) -> Callable:
         self.fallbacks = [reason]

@@ -88,6 +88,28 @@ def test_unsupported_nodes_run_in_torch_and_are_named() -> None:
         assert_matches(model(x), actual)
 
 
+class _WithConv3d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv3d, self.conv = nn.Conv3d(2, 2, 3, padding=1), nn.Conv2d(4, 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv3d(torch.relu(x) * 2)
+        return torch.relu(self.conv(y.flatten(1, 2))).mean(dim=(2, 3))
+
+
+def test_node_refused_by_its_converter_falls_back_alone() -> None:
+    model = _WithConv3d().eval()
+    compiled = torch.compile(model, backend="opfusion")
+    x = torch.randn(1, 2, 2, 8, 8)
+    with torch.no_grad(), pytest.warns(torch_backend.TorchFallbackWarning,
+                                       match=r"(?s)1 node\(s\).*aten\.convolution.*3-D") as caught:
+        actual = compiled(x)
+        expected = model(x)
+    assert "a piece of" not in str(caught[0].message)
+    assert_matches(expected, actual)
+
+
 def test_graph_needing_gradients_runs_eager_with_a_warning() -> None:
     model = _model().train()
     compiled = torch.compile(model, backend="opfusion")

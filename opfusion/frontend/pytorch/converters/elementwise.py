@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from .... import op
 from ....ir.expr import Expr
 from ...common import gelu as gelu_of
@@ -282,8 +284,6 @@ def _promoted(node: AtenNode) -> tuple[Expr, Expr]:
 
 
 def _wider(a: str, b: str) -> str:
-    import numpy as np
-
     if a == b:
         return a
     if a.startswith("float") != b.startswith("float"):

@@ -93,7 +93,8 @@ def squeeze(node: AtenNode) -> Expr:
 
 
 @converter("aten.clone.default", "aten.alias.default", "aten.detach.default",
-           "aten.lift_fresh_copy.default", "aten.contiguous.default", "aten.alias_copy.default")
+           "aten.lift_fresh_copy.default", "aten.lift_fresh.default", "aten.contiguous.default",
+           "aten.alias_copy.default")
 def identity(node: AtenNode) -> Expr:
     return node.tensor("self")
 
@@ -118,11 +119,10 @@ def as_strided(node: AtenNode) -> Expr:
     if index.size and (index.min() < 0 or index.max() >= total):
         raise node.error(f"size {size}, stride {stride} and offset {offset} read outside "
                          f"the input's {total} elements")
-    flat = op.reshape(x, newshape=[total])
-    contiguous = np.arange(math.prod(size), dtype=np.int64).reshape(size) + offset
-    if np.array_equal(index, contiguous) and offset == 0 and index.size == total:
-        return op.reshape(x, newshape=size)
-    return op.take(flat, Constant(index), axis=0)
+    if offset == 0 and index.size == total and np.array_equal(index.reshape(-1),
+                                                               np.arange(total)):
+        return op.reshape(x, newshape=size)  # the input itself, in another shape
+    return op.take(op.reshape(x, newshape=[total]), Constant(index), axis=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,50 +353,41 @@ def select_scatter(node: AtenNode) -> Expr:
 # factories
 
 
-def _dtype(node: AtenNode) -> str:
-    return node.dtype
-
-
 @converter("aten.full.default", "aten.new_full.default")
 def full(node: AtenNode) -> Expr:
-    return filled(node.ints("size"), node.get("fill_value"), _dtype(node), what="a full tensor")
+    return filled(node.ints("size"), node.get("fill_value"), node.dtype, what="a full tensor")
 
 
 @converter("aten.zeros.default", "aten.new_zeros.default", "aten.empty.memory_format",
            "aten.new_empty.default")
 def zeros(node: AtenNode) -> Expr:
-    return filled(node.ints("size"), 0, _dtype(node), what="a zeros tensor")
+    return filled(node.ints("size"), 0, node.dtype, what="a zeros tensor")
 
 
 @converter("aten.ones.default", "aten.new_ones.default")
 def ones(node: AtenNode) -> Expr:
-    return filled(node.ints("size"), 1, _dtype(node), what="a ones tensor")
+    return filled(node.ints("size"), 1, node.dtype, what="a ones tensor")
 
 
 @converter("aten.full_like.default")
 def full_like(node: AtenNode) -> Expr:
-    return filled(shape_of(node.tensor("self")), node.get("fill_value"), _dtype(node),
+    return filled(shape_of(node.tensor("self")), node.get("fill_value"), node.dtype,
                   what="a full_like tensor")
 
 
 @converter("aten.zeros_like.default", "aten.empty_like.default")
 def zeros_like(node: AtenNode) -> Expr:
-    return filled(shape_of(node.tensor("self")), 0, _dtype(node), what="a zeros_like tensor")
+    return filled(shape_of(node.tensor("self")), 0, node.dtype, what="a zeros_like tensor")
 
 
 @converter("aten.ones_like.default")
 def ones_like(node: AtenNode) -> Expr:
-    return filled(shape_of(node.tensor("self")), 1, _dtype(node), what="a ones_like tensor")
+    return filled(shape_of(node.tensor("self")), 1, node.dtype, what="a ones_like tensor")
 
 
 @converter("aten.scalar_tensor.default")
 def scalar_tensor(node: AtenNode) -> Expr:
-    return number(node.get("s"), _dtype(node))
-
-
-@converter("aten.lift_fresh.default")
-def lift_fresh(node: AtenNode) -> Expr:
-    return node.tensor("self")
+    return number(node.get("s"), node.dtype)
 
 
 @converter("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
@@ -404,7 +395,7 @@ def arange(node: AtenNode) -> Expr:
     start = node.get("start", 0) if "start" in node.values else 0
     end, step = node.get("end"), node.get("step", 1)
     count = max(0, math.ceil((end - start) / step))
-    dtype = _dtype(node)
+    dtype = node.dtype
     if start == 0 and step == 1 and dtype == "int64":
         return index_range(count, what="an arange")
     values = np.arange(count, dtype=np.float64) * step + start
@@ -414,7 +405,7 @@ def arange(node: AtenNode) -> Expr:
 @converter("aten.fill.Scalar", "aten.fill.Tensor")
 def fill(node: AtenNode) -> Expr:
     x = node.tensor("self")
-    value = operand(node, "value", _dtype(node))
+    value = operand(node, "value", node.dtype)
     return op.broadcast_to(value, shape=list(shape_of(x)))
 
 
