@@ -128,6 +128,11 @@ class CompiledGraph:
         """Export, convert and compile for these inputs."""
         import torch
 
+        devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)} - {"cpu"})
+        if devices:
+            return self.eager(f"inputs on {', '.join(devices)}; opfusion compiles for the CPU "
+                              "(its CUDA backend is not there yet)")
+
         try:
             with torch.no_grad():
                 program = torch.export.export(self.gm, tuple(args), strict=False)
