@@ -35,7 +35,7 @@ from ...compiler.specialize import SpecializationCache
 from ...errors import OpfusionError, TorchImportError
 from ...ir.expr import Var
 from ...ir.types import TensorType
-from .graph import convert_graph, source_location, target_name, unsupported_reason
+from .graph import convert_graph, describe, unsupported_reason
 from .importer import decomposition_table
 from .registry import ir_dtype
 from .tensors import constant_of, numpy_view, torch_tensor
@@ -212,8 +212,7 @@ class CompiledGraph:
                     return False
                 reason = unsupported_reason(node)
                 if reason is not None:
-                    reasons[node.name] = (f"{target_name(node.target)} (node {node.name!r}"
-                                          f"{source_location(node)}): {reason}")
+                    reasons[node.name] = describe(node, reason)
                 return reason is None
 
         partitioner = CapabilityBasedPartitioner(module, _Supported(),

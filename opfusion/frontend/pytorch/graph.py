@@ -107,16 +107,16 @@ def unsupported_reason(node: Any) -> str | None:
     return None
 
 
+def describe(node: Any, reason: str) -> str:
+    """``aten.foo.default (node 'foo', at model.py:12): reason``, a line of a listing."""
+    return f"{target_name(node.target)} (node {node.name!r}{source_location(node)}): {reason}"
+
+
 def unsupported_nodes(graph: Any) -> list[str]:
     """One line per node of ``graph`` that opfusion cannot convert: op, node, source line,
     reason."""
-    lines = []
-    for node in graph.nodes:
-        reason = unsupported_reason(node)
-        if reason is not None:
-            lines.append(f"{target_name(node.target)} (node {node.name!r}"
-                         f"{source_location(node)}): {reason}")
-    return lines
+    return [describe(node, reason) for node in graph.nodes
+            if (reason := unsupported_reason(node)) is not None]
 
 
 def check_supported(graph: Any) -> None:
