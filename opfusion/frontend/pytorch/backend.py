@@ -33,12 +33,10 @@ from typing import Any
 
 from ...compiler.specialize import SpecializationCache
 from ...errors import OpfusionError, TorchImportError
-from ...ir.expr import Var
-from ...ir.types import TensorType
+from ...ir.expr import Constant, Var
 from .graph import convert_graph, describe, unsupported_reason
 from .importer import decomposition_table
-from .registry import ir_dtype
-from .tensors import constant_of, numpy_view, torch_tensor
+from .tensors import constant_of, lifted_tensor, numpy_view, tensor_var, torch_tensor
 
 MAX_REPARTITIONS = 8
 """How many times a graph is partitioned again around a node whose converter refused it."""
@@ -244,8 +242,7 @@ class CompiledGraph:
             if not hasattr(value, "shape"):
                 bound[inner.name] = value
                 continue
-            var = Var(inner.name, TensorType(tuple(value.shape),
-                                             ir_dtype(value.dtype, f"input {outer.name!r}")))
+            var = tensor_var(inner.name, value)
             bound[inner.name], positions = var, [*positions, index]
             params.append(var)
         output = next(n for n in piece.graph.nodes if n.op == "output").args[0]
@@ -277,23 +274,19 @@ class _Binding:
         self.params: list[Var] = []
         self.positions: list[int] = []
         self.flat_constants: list[Any] = []  # the non-user inputs, in the graph's order
-        self.constants: dict[str, Any] = {}
         user = 0
         for spec in program.graph_signature.input_specs:
             name = spec.arg.name
             if spec.kind.name != "USER_INPUT":
-                source = program.state_dict if spec.target in program.state_dict \
-                    else program.constants
-                tensor = source[spec.target]
+                tensor = lifted_tensor(program, spec)
                 self.flat_constants.append(tensor)
-                self.constants[name] = self.bound[name] = constant_of(tensor, f"{spec.target!r}")
+                self.bound[name] = constant_of(tensor, f"{spec.target!r}")
                 continue
             value = args[user]
             if user in frozen:
-                self.constants[name] = self.bound[name] = constant_of(value, f"weight {name!r}")
+                self.bound[name] = constant_of(value, f"weight {name!r}")
             elif hasattr(value, "shape"):
-                var = Var(name, TensorType(tuple(value.shape),
-                                           ir_dtype(value.dtype, f"input {name!r}")))
+                var = tensor_var(name, value)
                 self.bound[name] = var
                 self.params.append(var)
                 self.positions.append(user)
@@ -303,7 +296,8 @@ class _Binding:
 
     def constant_for(self, node: Any) -> Any:
         """The constant a placeholder of the exported graph is bound to, or None."""
-        return self.constants.get(node.name) if node.op == "placeholder" else None
+        value = self.bound.get(node.name) if node.op == "placeholder" else None
+        return value if isinstance(value, Constant) else None
 
 
 class _WholeRunner:

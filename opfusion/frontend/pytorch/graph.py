@@ -133,11 +133,9 @@ class GraphConverter:
     """Converts the call_function nodes of one FX graph, given what its placeholders are
     (IR variables or constants for tensors, Python values for ints and floats)."""
 
-    def __init__(self, bound: Mapping[str, Any], owner: Any = None) -> None:
+    def __init__(self, bound: Mapping[str, Any]) -> None:
         self.env: dict[str, Any] = dict(bound)
-        self.owner = owner  # the GraphModule whose attributes get_attr nodes read
         self.folder = ConstantFolder()
-        self.size_functions = _torch_size_functions()
 
     def run(self, graph: Any) -> list[Any]:
         """Convert every node; the values of the graph's output node, flattened."""
@@ -147,8 +145,6 @@ class GraphConverter:
                 if node.name not in self.env:
                     raise TorchImportError(f"placeholder {node.name!r} is not bound to a value",
                                            node=node.name)
-            elif node.op == "get_attr":
-                self.env[node.name] = self.attribute(node)
             elif node.op == "call_function":
                 with converting(node):
                     self.env[node.name] = self.call(node)
@@ -156,17 +152,9 @@ class GraphConverter:
                 outputs = _flatten(self.value(node.args[0]))
             else:
                 raise TorchImportError(f"node {node.name!r} is a {node.op} node; opfusion "
-                                       "converts graphs of call_function nodes (export the "
-                                       "model with torch.export first)", node=node.name)
+                                       "converts graphs of call_function nodes (a graph "
+                                       "lifted by torch.export)", node=node.name)
         return outputs
-
-    def attribute(self, node: Any) -> Any:
-        from .tensors import constant_of
-
-        value: Any = self.owner
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return constant_of(value, f"attribute {node.target!r}")
 
     def value(self, arg: Any) -> Any:
         """An FX argument with its nodes replaced by their converted values."""
@@ -183,13 +171,12 @@ class GraphConverter:
 
     def call(self, node: Any) -> Any:
         target = node.target
-        if target is operator.getitem:
-            container = self.env[node.args[0].name]
-            item = container[node.args[1]]
-            return item
+        if target is operator.getitem:  # an output of a node with several
+            return self.env[node.args[0].name][node.args[1]]
         args = [self.value(arg) for arg in node.args]
-        if target in self.size_functions:
-            return self.size_functions[target](*args)
+        size_functions = _torch_size_functions()
+        if target in size_functions:
+            return size_functions[target](*args)
         name = target_name(target)
         if name in _ASSERTIONS:
             return None
@@ -197,8 +184,8 @@ class GraphConverter:
             return _size_query(name, args)
         fn = lookup_converter(name)
         if fn is None:
-            raise TorchImportError(f"{name} (node {node.name!r}{source_location(node)}): no "
-                                   "converter for this ATen operator", node=node.name)
+            raise TorchImportError(describe(node, "no converter for this ATen operator"),
+                                   node=node.name)
         view = AtenNode(node.name, name, _by_schema(target, args, self.value(node.kwargs)),
                         _first_dtype(node), source_location(node))
         result = fn(view)
@@ -231,10 +218,10 @@ class GraphConverter:
 
 
 def convert_graph(graph: Any, bound: Mapping[str, Any], params: Sequence[Var],
-                  output_names: Sequence[str], owner: Any = None) -> IRModule:
+                  output_names: Sequence[str]) -> IRModule:
     """The IRModule of ``graph``: ``@main(params...)`` returning the graph's outputs, its
     placeholders bound as ``bound`` says."""
-    outputs = GraphConverter(bound, owner).run(graph)
+    outputs = GraphConverter(bound).run(graph)
     for index, out in enumerate(outputs):
         if not isinstance(out, Expr):
             raise TorchImportError(f"output {index} ({output_names[index]!r}) is "

@@ -25,7 +25,7 @@ from ...ir.symbolic import Dim, SymbolicModule, SymbolicTensor
 from ...ir.types import TensorType
 from .graph import check_supported, convert_graph
 from .registry import ir_dtype
-from .tensors import constant_of
+from .tensors import constant_of, lifted_tensor
 
 
 def _torch() -> Any:
@@ -106,9 +106,7 @@ class ExportedGraph:
     def read_input(self, spec: Any, node: Any) -> None:
         kind, name = spec.kind.name, spec.arg.name
         if kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
-            source = self.program.state_dict if spec.target in self.program.state_dict \
-                else self.program.constants
-            self.bound[name] = constant_of(source[spec.target],
+            self.bound[name] = constant_of(lifted_tensor(self.program, spec),
                                            f"{kind.lower()} {spec.target!r}")
         elif kind == "USER_INPUT":
             value = node.meta.get("val")

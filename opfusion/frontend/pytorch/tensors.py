@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import TorchImportError
-from ...ir.expr import Constant
+from ...ir.expr import Constant, Var
+from ...ir.types import TensorType
 from .registry import ir_dtype
 
 
@@ -29,6 +30,18 @@ def array_of(tensor: Any, what: str) -> np.ndarray:
 def constant_of(tensor: Any, what: str) -> Constant:
     """``tensor`` as an IR constant (see :func:`array_of`)."""
     return Constant(array_of(tensor, what))
+
+
+def lifted_tensor(program: Any, spec: Any) -> Any:
+    """The tensor an ExportedProgram lifted as input ``spec`` (a parameter, buffer or
+    constant): in its state dict, or among its constants (non-persistent buffers too)."""
+    source = program.state_dict if spec.target in program.state_dict else program.constants
+    return source[spec.target]
+
+
+def tensor_var(name: str, value: Any) -> Var:
+    """An IR variable with the shape and dtype of ``value`` (a tensor or a traced one)."""
+    return Var(name, TensorType(tuple(value.shape), ir_dtype(value.dtype, f"input {name!r}")))
 
 
 def numpy_view(tensor: Any) -> np.ndarray:

@@ -318,13 +318,7 @@ def slice_scatter(node: AtenNode) -> Expr:
     start, end = _clamped(node.values.get("start"), node.values.get("end"), shape[axis])
     step = int(node.get("step", 1))
     if step == 1:
-        pieces = []
-        if start > 0:
-            pieces.append(op.strided_slice(x, begin=[0], end=[start], axes=[axis]))
-        pieces.append(src)
-        if end < shape[axis]:
-            pieces.append(op.strided_slice(x, begin=[end], end=[shape[axis]], axes=[axis]))
-        return pieces[0] if len(pieces) == 1 else op.concatenate(pieces, axis=axis)
+        return _replace_span(x, axis, start, end, src)
     # any step: gather every position from either x or src along the axis
     positions = np.arange(shape[axis])
     written = (positions >= start) & (positions < end) & ((positions - start) % step == 0)
@@ -340,12 +334,17 @@ def select_scatter(node: AtenNode) -> Expr:
     axis = dim(node, node.get("dim"), len(shape))
     index = int(node.get("index")) % shape[axis]
     src = op.expand_dims(as_dtype(node.tensor("src"), tensor_type(x).dtype), axis=axis)
-    pieces = []
-    if index > 0:
-        pieces.append(op.strided_slice(x, begin=[0], end=[index], axes=[axis]))
-    pieces.append(src)
-    if index + 1 < shape[axis]:
-        pieces.append(op.strided_slice(x, begin=[index + 1], end=[shape[axis]], axes=[axis]))
+    return _replace_span(x, axis, index, index + 1, src)
+
+
+def _replace_span(x: Expr, axis: int, start: int, end: int, middle: Expr) -> Expr:
+    """``x`` with positions ``start:end`` of ``axis`` replaced by ``middle``: the pieces
+    before and after concatenated around it."""
+    extent = shape_of(x)[axis]
+    pieces = [op.strided_slice(x, begin=[0], end=[start], axes=[axis])] if start > 0 else []
+    pieces.append(middle)
+    if end < extent:
+        pieces.append(op.strided_slice(x, begin=[end], end=[extent], axes=[axis]))
     return pieces[0] if len(pieces) == 1 else op.concatenate(pieces, axis=axis)
 
 
