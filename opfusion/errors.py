@@ -84,6 +84,19 @@ class OnnxImportError(OpfusionError):
     reference, or a node that failed to convert; the message names the node or tensor."""
 
 
+class DataDependentError(OnnxImportError):
+    """A node needs at import a value the model computes at run time (a Reshape's shape, a
+    NonZero's input, a Loop's trip count): its result's shape depends on data. ``node`` names
+    the ONNX node, ``input_index`` the input it needs. ``opf.compile`` of an ONNX model runs
+    such models in stages (:mod:`opfusion.compiler.staged`)."""
+
+    def __init__(self, message: str, node: str | None = None,
+                 input_index: int | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+        self.input_index = input_index
+
+
 class TorchImportError(OpfusionError):
     """A PyTorch model could not be imported: an ATen node that failed to convert, a dtype or
     an input opfusion cannot hold; the message names the node and its source line."""

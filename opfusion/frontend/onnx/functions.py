@@ -108,11 +108,38 @@ def _instantiate(function: Any, node: Any, schema: Any) -> list[Any]:
                 bound.name = attr.name
                 attributes.append(bound)
             else:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    _rename_captures(attr.g, rename)
                 attributes.append(attr)
         del copy.attribute[:]
         copy.attribute.extend(attributes)
         expanded.append(copy)
     return expanded
+
+
+def _rename_captures(graph: Any, rename: dict[str, str]) -> None:
+    """Rename, in a control-flow body inside a function (and in bodies inside it), the names
+    it reads from the function's scope, as the function's own nodes were renamed. Names the
+    body defines itself shadow the function's. A worklist over nested bodies."""
+    import onnx
+
+    pending = [(graph, frozenset())]
+    while pending:
+        body, shadowed = pending.pop()
+        local = set(shadowed)
+        local.update(value.name for value in body.input)
+        local.update(tensor.name for tensor in body.initializer)
+        for node in body.node:
+            local.update(node.output)
+        for node in body.node:
+            for index, name in enumerate(node.input):
+                if name and name not in local and name in rename:
+                    node.input[index] = rename[name]
+            pending.extend((attr.g, frozenset(local)) for attr in node.attribute
+                           if attr.type == onnx.AttributeProto.GRAPH)
+        for value in body.output:
+            if value.name not in local and value.name in rename:
+                value.name = rename[value.name]
 
 
 def _function_opset(function: Any, default: int) -> int:

@@ -12,6 +12,7 @@ concrete set of input shapes (see :mod:`opfusion.ir.symbolic`)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 from collections import deque
@@ -38,6 +39,9 @@ from .tensors import (
     onnx_dtype,
     read_tensor,
 )
+
+MAX_GRAPH_DEPTH = 32
+"""How deep control-flow bodies (If, Loop, Scan) may nest inside one another."""
 
 
 class UnsupportedOnnxError(OnnxImportError):
@@ -191,6 +195,7 @@ class _Importer:
         self.freeze_params = freeze_params
         self.opset = _model_opset(proto)
         self.env: dict[str, Expr] = {}
+        self.depth = 0  # how many control-flow bodies the node being converted is inside
         self.folder = ConstantFolder()
 
     def run(self) -> tuple[IRModule, dict[str, np.ndarray]]:
@@ -209,21 +214,7 @@ class _Importer:
         self.check_shape_names()
         inputs = [self.input_var(value) for value in self.graph_inputs()]
         self.check_supported()
-        # A worklist, not recursion: a function operator is replaced in place by its body's
-        # nodes (which may be function operators again), each with the opset it is written in.
-        # Each node keeps the index of the model's node it comes from, for error messages.
-        pending = deque((node, self.opset, index) for index, node in enumerate(self.graph.node))
-        while pending:
-            node, opset, index = pending.popleft()
-            with _converting(node, index):
-                if (lookup_converter(node.op_type, opset) is None
-                        and (node.domain or "") in ("", "ai.onnx")):
-                    types = [self.env[name].checked_type if name in self.env else None
-                             for name in node.input]
-                    body, body_opset = expand_function(node, opset, types)
-                    pending.extendleft((inner, body_opset, index) for inner in reversed(body))
-                    continue
-                self.convert(node, opset)
+        self.convert_nodes(self.graph.node, self.opset)
         outputs = [self.lookup(value.name, "graph output") for value in self.graph.output]
         body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
         # The graph's output names travel with @main, so the executor can report outputs by
@@ -238,6 +229,53 @@ class _Importer:
             raise OnnxImportError(f"type inference of the imported graph failed with "
                                   f"{type(err).__name__}: {err}") from err
         return IRModule.from_expr(func), params
+
+    def convert_nodes(self, nodes: Sequence[Any], opset: int) -> None:
+        """Convert ``nodes`` in order into ``self.env``.
+
+        A worklist, not recursion: a function operator is replaced in place by its body's
+        nodes (which may be function operators again), each with the opset it is written in.
+        Each node keeps the index of the graph's node it comes from, for error messages."""
+        pending = deque((node, opset, index) for index, node in enumerate(nodes))
+        while pending:
+            node, node_opset, index = pending.popleft()
+            with _converting(node, index):
+                if (lookup_converter(node.op_type, node_opset) is None
+                        and (node.domain or "") in ("", "ai.onnx")):
+                    types = [self.env[name].checked_type if name in self.env else None
+                             for name in node.input]
+                    body, body_opset = expand_function(node, node_opset, types)
+                    pending.extendleft((inner, body_opset, index) for inner in reversed(body))
+                    continue
+                self.convert(node, node_opset)
+
+    def run_subgraph(self, graph: Any, inputs: list[Expr], what: str) -> list[Expr]:
+        """Convert a control-flow body ``graph`` with its formal inputs bound to ``inputs``.
+
+        The body sees the enclosing graphs' values (ONNX's outer scope) and its own names
+        shadow them; what it defines is dropped afterwards. Bodies nest as deep as the model
+        nests them (``MAX_GRAPH_DEPTH``), never as deep as a graph is long."""
+        if len(graph.input) != len(inputs):
+            raise OnnxImportError(f"{what}: the body graph declares {len(graph.input)} inputs "
+                                  f"but the operator gives it {len(inputs)}")
+        if self.depth >= MAX_GRAPH_DEPTH:
+            raise OnnxImportError(f"{what}: control-flow bodies nest deeper than "
+                                  f"{MAX_GRAPH_DEPTH} levels")
+        outer = self.env
+        local: dict[str, Expr] = {}
+        for tensor in graph.initializer:
+            local[tensor.name] = Constant(read_tensor(tensor, f"initializer {tensor.name!r} of "
+                                                              f"{what}"))
+        for value, expr in zip(graph.input, inputs):
+            local[value.name] = expr
+        self.env = collections.ChainMap(local, outer)  # type: ignore[assignment]
+        self.depth += 1
+        try:
+            self.convert_nodes(graph.node, self.opset)
+            return [self.lookup(value.name, f"output of {what}") for value in graph.output]
+        finally:
+            self.env = outer
+            self.depth -= 1
 
     # -- inputs ---------------------------------------------------------------------------
     def read_params(self) -> dict[str, np.ndarray]:
@@ -319,7 +357,7 @@ class _Importer:
     # -- nodes ----------------------------------------------------------------------------
     def check_supported(self) -> None:
         missing: list[str] = []
-        for node in self.graph.node:
+        for node in _nodes_with_bodies(self.graph):
             domain = node.domain or "ai.onnx"
             if domain != "ai.onnx" or (lookup_converter(node.op_type, self.opset) is None
                                        and not has_function_body(node.op_type, self.opset)):
@@ -348,7 +386,8 @@ class _Importer:
         requested = len(node.output)
         while requested and not node.output[requested - 1]:
             requested -= 1
-        view = OnnxNode(_node_name(node), node.op_type, inputs, attrs, opset, requested)
+        view = OnnxNode(_node_name(node), node.op_type, inputs, attrs, opset, requested,
+                        run_graph=self.run_subgraph)
         fn = lookup_converter(node.op_type, opset)
         assert fn is not None
         result = fn(view)
@@ -364,6 +403,17 @@ class _Importer:
         for name, out in zip(node.output, outputs):
             if name and out is not None:
                 self.env[name] = out
+
+
+def _nodes_with_bodies(graph: Any) -> Iterator[Any]:
+    """The graph's nodes and those of every control-flow body inside it (a worklist)."""
+    onnx = _onnx()
+    pending = deque([graph])
+    while pending:
+        for node in pending.popleft().node:
+            yield node
+            pending.extend(attr.g for attr in node.attribute
+                           if attr.type == onnx.AttributeProto.GRAPH)
 
 
 def declared_outputs(graph: Any) -> list[SymbolicTensor]:
@@ -512,6 +562,8 @@ def _attribute_value(attr: Any, node: Any) -> Any:
         return [int(v) for v in attr.ints]
     if kind == types.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    if kind == types.GRAPH:
+        return attr.g  # a control-flow body, converted by the converter (OnnxNode.run_graph)
     raise OnnxImportError(f"{node.op_type} (node {node.name!r}): attribute {attr.name!r} has a "
                           f"kind opfusion does not read ({_kind_name(kind)})")
 

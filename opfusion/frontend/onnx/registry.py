@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import OnnxImportError, OpfusionError
+from ...errors import DataDependentError, OnnxImportError, OpfusionError
 from ...ir.expr import Constant, Expr
 
 Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
+# (graph proto, values bound to its inputs, a label for errors) -> its outputs
+GraphRunner = Callable[[Any, list[Expr], str], list[Expr]]
 
 _CONVERTERS: dict[str, list[tuple[int, Converter]]] = {}
 
@@ -55,8 +57,10 @@ class OnnxNode:
     omitted optional input), its attributes as Python values, and the model's opset."""
 
     def __init__(self, name: str, op_type: str, inputs: Sequence[Expr | None],
-                 attrs: dict[str, Any], opset: int, num_outputs: int) -> None:
+                 attrs: dict[str, Any], opset: int, num_outputs: int,
+                 run_graph: GraphRunner | None = None) -> None:
         self.name = name
+        self.run_graph_fn = run_graph
         self.op_type = op_type
         self.inputs = list(inputs)
         self.attrs = attrs
@@ -80,13 +84,24 @@ class OnnxNode:
         if expr is None:
             return None
         if not isinstance(expr, Constant):
-            raise self.error(f"input {index}{f' ({what})' if what else ''} must be a constant "
-                             "known at import time (opfusion compiles static shapes); it is "
-                             "computed from the model's inputs")
+            raise DataDependentError(
+                f"{self.op_type} (node {self.name!r}, opset {self.opset}): input {index}"
+                f"{f' ({what})' if what else ''} must be a constant known at import time "
+                "(opfusion compiles static shapes); it is computed from the model's inputs",
+                node=self.name, input_index=index)
         return expr.data
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
+
+    def run_graph(self, name: str, inputs: Sequence[Expr], what: str = "") -> list[Expr]:
+        """Convert graph attribute ``name`` (a control-flow body) with its formal inputs bound
+        to ``inputs``; names of the enclosing graphs stay visible in it. Returns its outputs."""
+        graph = self.attrs.get(name)
+        if graph is None or self.run_graph_fn is None or isinstance(graph, (str, int, float,
+                                                                             list, np.ndarray)):
+            raise self.error(f"graph attribute {name!r} is required but missing")
+        return self.run_graph_fn(graph, list(inputs), f"{name}{f' ({what})' if what else ''}")
 
     def error(self, message: str) -> OpfusionError:
         """An :class:`OnnxImportError` naming this node, for the converter to raise."""

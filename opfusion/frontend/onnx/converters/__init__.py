@@ -1,3 +1,3 @@
 """ONNX operator converters, one file per family. Importing this package registers them."""
 
-from . import activation, elementwise, nn, normalization, reduce, resize, tensor  # noqa: F401
+from . import activation, control, elementwise, nn, normalization, reduce, resize, tensor  # noqa: F401
