@@ -95,6 +95,10 @@ class DataDependentError(OnnxImportError):
         super().__init__(message)
         self.node = node
         self.input_index = input_index
+        #: The needed value's name in the graph, where the importer knows it.
+        self.value_name: str | None = None
+        #: The index of the model's top-level node being converted (set by the importer).
+        self.graph_index: int | None = None
 
 
 class TorchImportError(OpfusionError):

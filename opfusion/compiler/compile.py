@@ -52,6 +52,7 @@ from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
 from .memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from .signature import check_output_names
+from .staged import CompileSettings, StagedModel
 
 log = logging.getLogger("opfusion.autotune")
 
@@ -92,6 +93,9 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     if isinstance(mod, SymbolicModule):
         return _specializing(mod, resolved, params, opt_level, fusion, verify,
                              max_specializations, num_threads, tuned)
+    if isinstance(mod, StagedModel):
+        return mod.compile(CompileSettings(resolved, opt_level, fusion, verify, num_threads,
+                                           tuned, context=PassContext.current()))
     if max_specializations is not None:
         raise OpfusionError("max_specializations applies to a model with symbolic input "
                             "dimensions; this one has static shapes")

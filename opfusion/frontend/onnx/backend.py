@@ -55,11 +55,14 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from ...compiler.compile import compile as compile_model
 from ...compiler.specialize import DEFAULT_MAX_SPECIALIZATIONS, SpecializationCache
-from ...errors import OpfusionError
+from ...compiler.staged import CompileSettings
+from ...errors import DataDependentError, OpfusionError
 from ...ir.evaluate import evaluate
 from ...ir.module import IRModule
 from ...ir.types import TensorType
+from ...target import host_target
 from .importer import UnsupportedOnnxError, _load, from_onnx
+from .staged import OnnxStagedModel
 
 Runner = Callable[[Sequence[np.ndarray]], Any]
 """Runs a prepared module on its inputs (in graph-input order); returns an array or a tuple."""
@@ -69,6 +72,9 @@ Engine = Callable[[IRModule, Mapping[str, np.ndarray]], Runner]
 
 
 def _reference_engine(mod: IRModule, params: Mapping[str, np.ndarray]) -> Runner:
+    if isinstance(mod, OnnxStagedModel):  # stages evaluated by the interpreter
+        staged = mod.compile(CompileSettings(host_target(), reference=True))
+        return lambda inputs: tuple(staged.run(list(inputs)))
     bound = list(params.values())  # @main takes the inputs, then the params in this order
     return lambda inputs: evaluate(mod, [*inputs, *bound])
 
@@ -186,6 +192,7 @@ class OpfusionBackendRep(BackendRep):
                                   self._prepare_engine(imported, {}))
                 self.frozen_inputs = []
                 return
+        plain = error
         for names in self._candidate_sets():
             frozen = {name: arrays[name] for name in names}
             try:
@@ -197,6 +204,13 @@ class OpfusionBackendRep(BackendRep):
                               self._prepare_engine(imported, frozen))
             self.frozen_inputs = names
             return
+        if isinstance(plain, DataDependentError) and plain.graph_index is not None:
+            # Values decide shapes that no frozen input settles (NonMaxSuppression's boxes):
+            # run the model in stages, computing those values first.
+            imported = self._import(dict(shapes), stage=True)
+            self._runners.put(self._key(shapes, arrays, []), self._prepare_engine(imported, {}))
+            self.frozen_inputs = []
+            return
         raise error
 
     @staticmethod
@@ -205,12 +219,14 @@ class OpfusionBackendRep(BackendRep):
                                arrays[name].tobytes()) for name in frozen)
 
     def _import(self, shape: dict[str, tuple[int, ...]],
-                frozen: Mapping[str, np.ndarray] | None = None) -> tuple[IRModule, dict]:
+                frozen: Mapping[str, np.ndarray] | None = None, stage: bool = False
+                ) -> tuple[IRModule, dict]:
         model = _freeze(self.model, frozen) if frozen else self.model
         shape = {**self.shape, **{name: dims for name, dims in shape.items()
                                   if name not in (frozen or {})}}
         with _as_opfusion_error("importing the model"):
-            return from_onnx(model, shape=shape or None)
+            return from_onnx(model, shape=shape or None,  # type: ignore[return-value]
+                             data_dependent="stage" if stage else "raise")
 
     def _prepare_engine(self, imported: tuple[IRModule, dict],
                         frozen: Mapping[str, np.ndarray]) -> Runner:
@@ -219,7 +235,11 @@ class OpfusionBackendRep(BackendRep):
             runner = ENGINES[self.engine](mod, params)
         # The inputs are checked here, not by each engine, so that every engine takes the
         # same arrays (and says the same about the wrong ones).
-        types = [param.type_annotation for param in mod["main"].params]
+        if isinstance(mod, OnnxStagedModel):
+            types = [TensorType(mod.input_shapes[name], mod.input_dtypes[name])
+                     for name in mod.input_names]
+        else:
+            types = [param.type_annotation for param in mod["main"].params]
         names = [name for name in self.input_names if name not in frozen]
         return lambda inputs: runner([_conform(name, ty, array) for name, ty, array
                                       in zip(names, types, inputs)])
@@ -227,7 +247,8 @@ class OpfusionBackendRep(BackendRep):
     def _may_specialize(self, err: OpfusionError) -> bool:
         # Not for unsupported ops, nor for internal errors (wrapped, with a cause).
         return (self.specialize and not isinstance(err, UnsupportedOnnxError)
-                and err.__cause__ is None and bool(self._candidate_sets()))
+                and err.__cause__ is None
+                and (bool(self._candidate_sets()) or isinstance(err, DataDependentError)))
 
     def _candidate_sets(self) -> list[list[str]]:
         """The inputs to try freezing, smallest set first: the integer and bool inputs; then

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...compiler.limits import check_allocation
-from ...errors import OnnxImportError, OpfusionError
+from ...errors import DataDependentError, OnnxImportError, OpfusionError
 from ...ir.expr import Constant, Expr, Function, Tuple, Var
 from ...ir.module import IRModule
 from ...ir.symbolic import Dim, SymbolicModule, SymbolicTensor
@@ -32,6 +32,7 @@ from ...transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .functions import expand_function, has_function_body
 from .registry import OnnxNode, lookup_converter
+from .staged import OnnxStagedModel
 from .tensors import (
     ONNX_DTYPES,
     first_external_tensor,
@@ -54,7 +55,8 @@ def from_onnx(
     dtype: str | Mapping[str, str] | None = None,
     freeze_params: bool = True,
     base_dir: str | os.PathLike | None = None,
-) -> tuple[IRModule | OnnxSymbolicModule, dict[str, np.ndarray]]:
+    data_dependent: str = "stage",
+) -> tuple[IRModule | OnnxSymbolicModule | OnnxStagedModel, dict[str, np.ndarray]]:
     """Import an ONNX model (a ``ModelProto``, serialized bytes or a path) as an IRModule.
 
     ``shape`` gives input shapes by name; ``dtype`` overrides input dtypes (one for all, or by
@@ -69,6 +71,12 @@ def from_onnx(
     imports it for given shapes; what needs a graph (passes, the interpreter) refuses it,
     saying to pass ``shape=``.
 
+    When the import needs a value the model computes from its inputs (a shape, a NonZero's
+    input, a Loop's trip count: :class:`~opfusion.errors.DataDependentError`), the result is
+    ``(OnnxStagedModel, {})``, which ``opf.compile`` runs in stages
+    (:mod:`opfusion.frontend.onnx.staged`); ``data_dependent="raise"`` raises the error
+    instead.
+
     Tensors stored as external data are read only from inside one directory: the model file's
     when ``model`` is a path, else ``base_dir``, which a ``ModelProto`` or bytes with external
     data must give (there is no model directory to trust; opfusion never reads relative to the
@@ -78,8 +86,10 @@ def from_onnx(
     proto = _load(model, base_dir)
     importer = _Importer(proto, dict(shape or {}), dtype, freeze_params)
     inputs = importer.declared_inputs()
+    if data_dependent not in ("stage", "raise"):
+        raise OpfusionError(f"data_dependent={data_dependent!r}: use 'stage' or 'raise'")
     if all(tensor.is_static for tensor in inputs):
-        return importer.run()
+        return _run_or_stage(importer, proto, model, data_dependent)
     importer.check_supported()  # an unsupported operator is reported now, not at first run
     params = importer.read_params() if not freeze_params else {}
     if proto is model:  # kept for later imports: the caller's changes must not reach them
@@ -87,6 +97,22 @@ def from_onnx(
         proto.CopyFrom(model)
     return OnnxSymbolicModule(proto, importer.shape, dtype, freeze_params, inputs,
                               declared_outputs(proto.graph)), params
+
+
+def _run_or_stage(importer: _Importer, proto: Any, model: Any, data_dependent: str
+                  ) -> tuple[IRModule | OnnxStagedModel, dict[str, np.ndarray]]:
+    """The import, or the staged model when it needs values computed at run time."""
+    try:
+        return importer.run()
+    except DataDependentError as err:
+        if data_dependent == "raise" or err.graph_index is None:
+            raise
+        if proto is model:  # kept for the stages: the caller's changes must not reach them
+            proto = _onnx().ModelProto()
+            proto.CopyFrom(model)
+        declared = importer.declared_inputs()
+        return OnnxStagedModel(proto, {t.name: tuple(t.dims) for t in declared},  # type: ignore[arg-type]
+                               {t.name: t.dtype for t in declared}, err), {}
 
 
 class OnnxSymbolicModule(SymbolicModule):
@@ -114,7 +140,7 @@ class OnnxSymbolicModule(SymbolicModule):
             if not tensor.is_static:
                 raise self.static_error(f"importing with shapes for "
                                         f"{', '.join(map(repr, shapes)) or 'no input'}")
-        return importer.run()
+        return _run_or_stage(importer, self.proto, None, "stage")  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,15 +265,31 @@ class _Importer:
         pending = deque((node, opset, index) for index, node in enumerate(nodes))
         while pending:
             node, node_opset, index = pending.popleft()
-            with _converting(node, index):
-                if (lookup_converter(node.op_type, node_opset) is None
-                        and (node.domain or "") in ("", "ai.onnx")):
-                    types = [self.env[name].checked_type if name in self.env else None
-                             for name in node.input]
-                    body, body_opset = expand_function(node, node_opset, types)
-                    pending.extendleft((inner, body_opset, index) for inner in reversed(body))
-                    continue
-                self.convert(node, node_opset)
+            try:
+                self.convert_node(node, node_opset, index, pending)
+            except DataDependentError as err:
+                if self.depth == 0:  # which of the model's nodes: where a staged run cuts
+                    err.graph_index = index
+                raise
+
+    def convert_node(self, node: Any, opset: int, index: int, pending: deque) -> None:
+        """Convert one node, or put its function body's nodes in front of ``pending``."""
+        with _converting(node, index):
+            if (lookup_converter(node.op_type, opset) is None
+                    and (node.domain or "") in ("", "ai.onnx")):
+                types = [self.env[name].checked_type if name in self.env else None
+                         for name in node.input]
+                body, body_opset = expand_function(node, opset, types)
+                pending.extendleft((inner, body_opset, index) for inner in reversed(body))
+                return
+            try:
+                self.convert(node, opset)
+            except DataDependentError as err:
+                # The value's name, for a staged run to compute first and freeze.
+                if (err.input_index is not None and err.value_name is None
+                        and err.input_index < len(node.input)):
+                    err.value_name = node.input[err.input_index]
+                raise
 
     def run_subgraph(self, graph: Any, inputs: list[Expr], what: str) -> list[Expr]:
         """Convert a control-flow body ``graph`` with its formal inputs bound to ``inputs``.

@@ -1,3 +1,13 @@
 """ONNX operator converters, one file per family. Importing this package registers them."""
 
-from . import activation, control, elementwise, nn, normalization, reduce, resize, tensor  # noqa: F401
+from . import (  # noqa: F401
+    activation,
+    control,
+    detection,
+    elementwise,
+    nn,
+    normalization,
+    reduce,
+    resize,
+    tensor,
+)

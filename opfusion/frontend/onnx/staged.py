@@ -1,0 +1,365 @@
+"""Staged runs of ONNX models whose shapes depend on data (see :mod:`opfusion.compiler.staged`).
+
+:func:`~opfusion.frontend.onnx.importer.from_onnx` of a model whose import stops at a
+:class:`~opfusion.errors.DataDependentError` (a value it needs is computed from the inputs)
+returns an :class:`OnnxStagedModel`; ``opf.compile`` makes it a :class:`StagedExecutor`.
+
+A run goes through the graph's nodes in stages. Each stage tries to import what is left of the
+graph with what the run knows so far (the inputs, values computed by earlier stages, small
+values frozen into constants). When that import stops at node D:
+
+* the nodes D depends on (and only those) are compiled and run as one model, and every value
+  they make that a later node reads comes out of it;
+* then, when what D needs is a small integer or bool value (a shape, a trip count, a
+  condition: at most ``MAX_FROZEN_ELEMENTS`` elements), that value is frozen: the rest of the
+  graph, D included, is imported with it as a constant, so D compiles (specialized on the
+  value, as the ONNX backend's value specialization does);
+* otherwise (NonZero, Unique, NonMaxSuppression of data; a Loop whose exit depends on data)
+  D itself is computed here, by importing it alone with its inputs as constants (which folds
+  it with the operators' NumPy references), and its outputs join what the run knows.
+
+The last stage imports and compiles the rest whole. Every stage is built once per distinct
+(remaining nodes, input shapes and dtypes, frozen values) and kept in a
+:class:`~opfusion.compiler.specialize.SpecializationCache` of ``max_stages`` entries: a new
+size of a data-dependent output (another count of boxes kept) compiles the stages after it
+once. A run with more stages than the graph has nodes is an error, not a hang."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...compiler.signature import output_positions, parse_run_arguments
+from ...compiler.specialize import SpecializationCache
+from ...compiler.staged import CompileSettings, StagedModel
+from ...errors import DataDependentError, OpfusionError
+from ...ir.evaluate import evaluate
+
+MAX_FROZEN_ELEMENTS = 64
+"""A needed integer/bool value of at most this many elements is frozen (the rest compiles
+specialized on it); a larger one, or one of floats, is data: its node runs in NumPy."""
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One step of a staged run: run ``executor`` on ``inputs`` (None when no node is to run
+    before the cut), giving ``outputs``; then either the end (``cut`` None), or go on with
+    ``rest`` after freezing value ``freeze`` (when the run finds it small: the cut node then
+    stays in the rest) or computing node ``cut``."""
+
+    executor: Any
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cut: int | None = None
+    freeze: str | None = None
+    rest: tuple[int, ...] = ()
+
+
+class OnnxStagedModel(StagedModel):
+    """An ONNX model (a copy, its external data read) whose import needs values it computes;
+    ``opf.compile`` runs it in stages. ``error`` is what stopped the plain import."""
+
+    def __init__(self, proto: Any, input_shapes: Mapping[str, tuple[int, ...]],
+                 input_dtypes: Mapping[str, str], error: DataDependentError) -> None:
+        self.proto = proto
+        self.input_names = list(input_shapes)
+        self.input_shapes = dict(input_shapes)
+        self.input_dtypes = dict(input_dtypes)
+        self.output_names = [value.name for value in proto.graph.output]
+        self.error = error
+
+    def compile(self, settings: CompileSettings) -> StagedExecutor:
+        return StagedExecutor(self, settings)
+
+    def __repr__(self) -> str:
+        return (f"OnnxStagedModel(inputs={self.input_names}, outputs={self.output_names}; "
+                f"data-dependent at: {self.error})")
+
+
+class StagedExecutor:
+    """Runs an :class:`OnnxStagedModel` stage by stage (see the module's docstring). Answers
+    ``run`` and ``__call__`` as :class:`~opfusion.compiler.executor.Executor` does; safe to run
+    from many threads at once."""
+
+    def __init__(self, model: OnnxStagedModel, settings: CompileSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.input_names = model.input_names
+        self.output_names = model.output_names
+        graph = model.proto.graph
+        self._nodes = list(graph.node)
+        self._initializers = {tensor.name: tensor for tensor in graph.initializer}
+        self._reads = [_names_read(node) for node in self._nodes]
+        self._cache: SpecializationCache[tuple, _Stage] = SpecializationCache(
+            settings.max_stages)
+        self._num_threads = settings.num_threads
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, output_names: Any = None, input_feed: Any = None, run_options: Any = None,
+            *, profile: bool = False) -> list[np.ndarray]:
+        """Run every stage on ``input_feed`` and return the outputs (the forms of
+        :meth:`Executor.run <opfusion.compiler.executor.Executor.run>`)."""
+        if profile:
+            raise OpfusionError("profile=True is not available for a model run in stages "
+                                "(its shapes depend on data); profile a model with static "
+                                "shapes")
+        wanted, feeds = parse_run_arguments(output_names, input_feed, run_options)
+        positions = output_positions(self.output_names, wanted)
+        known = self._bind(feeds)
+        frozen: dict[str, np.ndarray] = {}
+        remaining = tuple(range(len(self._nodes)))
+        for _ in range(2 * len(self._nodes) + 2):
+            stage = self._stage_for(remaining, known, frozen)
+            if stage.executor is not None:
+                results = stage.executor.run([known[name] for name in stage.inputs])
+                known.update(zip(stage.outputs, results))
+            if stage.cut is None:
+                break
+            if stage.freeze is not None and _small_shape_value(known[stage.freeze]):
+                frozen[stage.freeze] = np.asarray(known[stage.freeze])
+                remaining = tuple(sorted((*stage.rest, stage.cut)))  # the cut node compiles
+            else:
+                known.update(self._evaluate_node(stage.cut, known))
+                remaining = stage.rest
+        else:
+            raise OpfusionError("a staged run took more stages than the model has nodes; "
+                                "please report this model")
+        outputs = [np.asarray(known[name]) for name in self.output_names]
+        return outputs if positions is None else [outputs[i] for i in positions]
+
+    def __call__(self, *arrays: Any, **named: Any) -> Any:
+        feeds: Any = dict(zip(self.input_names, arrays)) if arrays else {}
+        feeds.update(named)
+        outputs = self.run(feeds)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Run every stage's kernels on ``num_threads`` threads (0: every core)."""
+        self._num_threads = num_threads
+        for stage in self._cache.values():
+            if stage.executor is not None:
+                stage.executor.set_num_threads(num_threads)
+
+    @property
+    def stages_compiled(self) -> int:
+        """How many stages this executor has built (evicted ones included)."""
+        return self._cache.builds
+
+    def export(self, path: Any) -> None:
+        raise OpfusionError("a model whose shapes depend on data runs in stages compiled as "
+                            "it runs and cannot be exported to one file; export a model with "
+                            "static shapes")
+
+    def _bind(self, feeds: Any) -> dict[str, np.ndarray]:
+        if isinstance(feeds, Mapping):
+            missing = [name for name in self.input_names if name not in feeds]
+            if missing:
+                raise OpfusionError(f"missing input(s) {', '.join(map(repr, missing))}; the "
+                                    f"model's inputs are {', '.join(self.input_names)}")
+            arrays = [feeds[name] for name in self.input_names]
+        else:
+            arrays = list(feeds or [])
+            if len(arrays) != len(self.input_names):
+                raise OpfusionError(f"the model takes {len(self.input_names)} inputs "
+                                    f"({', '.join(self.input_names)}); got {len(arrays)}")
+        known = {}
+        for name, array in zip(self.input_names, arrays):
+            array = np.asarray(array)
+            want_shape, want_dtype = self.model.input_shapes[name], self.model.input_dtypes[name]
+            if array.shape != tuple(want_shape) or array.dtype != np.dtype(want_dtype):
+                raise OpfusionError(f"input {name!r} must be {want_dtype} of shape "
+                                    f"{tuple(want_shape)}; got {array.dtype} of shape "
+                                    f"{array.shape}")
+            known[name] = array
+        return known
+
+    # -- stages ----------------------------------------------------------------------------
+    def _stage_for(self, remaining: tuple[int, ...], known: dict[str, np.ndarray],
+                   frozen: dict[str, np.ndarray]) -> _Stage:
+        reads = self._free_names(remaining) | set(self.output_names)
+        visible = [name for name in reads if name in known and name not in frozen]
+        key = (remaining,
+               tuple((name, known[name].shape, known[name].dtype.str) for name in visible),
+               tuple((name, value.dtype.str, value.shape, value.tobytes())
+                     for name, value in sorted(frozen.items()) if name in reads))
+        return self._cache.get(key, lambda: self._build(
+            remaining, {name: known[name] for name in visible},
+            {name: value for name, value in frozen.items() if name in reads}))
+
+    def _build(self, remaining: tuple[int, ...], known: dict[str, np.ndarray],
+               frozen: dict[str, np.ndarray]) -> _Stage:
+        from .importer import from_onnx
+
+        outputs = [name for name in self.output_names if name not in known]
+        nodes = [self._nodes[i] for i in remaining]
+        if not nodes:
+            return _Stage(None, (), ())
+        stage_proto = self._stage_model(nodes, known, frozen, outputs)
+        try:
+            mod, params = from_onnx(stage_proto, data_dependent="raise")
+        except DataDependentError as err:
+            if err.graph_index is None:
+                raise
+            return self._cut(remaining, known, frozen, err)
+        return _Stage(self._compile(mod, params), _input_names(stage_proto), tuple(outputs))
+
+    def _cut(self, remaining: tuple[int, ...], known: dict[str, np.ndarray],
+             frozen: dict[str, np.ndarray], err: DataDependentError) -> _Stage:
+        """The stage that runs what node ``err.graph_index`` of ``remaining`` depends on,
+        then freezes the value it needs or computes the node."""
+        from .importer import from_onnx
+
+        cut = remaining[err.graph_index]
+        before = set(remaining[:err.graph_index])
+        needed = self._ancestors(cut, before)
+        prefix = [i for i in remaining if i in needed]
+        rest = tuple(i for i in remaining if i not in needed and i != cut)
+        later_reads = self._free_names(rest) | set(self._reads[cut]) | set(self.output_names)
+        produced = [name for i in prefix for name in self._nodes[i].output if name]
+        exported = [name for name in produced if name in later_reads]
+        freeze = err.value_name if self._freezable(err, prefix, known) else None
+        executor, inputs = None, ()
+        if prefix:
+            stage_proto = self._stage_model([self._nodes[i] for i in prefix], known, frozen,
+                                            exported)
+            mod, params = from_onnx(stage_proto, data_dependent="raise")
+            executor, inputs = self._compile(mod, params), _input_names(stage_proto)
+        return _Stage(executor, inputs, tuple(exported), cut=cut, freeze=freeze, rest=rest)
+
+    def _freezable(self, err: DataDependentError, prefix: list[int],
+                   known: dict[str, np.ndarray]) -> bool:
+        """Whether the needed value is one the run will know before the cut (an input or a
+        value the prefix makes); whether it is small enough to freeze is decided per run."""
+        name = err.value_name
+        return name is not None and (name in known or any(name in self._nodes[i].output
+                                                          for i in prefix))
+
+    def _evaluate_node(self, index: int, known: dict[str, np.ndarray]
+                       ) -> dict[str, np.ndarray]:
+        """Node ``index`` computed from its inputs as constants (folded at import)."""
+        from .importer import from_onnx
+
+        node = self._nodes[index]
+        outputs = [name for name in node.output if name]
+        stage_proto = self._stage_model([node], {}, {name: known[name]
+                                                     for name in self._reads[index]
+                                                     if name in known}, outputs)
+        mod, params = from_onnx(stage_proto, data_dependent="raise")
+        values = evaluate(mod, params)
+        values = values if isinstance(values, tuple) else (values,)
+        return {name: np.asarray(value) for name, value in zip(outputs, values)}
+
+    def _compile(self, mod: Any, params: dict[str, np.ndarray]) -> Any:
+        from ...compiler.compile import compile as compile_model
+
+        settings = self.settings
+        if settings.reference:
+            return _Evaluated(mod, params)
+        context = settings.context
+        with context if context is not None else _nullcontext():
+            return compile_model(mod, target=settings.target, params=params,
+                                 opt_level=settings.opt_level, fusion=settings.fusion,
+                                 verify=settings.verify, num_threads=self._num_threads,
+                                 records=settings.records)
+
+    # -- graphs ----------------------------------------------------------------------------
+    def _free_names(self, indices: Sequence[int]) -> set[str]:
+        """Names the nodes ``indices`` read that none of them makes."""
+        made = {name for i in indices for name in self._nodes[i].output}
+        return {name for i in indices for name in self._reads[i] if name not in made}
+
+    def _ancestors(self, index: int, candidates: set[int]) -> set[int]:
+        """The nodes among ``candidates`` that node ``index`` depends on (a worklist)."""
+        producer = {name: i for i in candidates for name in self._nodes[i].output if name}
+        found: set[int] = set()
+        pending = [name for name in self._reads[index]]
+        while pending:
+            i = producer.get(pending.pop())
+            if i is None or i in found:
+                continue
+            found.add(i)
+            pending.extend(self._reads[i])
+        return found
+
+    def _stage_model(self, nodes: list[Any], known: Mapping[str, np.ndarray],
+                     frozen: Mapping[str, np.ndarray], outputs: Sequence[str]) -> Any:
+        """An ONNX model of ``nodes``: the known values they read as inputs (with their
+        shapes and dtypes), the frozen ones and the model's initializers as initializers."""
+        from onnx import TensorProto, helper, numpy_helper
+
+        made = {name for node in nodes for name in node.output}
+        reads = {name for node in nodes for name in _names_read(node)} | set(outputs)
+        reads -= made
+        inputs = [helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+            for name, array in known.items() if name in reads and name not in frozen]
+        initializers = [numpy_helper.from_array(np.asarray(value), name)
+                        for name, value in frozen.items() if name in reads]
+        initializers += [tensor for name, tensor in self._initializers.items()
+                         if name in reads and name not in frozen and name not in known]
+        graph = helper.make_graph(
+            nodes, "stage", inputs,
+            [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None)
+             for name in outputs], initializers)
+        proto = helper.make_model(graph, opset_imports=list(self.model.proto.opset_import))
+        proto.ir_version = self.model.proto.ir_version
+        return proto
+
+
+def _input_names(proto: Any) -> tuple[str, ...]:
+    return tuple(value.name for value in proto.graph.input)
+
+
+def _small_shape_value(value: Any) -> bool:
+    """An integer or bool value of at most ``MAX_FROZEN_ELEMENTS`` elements: a shape, a
+    count, a condition, which the rest of a staged run is compiled specialized on."""
+    array = np.asarray(value)
+    return array.size <= MAX_FROZEN_ELEMENTS and array.dtype.kind in "biu"
+
+
+def _names_read(node: Any) -> list[str]:
+    """The names ``node`` reads: its inputs and what its control-flow bodies read from the
+    enclosing scope (a worklist over nested bodies)."""
+    from onnx import AttributeProto
+
+    names = [name for name in node.input if name]
+    pending = [(attr.g, frozenset()) for attr in node.attribute
+               if attr.type == AttributeProto.GRAPH]
+    while pending:
+        body, shadowed = pending.pop()
+        local = set(shadowed)
+        local.update(value.name for value in body.input)
+        local.update(tensor.name for tensor in body.initializer)
+        for inner in body.node:
+            local.update(inner.output)
+        for inner in body.node:
+            names.extend(name for name in inner.input if name and name not in local)
+            pending.extend((attr.g, frozenset(local)) for attr in inner.attribute
+                           if attr.type == AttributeProto.GRAPH)
+        names.extend(value.name for value in body.output if value.name not in local)
+    return list(dict.fromkeys(names))
+
+
+class _Evaluated:
+    """A stage run by the reference interpreter (the ONNX backend's reference engine)."""
+
+    def __init__(self, mod: Any, params: dict[str, np.ndarray]) -> None:
+        self.mod, self.params = mod, list(params.values())
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        values = evaluate(self.mod, [*inputs, *self.params])
+        return list(values) if isinstance(values, tuple) else [values]
+
+    def set_num_threads(self, num_threads: int) -> None:
+        return None
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -1,0 +1,131 @@
+"""Models whose shapes depend on data run in compiled stages (frontend/onnx/staged.py): a
+NonMaxSuppression detection head, NonZero-driven gathers, shapes and conditions computed
+at run time, a loop whose exit depends on data. Each is checked against ONNX Runtime on
+several inputs, and the stages are built once per new size."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import opfusion as opf  # noqa: E402
+from opfusion.errors import DataDependentError, OpfusionError  # noqa: E402
+from opfusion.frontend import from_onnx  # noqa: E402
+from opfusion.frontend.onnx.staged import OnnxStagedModel  # noqa: E402
+from opfusion.testing import assert_close  # noqa: E402
+from opfusion.testing.detection import nms_model  # noqa: E402
+
+FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def value(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def const(name, array):
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
+        array.reshape(-1).tolist()))
+
+
+def model(nodes, inputs, outputs, opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def compare_with_onnxruntime(proto, feeds_list, **compile_options):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = from_onnx(proto)
+    assert isinstance(mod, OnnxStagedModel)
+    exe = opf.compile(mod, params=params, **compile_options)
+    for feeds in feeds_list:
+        want = session.run(None, feeds)
+        got = exe.run(feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol=1e-5)
+    return exe
+
+
+def test_nonzero_then_gather_runs_in_stages_built_once_per_size():
+    nodes = [const("zero", np.array(0.0, np.float32)),
+             helper.make_node("Greater", ["x", "zero"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["picked"]),
+             helper.make_node("Exp", ["picked"], ["y"]),
+             helper.make_node("Shape", ["picked"], ["n"])]
+    proto = model(nodes, [value("x", FLOAT, [3, 4])],
+                  [value("y", FLOAT, None), value("n", INT64, None)])
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    exe = compare_with_onnxruntime(proto, [{"x": x}, {"x": -x}, {"x": x}])
+    # the part before NonZero once, the part after it once per count of positive values
+    assert exe.stages_compiled == 3
+
+
+def test_detection_head_with_non_max_suppression_matches_onnxruntime():
+    proto = nms_model(boxes=32, features=16, classes=3)
+    rng = np.random.default_rng(1)
+    feeds = [{"features": rng.standard_normal((1, 32, 16)).astype(np.float32)}
+             for _ in range(3)]
+    compare_with_onnxruntime(proto, feeds)
+
+
+def test_a_computed_shape_is_frozen_and_the_rest_compiled():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    proto = model(nodes, [value("x", FLOAT, [4, 6]), value("shape", INT64, [2])],
+                  [value("y", FLOAT, None)])
+    x = np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)
+    feeds = [{"x": x, "shape": np.array(s, np.int64)} for s in [(3, 8), (2, 12), (3, 8)]]
+    exe = compare_with_onnxruntime(proto, feeds)
+    assert exe.stages_compiled == 3  # the cut (nothing runs before it), one per shape value
+
+
+def test_if_whose_branches_differ_in_shape_specializes_on_the_condition():
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [value("t", FLOAT, [4])])
+    other = helper.make_graph([const("two", np.array([0, 2], np.int64)),
+                               helper.make_node("Gather", ["x", "two"], ["e"])], "else", [],
+                              [value("e", FLOAT, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             const("zero", np.array(0.0, np.float32)),
+             helper.make_node("Greater", ["s", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    proto = model(nodes, [value("x", FLOAT, [4])], [value("y", FLOAT, None)])
+    x = np.array([1.0, -0.5, 2.0, 0.25], np.float32)
+    compare_with_onnxruntime(proto, [{"x": x}, {"x": -x}])
+
+
+def test_loop_whose_exit_depends_on_data_is_computed_between_stages():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v_in", "v_in"], ["v_out"]),
+         helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+         const("lim", np.array(100.0, np.float32)),
+         helper.make_node("Less", ["s", "lim"], ["cond_out"])],
+        "body", [value("i", INT64, []), value("cond_in", BOOL, []), value("v_in", FLOAT, [2])],
+        [value("cond_out", BOOL, []), value("v_out", FLOAT, [2])])
+    nodes = [helper.make_node("Abs", ["x"], ["v0"]),
+             const("M", np.array(50, np.int64)), const("c", np.array(True)),
+             helper.make_node("Loop", ["M", "c", "v0"], ["v"], body=body),
+             helper.make_node("Sqrt", ["v"], ["y"])]
+    proto = model(nodes, [value("x", FLOAT, [2])], [value("y", FLOAT, [2])])
+    compare_with_onnxruntime(proto, [{"x": np.array([1.0, 2.0], np.float32)},
+                                     {"x": np.array([0.01, -0.02], np.float32)}])
+
+
+def test_data_dependent_raise_and_export_refusal():
+    nodes = [helper.make_node("NonZero", ["x"], ["y"], name="nz")]
+    proto = model(nodes, [value("x", FLOAT, [5])], [value("y", INT64, None)])
+    with pytest.raises(DataDependentError, match="'nz'"):
+        from_onnx(proto, data_dependent="raise")
+    mod, params = from_onnx(proto)
+    exe = opf.compile(mod, params=params)
+    got = exe.run({"x": np.array([0, 1, 0, 2, 3], np.float32)})
+    np.testing.assert_array_equal(got[0], [[1, 3, 4]])
+    with pytest.raises(OpfusionError, match="cannot be exported"):
+        exe.export("unused.opf")
+    with pytest.raises(OpfusionError, match="input 'x'"):
+        exe.run({"x": np.zeros(4, np.float32)})
