@@ -1,7 +1,7 @@
 """Run the ONNX backend test suite's in-scope tests through opfusion's backend and count.
 
     python benchmarks/onnx_backend_report.py [--kinds node,light,...] [-k REGEX]
-                                             [--engine compiled|reference]
+                                             [--engine compiled|reference|onnxruntime]
                                              [--no-specialize] [--jobs N]
                                              [--write-known-failures]
 
@@ -15,7 +15,9 @@ the number of tests each blocks), errors (by exception class) and numeric mismat
 of issue 3 is the ``node`` line: the generated node tests, tensor-only inference subset
 (``tests/frontend/onnx_backend_scope.py`` says what is out of scope and why).
 
-``--engine`` picks the backend's engine (``compiled``, the default, or ``reference``).
+``--engine`` picks the backend's engine (``compiled``, the default, or ``reference``), or
+``onnxruntime``: the same cases, inputs and comparison run by ONNX Runtime's CPU provider
+instead of opfusion, the peer's count on the same scope (needs the test extra).
 ``--write-known-failures`` rewrites that engine's KNOWN_FAILURES block of the scope file from
 this run (entries of tests this run did not cover are kept). A run of another engine than the
 reference also lists its failures that the reference engine passes (by the reference block of
@@ -91,7 +93,8 @@ def run_case(kind: str, name: str, where: str, rtol: float, atol: float,
     signal.alarm(TIMEOUT_S)
     try:
         model, data_sets = _load_case(kind, where)
-        rep = onnx_backend.prepare(model, engine=engine, specialize=specialize)
+        rep = (_OnnxRuntimeRep(model) if engine == "onnxruntime" else
+               onnx_backend.prepare(model, engine=engine, specialize=specialize))
         for inputs, expected in data_sets:
             outputs = list(rep.run(inputs))
             if kind == "light":
@@ -115,12 +118,35 @@ def run_case(kind: str, name: str, where: str, rtol: float, atol: float,
     except _Timeout:
         outcome.update(status="error", cls="Timeout", message=f"over {TIMEOUT_S} s")
     except Exception as err:  # noqa: BLE001 - a non-opfusion exception breaks the contract
+        if engine == "onnxruntime":  # ONNX Runtime's own errors are its failures
+            outcome.update(status="error", cls=f"onnxruntime: {type(err).__name__}",
+                           message=_first_line(err))
+            outcome["seconds"] = time.perf_counter() - start
+            return outcome
         outcome.update(status="error", cls=f"non-opfusion {type(err).__name__}",
                        message=_first_line(err))
     finally:
         signal.alarm(0)
     outcome["seconds"] = time.perf_counter() - start
     return outcome
+
+
+class _OnnxRuntimeRep:
+    """A case run by ONNX Runtime (``--engine onnxruntime``), answering as a backend rep."""
+
+    frozen_inputs = None
+
+    def __init__(self, model) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 4
+        self.session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                    providers=["CPUExecutionProvider"])
+        self.names = [value.name for value in self.session.get_inputs()]
+
+    def run(self, inputs):
+        return self.session.run(None, dict(zip(self.names, inputs)))
 
 
 class _Timeout(Exception):
@@ -319,7 +345,7 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)} (default: all)")
     parser.add_argument("-k", dest="pattern", help="only tests whose name matches this regex")
-    parser.add_argument("--engine", choices=sorted(onnx_backend.ENGINES),
+    parser.add_argument("--engine", choices=[*sorted(onnx_backend.ENGINES), "onnxruntime"],
                         default=onnx_backend.DEFAULT_ENGINE,
                         help=f"the backend's engine (default {onnx_backend.DEFAULT_ENGINE})")
     parser.add_argument("--no-specialize", action="store_true",
@@ -345,7 +371,7 @@ def main() -> int:
           f"on {args.jobs} process(es); engine {args.engine}; value specialization "
           f"{'on' if specialize else 'off'}\n")
     report(outcomes, kinds)
-    if args.engine != "reference":
+    if args.engine not in ("reference", "onnxruntime"):
         report_regressions(outcomes, args.engine)
     slowest = sorted(outcomes, key=lambda o: -o["seconds"])[:5]
     print("\nslowest: " + ", ".join(f"{o['name']} {o['seconds']:.1f} s" for o in slowest))

@@ -256,3 +256,52 @@ def test_unsupported_op_inside_a_body_is_listed_up_front():
     from opfusion.frontend import UnsupportedOnnxError
     with pytest.raises(UnsupportedOnnxError, match="NoSuchOp"):
         from_onnx(proto)
+
+
+def test_model_with_loop_and_if_matches_onnxruntime():
+    """A recurrent refinement: a Loop of 4 steps (state h, a scan output per step) whose body
+    picks, by a condition computed from the data, one of two updates of the same shape, and
+    an If on a condition folded from shapes. Compiled and compared with ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime")
+    w = (rng.standard_normal((8, 8)) / np.sqrt(8)).astype(np.float32)
+    then = helper.make_graph([helper.make_node("Tanh", ["mixed"], ["t"])], "then", [],
+                             [value("t", FLOAT, [1, 8])])
+    other = helper.make_graph([helper.make_node("Sigmoid", ["mixed"], ["e"])], "else", [],
+                              [value("e", FLOAT, [1, 8])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Gather", ["x", "i"], ["row"], axis=1),
+         helper.make_node("MatMul", ["h_in", "w"], ["hw"]),
+         helper.make_node("Add", ["hw", "row"], ["mixed"]),
+         helper.make_node("ReduceMean", ["mixed"], ["m"], keepdims=0),
+         const("zero", np.array(0.0, np.float32)),
+         helper.make_node("Greater", ["m", "zero"], ["positive"]),
+         helper.make_node("If", ["positive"], ["h_out"], then_branch=then, else_branch=other),
+         helper.make_node("ReduceSum", ["h_out"], ["energy"], keepdims=0)],
+        "body", [value("i", INT64, []), value("cond_in", BOOL, []), value("h_in", FLOAT, [1, 8])],
+        [value("cond_out", BOOL, []), value("h_out", FLOAT, [1, 8]), value("energy", FLOAT, [])])
+    shape_then = helper.make_graph([helper.make_node("Relu", ["h"], ["r"])], "st", [],
+                                   [value("r", FLOAT, [1, 8])])
+    shape_else = helper.make_graph([helper.make_node("Neg", ["h"], ["n"])], "se", [],
+                                   [value("n", FLOAT, [1, 8])])
+    nodes = [const("w", w), const("M", np.array(4, np.int64)), const("c", np.array(True)),
+             helper.make_node("Loop", ["M", "c", "h0"], ["h", "energies"], body=body),
+             helper.make_node("Shape", ["x"], ["xs"]),
+             const("one", np.array([1], np.int64)), const("two", np.array([2], np.int64)),
+             const("four", np.array([4], np.int64)),
+             helper.make_node("Slice", ["xs", "one", "two"], ["steps"]),
+             helper.make_node("Equal", ["steps", "four"], ["is_four"]),
+             helper.make_node("If", ["is_four"], ["y"], then_branch=shape_then,
+                              else_branch=shape_else)]
+    proto = model(nodes, [value("x", FLOAT, [1, 4, 8]), value("h0", FLOAT, [1, 8])],
+                  [value("y", FLOAT, [1, 8]), value("energies", FLOAT, [4])])
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = from_onnx(proto)
+    exe = opf.compile(mod, params=params)
+    for seed in range(3):
+        feeds = {"x": np.random.default_rng(seed).standard_normal((1, 4, 8)).astype(np.float32),
+                 "h0": np.random.default_rng(seed + 9).standard_normal((1, 8)).astype(np.float32)}
+        want = session.run(None, feeds)
+        got = exe.run(feeds)
+        for g, wv in zip(got, want):
+            assert_close(g, wv, rtol=1e-5)
