@@ -39,9 +39,7 @@ OUT_OF_SCOPE: list[tuple[str, str]] = [
     (r"^test_(string_|strnormalizer|strnorm_model|regex_full_match)", "strings: string ops"),
     (r"(STRING|_string)", "strings: string tensors"),
     (r"^test_image_decoder", "strings/bytes: ImageDecoder decodes image files (a codec)"),
-    # -- quantized, other domains ----------------------------------------------------------
-    (r"^test_(quantizelinear|dequantizelinear|dynamicquantizelinear|qlinear|convinteger"
-     r"|matmulinteger)", "quantized: QDQ and integer-arithmetic ops"),
+    # -- other domains ---------------------------------------------------------------------
     (r"^test_ai_onnx_ml_", "other domain: ai.onnx.ml (classic ML operators)"),
     (r"^test_flexattention(?!.*_expanded)", "other domain: ai.onnx.preview (FlexAttention)"),
     # -- element types opfusion does not have ----------------------------------------------

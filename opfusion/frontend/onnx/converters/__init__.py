@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     elementwise,
     nn,
     normalization,
+    quantize,
     reduce,
     resize,
     tensor,
