@@ -2,4 +2,4 @@
 family per file. Importing this package registers them all; the ``opf.op`` builders
 (:mod:`opfusion.op`) are generated from them."""
 
-from . import broadcast, elemwise, fma, image, nn, reduce, sort, transform  # noqa: F401
+from . import broadcast, elemwise, fma, image, nn, reduce, scatter, sort, transform  # noqa: F401

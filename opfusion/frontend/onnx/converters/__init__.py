@@ -10,5 +10,6 @@ from . import (  # noqa: F401
     quantize,
     reduce,
     resize,
+    scatter,
     tensor,
 )

@@ -305,11 +305,19 @@ def _pool3d(data: Expr, window: _PoolGeometry, build: Callable[..., Expr],
 
 
 @converter("MaxPool")
-def max_pool(node: OnnxNode) -> Expr:
-    if node.num_outputs > 1:
-        raise node.error("the Indices output is not supported; use the pooled values only "
-                         "(MaxUnpool-style index outputs have no opfusion operator)")
-    return _pool(node, op.nn.max_pool2d)
+def max_pool(node: OnnxNode) -> Expr | list[Expr]:
+    values = _pool(node, op.nn.max_pool2d)
+    if node.num_outputs < 2:
+        return values
+    # Indices: where each window's maximum lies in the whole input (2-D pools only).
+    data = node.input(0)
+    window = _PoolGeometry(node, data)
+    if window.rank != 2:
+        raise node.error("the Indices output is supported for 2-D pooling only")
+    indices = op.nn.max_pool_indices(data, out_size=_shape(values)[2:],
+                                     storage_order=int(node.attr("storage_order", 0)),
+                                     **window.attrs())
+    return [values, indices]
 
 
 @converter("AveragePool")
