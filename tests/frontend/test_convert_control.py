@@ -99,7 +99,7 @@ def test_if_runtime_condition_with_branches_of_different_shapes_is_data_dependen
                             name="pick")
     proto = model([node], [value("cond", BOOL, [])], [value("y", FLOAT, None)])
     with pytest.raises(DataDependentError, match="pick"):
-        from_onnx(proto)
+        from_onnx(proto, data_dependent="raise")
 
 
 def loop_body(scan=True):
@@ -174,7 +174,7 @@ def test_loop_whose_condition_depends_on_data_is_data_dependent():
              helper.make_node("Loop", ["", "c", "v0"], ["v"], body=body, name="grow")]
     proto = model(nodes, [value("v0", FLOAT, [2])], [value("v", FLOAT, [2])])
     with pytest.raises(DataDependentError, match="grow"):
-        from_onnx(proto)
+        from_onnx(proto, data_dependent="raise")
 
 
 def test_loop_without_trip_count_or_condition_is_refused():

@@ -80,7 +80,9 @@ def test_a_shape_input_computed_at_run_time_is_a_clear_error():
                        {"x": X, "s": ints(6, 4)}, opset=13)
     with pytest.raises(opf.OpfusionError, match=r"Reshape \(node 'y', opset 13\): input 1 "
                                                 r"\(shape\) must be a constant known at import"):
-        from_onnx(model)
+        from_onnx(model, data_dependent="raise")
+    staged, _ = from_onnx(model)  # by default: run in stages, specialized on the shape's value
+    assert type(staged).__name__ == "OnnxStagedModel"
 
 
 # -- shape and layout ------------------------------------------------------------------------

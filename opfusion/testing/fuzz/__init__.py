@@ -235,25 +235,46 @@ def _example_shapes(mod: SymbolicModule) -> dict[str, tuple[int, ...]] | None:
 
 def _inputs_for(mod: Any, wide_ints: bool = False) -> dict[str, np.ndarray] | None:
     """Standard-normal floats, integers in [0, 4) (in [-16, 16) with ``wide_ints``) and
-    random bools for ``@main``'s parameters; None when they would be too large to feed."""
+    random bools for ``@main``'s parameters (a staged model's inputs); None when they would
+    be too large to feed."""
+    from ...frontend.onnx.staged import OnnxStagedModel
+
+    if isinstance(mod, OnnxStagedModel):
+        declared = [(name, mod.input_shapes[name], mod.input_dtypes[name])
+                    for name in mod.input_names]
+    else:
+        declared = [(param.name_hint, param.checked_type.shape, param.checked_type.dtype)
+                    for param in mod["main"].params]
     rng = np.random.default_rng(0)
     feeds: dict[str, np.ndarray] = {}
-    for param in mod["main"].params:
-        ty = param.checked_type
-        shape = tuple(int(d) for d in ty.shape)
+    for name, dims, dtype_name in declared:
+        shape = tuple(int(d) for d in dims)
         if any(d < 0 for d in shape) or math.prod(shape) > MAX_INPUT_ELEMENTS:
             return None
-        dtype = np.dtype(ty.dtype)
+        dtype = np.dtype(dtype_name)
         if dtype.kind == "f":
-            feeds[param.name_hint] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[param.name_hint] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         elif dtype.kind in "iu":
             low, high = (-16, 16) if wide_ints else (0, 4)
-            feeds[param.name_hint] = rng.integers(low, high, shape).astype(dtype)
+            feeds[name] = rng.integers(low, high, shape).astype(dtype)
         else:
             return None
     return feeds
+
+
+def _reference(mod: Any, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> Any:
+    """The reference interpreter's outputs (a staged model's stages evaluated by it)."""
+    from ...compiler.staged import CompileSettings
+    from ...frontend.onnx.staged import OnnxStagedModel
+    from ...ir.evaluate import evaluate
+    from ...target import host_target
+
+    if isinstance(mod, OnnxStagedModel):
+        outputs = mod.compile(CompileSettings(host_target(), reference=True)).run(feeds)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return evaluate(mod, {**feeds, **params})
 
 
 def _import(case: FuzzCase) -> tuple[Any, dict[str, np.ndarray]]:
@@ -276,7 +297,6 @@ def run_case(case: FuzzCase, *, compile_model: bool = True, reraise: bool = Fals
     traceback). ``compile_model=False`` stops after import (type-checked by the import)."""
     from ... import compile as opf_compile
     from ...errors import OpfusionError
-    from ...ir.evaluate import evaluate
 
     outcome = Outcome(case.number, case.seed, case.model_name, case.mutations, OK)
     start = time.perf_counter()
@@ -305,7 +325,7 @@ def run_case(case: FuzzCase, *, compile_model: bool = True, reraise: bool = Fals
                     stage = "run"
                     got = exe.run(feeds)
                     stage = "reference"
-                    want = evaluate(mod, {**feeds, **params})
+                    want = _reference(mod, feeds, params)
                     stage = "compare"
                     difference = _compare(got, want)
                     if difference == NONFINITE:
