@@ -31,10 +31,22 @@ def _index_type(op: Op, indices: TensorType, what: str = "indices") -> None:
 
 
 def _scatter(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -> None:
-    if reduction == "none":
-        out[where] = updates  # NumPy assigns in order: the last duplicate wins
-    else:
-        _UFUNC[reduction].at(out, where, updates)
+    """Write (or reduce) ``updates`` into ``out`` at ``where``: index arrays, broadcast to
+    updates' leading shape, over out's first ``len(where)`` axes (updates' other axes are
+    the slices written)."""
+    if reduction != "none":
+        _UFUNC[reduction].at(out, where, updates)  # ufunc.at applies duplicates in order
+        return
+    # NumPy does not promise which duplicate an advanced assignment keeps; ONNX's reference
+    # loops in order, so the last update to an element wins: keep only those.
+    lead = out.shape[:len(where)]
+    batch = updates.shape[:updates.ndim - (out.ndim - len(where))]
+    columns = [np.broadcast_to(w, batch).reshape(-1) for w in where]
+    linear = np.ravel_multi_index(columns, lead) if columns[0].size else columns[0]
+    _, from_end = np.unique(linear[::-1], return_index=True)
+    last = np.sort(linear.size - 1 - from_end)
+    slices = updates.reshape((-1,) + updates.shape[len(batch):])
+    out[tuple(c[last] for c in columns)] = slices[last]
 
 
 @register_op
@@ -148,11 +160,13 @@ class TensorScatter(Op):
             positions = start + np.arange(steps)
             if mode == "circular":
                 positions %= length
-            else:
-                check_in_range(positions, [length], f"tensor_scatter (batch {batch})")
-                if start < 0:
-                    check_in_range(np.array([length + 1]), [length],
-                                   f"tensor_scatter (batch {batch}, write index {start})")
+            elif start < 0 or start + steps > length:
+                # linear mode: no wrapping, negative starts included
+                raise IndexOutOfRangeError(
+                    f"tensor_scatter (mode 'linear'): write index {start} of batch entry "
+                    f"{batch} plus the update's {steps} steps does not fit in the cache's "
+                    f"{length} along axis {axis}; write indices must lie in "
+                    f"[0, {length - steps}] (or use mode 'circular')")
             target[batch][..., positions] = source[batch]  # (one advanced index, last)
         return out
 
@@ -387,7 +401,12 @@ class ReverseSequence(Op):
                   time_axis: int) -> np.ndarray:
         out = data.copy()
         steps = data.shape[time_axis]
-        check_in_range(np.clip(lengths, 0, None) - 1, [steps], "reverse_sequence lengths")
+        bad = (lengths < 0) | (lengths > steps)
+        if bad.any():  # as ONNX Runtime refuses them; a longer one would read past the end
+            b = int(np.argmax(bad))
+            raise IndexOutOfRangeError(
+                f"reverse_sequence: sequence_lens[{b}] = {int(lengths[b])} is outside [0, "
+                f"{steps}], the length of the time axis {time_axis}")
         moved_out = np.moveaxis(out, (batch_axis, time_axis), (0, 1))
         moved_in = np.moveaxis(data, (batch_axis, time_axis), (0, 1))
         for b, length in enumerate(lengths.astype(np.int64).tolist()):

@@ -237,7 +237,7 @@ def test_pool_1d(op_type):
 
 
 def test_max_pool_indices_output_of_a_3d_pool_is_an_error():
-    # 2-D pools give their Indices (nn.max_pool_indices: tests/frontend/test_convert_scatter.py)
+    # 1-D and 2-D pools give their Indices (tests/frontend/test_convert_scatter.py)
     assert "Indices" in import_error("MaxPool", {"x": randn(1, 2, 4, 4, 4)}, outputs=2,
                                      kernel_shape=[2, 2, 2])
 

@@ -63,6 +63,33 @@ def test_scatter_nd_slices(reduction):
     check(one_node("ScatterND", feeds, reduction=reduction), feeds, compiled=True)
 
 
+def test_duplicate_indices_without_reduction_keep_the_last_update():
+    """ONNX's reference writes in order, so the last of several updates to one element wins
+    (NumPy's fancy assignment does not promise that; the references make it explicit)."""
+    data = rng.standard_normal((5, 3)).astype(np.float32)
+    indices = np.array([[1, 0, 4], [-4, 2, -1], [3, 0, 4], [1, -5, 2]], np.int64)
+    updates = rng.standard_normal((4, 3)).astype(np.float32)
+    feeds = {"data": data, "indices": indices, "updates": updates}
+    check(one_node("ScatterElements", feeds, axis=0), feeds, compiled=True)
+    nd_indices = np.array([[[1], [3]], [[-4], [0]], [[1], [-2]]], np.int64)
+    nd_updates = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    feeds = {"data": data, "indices": nd_indices, "updates": nd_updates}
+    check(one_node("ScatterND", feeds), feeds)
+    tuples = np.array([[0, 1], [4, 2], [0, 1], [-5, -2], [2, 0]], np.int64)
+    feeds = {"data": data, "indices": tuples, "updates": rng.standard_normal(5).astype(
+        np.float32)}
+    check(one_node("ScatterND", feeds), feeds)
+
+
+@pytest.mark.parametrize("reduction", ["mul", "min"])
+def test_scatter_nd_reductions_on_duplicates(reduction):
+    data = rng.standard_normal((3, 4)).astype(np.float32)
+    indices = np.array([[0, 1], [2, 3], [0, 1], [-3, -3]], np.int64)
+    updates = rng.standard_normal(4).astype(np.float32)
+    feeds = {"data": data, "indices": indices, "updates": updates}
+    check(one_node("ScatterND", feeds, reduction=reduction), feeds)
+
+
 @pytest.mark.parametrize("op_type,attrs", [("ScatterElements", {"axis": 1}), ("ScatterND", {})])
 def test_out_of_range_indices_raise_in_the_interpreter_and_compiled(op_type, attrs):
     data = np.zeros((3, 4), np.float32)
@@ -95,6 +122,9 @@ def test_tensor_scatter_writes_a_kv_cache(mode):
         mod, _ = from_onnx(one_node("TensorScatter", feeds, opset=24, axis=2))
         with pytest.raises(IndexOutOfRangeError, match="tensor_scatter"):
             opf.ir.evaluate(mod, feeds)
+        feeds["write"] = np.array([-1, 0], np.int64)  # linear mode does not wrap
+        with pytest.raises(IndexOutOfRangeError, match="write index -1"):
+            opf.ir.evaluate(mod, feeds)
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -113,8 +143,12 @@ def test_eyelike_bitcast_det_reverse_sequence():
     check(one_node("Det", {"m": m}), {"m": m})
     seq = rng.standard_normal((4, 3, 2)).astype(np.float32)
     lengths = np.array([4, 1, 3], np.int64)
-    check(one_node("ReverseSequence", {"seq": seq, "lengths": lengths}, batch_axis=1,
-                   time_axis=0), {"seq": seq, "lengths": lengths}, compiled=True)
+    proto = one_node("ReverseSequence", {"seq": seq, "lengths": lengths}, batch_axis=1,
+                     time_axis=0)
+    check(proto, {"seq": seq, "lengths": lengths}, compiled=True)
+    mod, _ = from_onnx(proto)
+    with pytest.raises(IndexOutOfRangeError, match=r"sequence_lens\[0\] = 5"):
+        opf.ir.evaluate(mod, {"seq": seq, "lengths": np.array([5, 1, 3], np.int64)})
 
 
 def test_max_pool_indices_and_max_unpool_round_trip():
@@ -123,6 +157,11 @@ def test_max_pool_indices_and_max_unpool_round_trip():
         check(one_node("MaxPool", {"x": x}, outputs=("y", "i"), kernel_shape=[2, 2],
                        strides=[2, 2], pads=[0, 0, 1, 1], storage_order=order), {"x": x},
               compiled=order == 0)
+    check(one_node("MaxPool", {"x": x}, outputs=("y", "i"), kernel_shape=[3, 2],
+                   strides=[1, 2], dilations=[1, 2], ceil_mode=1), {"x": x})
+    line = rng.standard_normal((2, 3, 7)).astype(np.float32)
+    check(one_node("MaxPool", {"x": line}, outputs=("y", "i"), kernel_shape=[3], strides=[2],
+                   pads=[1, 1]), {"x": line}, compiled=True)
     pooled = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
     indices = np.array([[[[0, 3], [10, 13]], [[16, 19], [26, 29]]]], np.int64)
     feeds = {"p": pooled, "i": indices}
@@ -156,18 +195,20 @@ def test_unique_and_compress_fold_their_values(sort):
 
 
 def test_swin_style_window_mask_with_scatter_nd_matches_onnxruntime():
-    """A window mask built at run time: ScatterND of computed region ids into zeros, then
-    the pairwise comparison and an additive mask on attention scores (Swin's shifted
-    windows)."""
+    """A window mask built at run time: ScatterND of computed region ids into zeros at
+    computed rows (a TopK permutation), then the pairwise comparison and an additive mask on
+    attention scores (Swin's shifted windows)."""
     ort = pytest.importorskip("onnxruntime")
     node = helper.make_node
-    ids = np.array([[[0], [1]], [[2], [3]]], np.int64)  # 2x2 grid of regions, as (row) tuples
     nodes = [
         node("Constant", [], ["zeros"], value=numpy_helper.from_array(
             np.zeros((4, 4), np.float32), "zeros")),
-        node("Constant", [], ["rows"], value=numpy_helper.from_array(ids.reshape(4, 1), "rows")),
         node("ReduceMean", ["x"], ["level"], keepdims=1, axes=[1]),
         node("Reshape", ["level", "grid_shape"], ["region"]),
+        # the rows written: a permutation of 0..3 that the input decides
+        node("ReduceMean", ["region"], ["key"], keepdims=0, axes=[1]),
+        node("TopK", ["key", "four"], ["top", "order"]),
+        node("Unsqueeze", ["order", "one"], ["rows"]),
         node("ScatterND", ["zeros", "rows", "region"], ["grid"]),
         node("Reshape", ["grid", "flat_shape"], ["flat"]),
         node("Unsqueeze", ["flat", "one"], ["a"]),
@@ -181,6 +222,7 @@ def test_swin_style_window_mask_with_scatter_nd_matches_onnxruntime():
     ]
     consts = {"grid_shape": np.array([4, 4], np.int64), "flat_shape": np.array([16], np.int64),
               "one": np.array([1], np.int64), "zero": np.array([0], np.int64),
+              "four": np.array([4], np.int64),
               "penalty": np.array(100.0, np.float32),
               "xt": rng.standard_normal((4, 16)).astype(np.float32)}
     graph = helper.make_graph(

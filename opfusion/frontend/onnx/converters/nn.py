@@ -309,15 +309,17 @@ def max_pool(node: OnnxNode) -> Expr | list[Expr]:
     values = _pool(node, op.nn.max_pool2d)
     if node.num_outputs < 2:
         return values
-    # Indices: where each window's maximum lies in the whole input (2-D pools only).
+    # Indices: where each window's maximum lies in the whole input. A 1-D pool is a 2-D one
+    # over a unit height axis, whose flat indices are the same.
     data = node.input(0)
     window = _PoolGeometry(node, data)
-    if window.rank != 2:
-        raise node.error("the Indices output is supported for 2-D pooling only")
-    indices = op.nn.max_pool_indices(data, out_size=_shape(values)[2:],
+    if window.rank == 3:
+        raise node.error("the Indices output is supported for 1-D and 2-D pooling only")
+    indices = op.nn.max_pool_indices(_to_2d(data, window.rank),
+                                     out_size=_planar(_shape(values)[2:], 1, window.rank),
                                      storage_order=int(node.attr("storage_order", 0)),
                                      **window.attrs())
-    return [values, indices]
+    return [values, _from_2d(indices, window.rank)]
 
 
 @converter("AveragePool")
