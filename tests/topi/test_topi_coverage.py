@@ -12,6 +12,14 @@ OPAQUE = {
     "topk",
     "cumsum",  # a scan: as a compute it would be a quadratic triangular sum
     "check_indices",  # raises on a bad index, which a kernel cannot do: it runs in NumPy
+    "cumprod",  # a scan, as cumsum
+    # writes at computed positions (checked first; a kernel cannot raise)
+    "scatter_elements", "scatter_nd", "tensor_scatter", "max_unpool",
+    "nn.max_pool_indices",  # the first maximum's position: an argmax over windows
+    "col2im",  # overlapping blocks summed into an image
+    "reverse_sequence",  # per-entry lengths, checked
+    "bitcast",  # reinterpreting bytes has no TE expression
+    "det",  # an LU factorization
 }
 
 

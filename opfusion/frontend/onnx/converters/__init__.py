@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     nn,
     normalization,
     quantize,
+    recurrent,
     reduce,
     resize,
     scatter,
