@@ -302,6 +302,24 @@ class TableEntry:
     index: int
 
 
+MAX_CTYPES_ARGS = 1000
+"""Kernels with more parameters are called through their thunk (ctypes' limit is 1024)."""
+
+_THUNK_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+
+
+class _ThunkCall:
+    """A kernel called through its thunk: ``call(*pointers)`` as a ctypes function is."""
+
+    def __init__(self, thunk: Any, library: LibraryKernels) -> None:
+        self._thunk = thunk
+        self._opf_library = library  # the library stays loaded while the call lives
+
+    def __call__(self, *pointers: int) -> int:
+        array = (ctypes.c_void_p * len(pointers))(*pointers)
+        return int(self._thunk(array))
+
+
 class LibraryKernels:
     """A shared library loaded with ctypes and the kernels its table lists, by name.
 
@@ -370,6 +388,10 @@ class LibraryKernels:
         mismatch = _param_mismatch(entry.params, params)
         if mismatch:
             raise KernelTableError(f"kernel {name!r} in {self.library.path}: {mismatch}")
+        if len(params) > MAX_CTYPES_ARGS:
+            # ctypes refuses prototypes of more than 1024 arguments (a concatenation of
+            # thousands of values): call the kernel's thunk with one array of pointers.
+            return _ThunkCall(_THUNK_PROTOTYPE(entry.thunk), self)
         prototype = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(params))
         function = prototype(entry.address)
         function._opf_library = self  # the library stays loaded while the function lives
