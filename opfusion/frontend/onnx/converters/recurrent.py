@@ -135,23 +135,11 @@ def _rows(x: Expr, begin: int, end: int) -> Expr:
     return op.strided_slice(x, begin=[begin], end=[end], axes=[0])
 
 
-_JOIN_CHUNK = 256
-"""The most values one concatenation joins when an output gathers many steps."""
-
-
 def _stack(values: Sequence[Expr], shape: tuple[int, ...]) -> Expr:
     """(B, H) values, in row-major order of the leading axes of ``shape``, as one tensor of
-    ``shape``: a concatenation along the rows and a reshape.
-
-    More than :data:`_JOIN_CHUNK` values are joined in chunks first, each chunk passed
-    through a sum over a new axis of length 1 (an exact copy): FuseOps would otherwise fuse
-    the chunks' concatenations into one kernel taking every step's value (with its mask) as
-    an argument, and kernels are called with at most 1024 arguments."""
-    joined = list(values)
-    if len(joined) > _JOIN_CHUNK:
-        joined = [op.sum(op.expand_dims(_rows_of(joined[i:i + _JOIN_CHUNK]), axis=0), axis=[0])
-                  for i in range(0, len(joined), _JOIN_CHUNK)]
-    return op.reshape(_rows_of(joined), newshape=list(shape))
+    ``shape``: a concatenation along the rows and a reshape (a kernel of thousands of
+    arguments is called through its thunk)."""
+    return op.reshape(_rows_of(list(values)), newshape=list(shape))
 
 
 def _rows_of(values: Sequence[Expr]) -> Expr:
