@@ -2,4 +2,16 @@
 family per file. Importing this package registers them all; the ``opf.op`` builders
 (:mod:`opfusion.op`) are generated from them."""
 
-from . import broadcast, elemwise, fma, image, nn, reduce, scatter, sort, transform  # noqa: F401
+from . import (  # noqa: F401
+    broadcast,
+    elemwise,
+    fma,
+    image,
+    nn,
+    reduce,
+    sampling,
+    scatter,
+    signal,
+    sort,
+    transform,
+)

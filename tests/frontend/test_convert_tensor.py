@@ -407,13 +407,12 @@ def test_resize_half_pixel_symmetric_opset_19():
           opset=19, mode="linear", coordinate_transformation_mode="half_pixel_symmetric")
 
 
-def test_resize_antialias_when_growing_only():
+def test_resize_antialias_growing_and_shrinking():
+    # (shrinking goes to image.resample: more cases in test_convert_sampling.py)
     scales = {"": None, "scales": np.array([1, 1, 2, 1.5], np.float32)}
     check("Resize", {"x": IMAGE}, scales, opset=18, mode="linear", antialias=1)
     shrink = {"": None, "scales": np.array([1, 1, 0.5, 0.5], np.float32)}
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)
-    with pytest.raises(opf.OpfusionError, match="antialias=1 is not supported"):
-        from_onnx(make_model([node], {"x": IMAGE}, {"scales": shrink["scales"]}, opset=18))
+    check("Resize", {"x": IMAGE}, shrink, opset=18, mode="linear", antialias=1)
 
 
 def test_resize_of_rank_3_and_5_resizes_the_last_two_axes():
@@ -423,8 +422,6 @@ def test_resize_of_rank_3_and_5_resizes_the_last_two_axes():
 
 
 @pytest.mark.parametrize("attrs, scales, message", [
-    ({"coordinate_transformation_mode": "tf_crop_and_resize"}, [1, 1, 2, 2],
-     "'tf_crop_and_resize' is not supported"),
     ({}, [1, 2, 2, 2], r"resizing axis 1 \(scale 2, size 2 -> 4\) is not supported"),
 ])
 def test_resize_unsupported_forms_are_errors(attrs, scales, message):

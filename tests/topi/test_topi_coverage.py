@@ -20,6 +20,9 @@ OPAQUE = {
     "reverse_sequence",  # per-entry lengths, checked
     "bitcast",  # reinterpreting bytes has no TE expression
     "det",  # an LU factorization
+    # sampling at data-dependent positions, and transforms, run by NumPy (not hot)
+    "image.grid_sample", "image.roi_align", "nn.deform_conv2d", "image.resample",
+    "dft", "stft", "tfidf_vectorizer",
 }
 
 

@@ -397,6 +397,8 @@ def test_einsum_integers():
 def test_every_nn_operator_has_a_compute():
     from opfusion.ir import list_ops
 
+    # (deformable convolution and max pooling's indices are opaque: test_topi_coverage.py)
     ours = [name for name in list_ops() if name.startswith("nn.") and name not in
-            ("nn.relu", "nn.leaky_relu")] + ["einsum"]
+            ("nn.relu", "nn.leaky_relu", "nn.deform_conv2d", "nn.max_pool_indices")
+            ] + ["einsum"]
     assert [name for name in ours if get_compute(name) is None] == []

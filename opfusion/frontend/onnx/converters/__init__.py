@@ -11,6 +11,8 @@ from . import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    sampling,
     scatter,
+    signal,
     tensor,
 )

@@ -2,8 +2,9 @@
 
 Resize's scales or sizes (and Upsample's scales) must be constants. Only the last two axes
 are resized (any rank: the leading axes are folded into the batch); every other axis must
-keep its size with scale 1. Not supported, each with an error that says so:
-``tf_crop_and_resize``, antialiasing when shrinking, and resizing other axes. Where a given
+keep its size with scale 1, else an error says so. ``tf_crop_and_resize`` (its ``roi`` may
+be computed at run time) and antialiased shrinking go to the kOpaque ``image.resample``
+instead, which resizes any axes with onnx.reference's NumPy code. Where a given
 scale is not what the rounded output size implies (4 x 0.6 -> 2), the scale itself enters
 the coordinate formulas, as in onnx.reference."""
 
@@ -15,8 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .... import op
-from ....ir.expr import Expr
+from ....ir.expr import Constant, Expr
+from ....ir.types import is_float
 from ..registry import OnnxNode, converter
+from ._common import tensor_type
 from .tensor import as_ints, normalize_axes, present, required_const, reshape_exact, shape_of
 
 _RESIZE_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "bilinear": "linear",
@@ -68,6 +71,33 @@ def _resize_spatial(node: OnnxNode, out_shape: list[int], scales: list[float] | 
         image = op.image.resize2d(image, size=size_hw, scale=scale, rounding_method=method,
                                   **attrs)
     return image if rank == 4 else reshape_exact(node, image, out_shape)
+
+
+def _resample(node: OnnxNode, out_shape: list[int], scales: list[float] | None,
+              axes: list[int], **attrs: object) -> Expr:
+    """Resize with ``image.resample`` (kOpaque, any axes): the crop box mode and antialiased
+    shrinking, which ``image.resize2d`` does not do. The crop box ``roi`` stays an input."""
+    x = node.input(0)
+    shape = shape_of(x)
+    if any(d == 0 for a, d in enumerate(shape) if a in axes):
+        raise node.error(f"cannot resize the empty axes of data {shape}")
+    if scales is None:  # from sizes: the scale of the formulas is out / in
+        scales = [o / d if a in axes else 1.0 for a, (o, d) in enumerate(zip(out_shape, shape))]
+    dtype = tensor_type(x).dtype if is_float(tensor_type(x).dtype) else "float32"
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    roi = node.optional_input(1) if crop else None
+    if isinstance(roi, Constant) and roi.data.size == 0:  # ONNX's "absent"
+        roi = None
+    if roi is None:
+        if crop:
+            raise node.error("coordinate_transformation_mode 'tf_crop_and_resize' needs the "
+                             "'roi' input (starts then ends of the resized axes)")
+        # Only the crop mode reads the box; the other modes see the whole input.
+        roi = Constant(np.array([0.0] * len(axes) + [1.0] * len(axes), dtype))
+    elif shape_of(roi) != (2 * len(axes),):
+        raise node.error(f"roi {shape_of(roi)} must have {2 * len(axes)} values: starts then "
+                         f"ends of axes {axes}")
+    return op.image.resample(x, roi, size=out_shape, scale=scales, axes=axes, **attrs)
 
 
 def _checked_scales(node: OnnxNode, scales: Sequence[float]) -> list[float]:
@@ -132,8 +162,6 @@ def resize_11(node: OnnxNode) -> Expr:
     rank = len(shape)
     method = _resize_method(node, node.attr("mode", "nearest"), ("nearest", "linear", "cubic"))
     coordinates = node.attr("coordinate_transformation_mode", "half_pixel")
-    if coordinates == "tf_crop_and_resize":
-        raise node.error("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
     axes = normalize_axes(node, as_ints(node.attr("axes", range(rank))), rank)
     scales = present(node.const_input(2, "scales"))
     sizes = present(node.const_input(3, "sizes"))
@@ -164,15 +192,23 @@ def resize_11(node: OnnxNode) -> Expr:
         for axis, value in zip(axes, given):
             factors[axis] = value
         out = [int(s * d) for s, d in zip(factors, shape)]
+    antialias = False
     if node.attr("antialias", 0):
+        if method == "nearest_neighbor":
+            raise node.error("antialias=1 is not defined for mode 'nearest'")
         # Antialiasing widens the kernel only when shrinking; growing is plain resampling.
-        shrinks = any(o < d for o, d in zip(out, shape)) or (
+        antialias = any(o < d for o, d in zip(out, shape)) or (
             factors is not None and any(s < 1 for s in factors))
-        if method == "nearest_neighbor" or shrinks:
-            raise node.error("antialias=1 is not supported (only for growing linear/cubic)")
     rounding = node.attr("nearest_mode", "round_prefer_floor")
     if rounding not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
         raise node.error(f"nearest_mode {rounding!r} is not supported")
+    if coordinates == "tf_crop_and_resize" or antialias:
+        return _resample(node, out, factors, axes, method=method,
+                         coordinate_transformation_mode=coordinates, rounding_method=rounding,
+                         cubic_alpha=node.attr("cubic_coeff_a", -0.75),
+                         cubic_exclude=bool(node.attr("exclude_outside", 0)),
+                         antialias=antialias,
+                         extrapolation_value=node.attr("extrapolation_value", 0.0))
     # exclude_outside matters only to cubic: linear's outside taps read the edge pixel with
     # the weight the inside one would get, and nearest reads one pixel.
     exclude = method == "cubic" and bool(node.attr("exclude_outside", 0))
