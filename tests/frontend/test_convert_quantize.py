@@ -127,3 +127,31 @@ def test_qlinear_matmul_matches_onnxruntime():
     mod, params = from_onnx(proto)
     got = opf.compile(mod, params=params).run({"a": a})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_then_dequantize_stays_in_float_and_matches(per_axis):
+    """QDQ pairs (every activation of a QDQ model) compute the codes in float: the same
+    numbers, NaN included (its code is 0), as the integer round trip."""
+    x = (rng.standard_normal((2, 3, 4)) * 3).astype(np.float32)
+    x[0, 0, 0] = np.nan
+    scale = (rng.uniform(0.01, 0.05, 3) if per_axis else np.array(0.02)).astype(np.float32)
+    zero = (rng.integers(0, 255, 3) if per_axis else np.array(128)).astype(np.uint8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zero, "z")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    mod, params = from_onnx(proto)
+    names = [node.op.name for node in opf.ir.post_order(mod["main"].body)
+             if isinstance(node, opf.ir.Call)]
+    assert "cast" not in names  # no integer round trip left
+    s_b, z_b = (scale.reshape(1, 3, 1), zero.reshape(1, 3, 1)) if per_axis else (scale, zero)
+    codes = np.clip(np.round(x / s_b) + z_b.astype(np.float32), 0, 255)
+    want = (np.nan_to_num(codes, nan=0.0).astype(np.uint8).astype(np.int32)
+            - z_b.astype(np.int32)).astype(np.float32) * s_b
+    np.testing.assert_allclose(opf.ir.evaluate(mod, {"x": x}), want, rtol=1e-6)
+    np.testing.assert_allclose(opf.compile(mod, params=params).run({"x": x})[0], want,
+                               rtol=1e-6)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import op
-from ....ir.expr import Constant, Expr
+from ....ir.expr import Call, Constant, Expr
 from ..registry import OnnxNode, converter
 from ..tensors import onnx_dtype
 from ._common import checked_axis, tensor_type
@@ -33,6 +33,19 @@ def dequantize_linear(node: OnnxNode) -> Expr:
     zero_point = node.optional_input(2)
     out_dtype = _output_dtype(node, tensor_type(scale).dtype)
     scale = _along_axis(node, scale, data)
+    codes = _fake_quantized(data)
+    if codes is not None:
+        # DequantizeLinear(QuantizeLinear(x)): the integer codes are exact in float, so the
+        # pair stays in float (vectorized in the producer's kernel); a NaN code is 0, as the
+        # cast to the integer type would make it.
+        codes_dtype = tensor_type(codes).dtype
+        values = op.where(op.isnan(codes), Constant(np.array(0, codes_dtype)), codes)
+        if zero_point is not None:
+            values = op.subtract(values, op.cast(_along_axis(node, zero_point, data),
+                                                 dtype=codes_dtype))
+        if codes_dtype != out_dtype:
+            values = op.cast(values, dtype=out_dtype)
+        return op.multiply(values, op.cast(scale, dtype=out_dtype))
     if tensor_type(data).dtype == "int32" and zero_point is None:
         return op.multiply(op.cast(data, dtype=out_dtype), op.cast(scale, dtype=out_dtype))
     shifted = op.cast(data, dtype="int32")
@@ -93,6 +106,30 @@ def _along_axis(node: OnnxNode, param: Expr, data: Expr) -> Expr:
     shape = [1] * data_type.ndim
     shape[axis] = data_type.shape[axis]
     return op.reshape(param, newshape=shape)
+
+
+def _fake_quantized(value: Expr) -> Expr | None:
+    """The float codes (``clip(round(x / scale) [+ zero_point], lo, hi)``) that ``value``
+    casts to an 8- or 16-bit integer type, when ``value`` is QuantizeLinear's result as
+    :func:`quantize_linear` builds it; else None."""
+    if not (isinstance(value, Call) and value.op.name == "cast"
+            and tensor_type(value).dtype in ("int8", "uint8", "int16", "uint16")):
+        return None
+    clipped = value.args[0]
+    if not (isinstance(clipped, Call) and clipped.op.name == "clip"):
+        return None
+    rounded = clipped.args[0]
+    if isinstance(rounded, Call) and rounded.op.name == "add":
+        point = rounded.args[1]
+        if not (isinstance(point, Constant) and np.all(np.round(point.data) == point.data)):
+            return None
+        rounded = rounded.args[0]
+    if not (isinstance(rounded, Call) and rounded.op.name == "round"):
+        return None
+    low, high = _INTEGER_RANGE[tensor_type(value).dtype]
+    if clipped.attrs.a_min < low or clipped.attrs.a_max > high:
+        return None
+    return clipped
 
 
 def _saturate(values: Expr, dtype: str) -> Expr:
