@@ -9,7 +9,7 @@ and converts the body's nodes instead. This is how ONNX Runtime runs them too.""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...errors import OpfusionError
@@ -117,10 +117,11 @@ def _instantiate(function: Any, node: Any, schema: Any) -> list[Any]:
     return expanded
 
 
-def _rename_captures(graph: Any, rename: dict[str, str]) -> None:
-    """Rename, in a control-flow body inside a function (and in bodies inside it), the names
-    it reads from the function's scope, as the function's own nodes were renamed. Names the
-    body defines itself shadow the function's. A worklist over nested bodies."""
+def outer_scope_reads(graph: Any) -> Iterator[tuple[Any, int | None, str]]:
+    """Every read, in a control-flow body ``graph`` and the bodies inside it, of a name the
+    body does not define (its inputs, initializers and node outputs shadow the enclosing
+    scope's): ``(node, input index, name)``, or ``(output value, None, name)`` for a body
+    output that is an enclosing value. A worklist over nested bodies."""
     import onnx
 
     pending = [(graph, frozenset())]
@@ -133,13 +134,24 @@ def _rename_captures(graph: Any, rename: dict[str, str]) -> None:
             local.update(node.output)
         for node in body.node:
             for index, name in enumerate(node.input):
-                if name and name not in local and name in rename:
-                    node.input[index] = rename[name]
+                if name and name not in local:
+                    yield node, index, name
             pending.extend((attr.g, frozenset(local)) for attr in node.attribute
                            if attr.type == onnx.AttributeProto.GRAPH)
         for value in body.output:
-            if value.name not in local and value.name in rename:
-                value.name = rename[value.name]
+            if value.name not in local:
+                yield value, None, value.name
+
+
+def _rename_captures(graph: Any, rename: dict[str, str]) -> None:
+    """Rename, in a control-flow body inside a function, the names it reads from the
+    function's scope, as the function's own nodes were renamed."""
+    for holder, index, name in list(outer_scope_reads(graph)):
+        if name in rename:
+            if index is None:
+                holder.name = rename[name]
+            else:
+                holder.input[index] = rename[name]
 
 
 def _function_opset(function: Any, default: int) -> int:

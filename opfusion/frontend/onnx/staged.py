@@ -37,6 +37,7 @@ from ...compiler.specialize import SpecializationCache
 from ...compiler.staged import CompileSettings, StagedModel
 from ...errors import DataDependentError, OpfusionError
 from ...ir.evaluate import evaluate
+from .functions import outer_scope_reads
 
 MAX_FROZEN_ELEMENTS = 64
 """A needed integer/bool value of at most this many elements is frozen (the rest compiles
@@ -322,24 +323,13 @@ def _small_shape_value(value: Any) -> bool:
 
 def _names_read(node: Any) -> list[str]:
     """The names ``node`` reads: its inputs and what its control-flow bodies read from the
-    enclosing scope (a worklist over nested bodies)."""
+    enclosing scope."""
     from onnx import AttributeProto
 
     names = [name for name in node.input if name]
-    pending = [(attr.g, frozenset()) for attr in node.attribute
-               if attr.type == AttributeProto.GRAPH]
-    while pending:
-        body, shadowed = pending.pop()
-        local = set(shadowed)
-        local.update(value.name for value in body.input)
-        local.update(tensor.name for tensor in body.initializer)
-        for inner in body.node:
-            local.update(inner.output)
-        for inner in body.node:
-            names.extend(name for name in inner.input if name and name not in local)
-            pending.extend((attr.g, frozenset(local)) for attr in inner.attribute
-                           if attr.type == AttributeProto.GRAPH)
-        names.extend(value.name for value in body.output if value.name not in local)
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            names.extend(name for _, _, name in outer_scope_reads(attr.g))
     return list(dict.fromkeys(names))
 
 
