@@ -55,7 +55,6 @@ OUT_OF_SCOPE: list[tuple[str, str]] = [
 REFERENCE_KNOWN_FAILURES: dict[str, str] = {
     "test_attention_4d_causal_fp16": "numeric mismatch: rtol=0.001, atol=1e-07; off 2 / 192 (1....",
     "test_attention_4d_causal_fp16_expanded": "numeric mismatch: rtol=0.001, atol=1e-07; off 2 ...",
-    "test_convtranspose_3d": "OnnxImportError: ConvTranspose (node 'Y', opset 22): 3-D ConvTran...",
 }
 # END KNOWN_FAILURES reference
 
@@ -63,7 +62,6 @@ REFERENCE_KNOWN_FAILURES: dict[str, str] = {
 COMPILED_KNOWN_FAILURES: dict[str, str] = {
     "test_attention_4d_causal_fp16": "numeric mismatch: rtol=0.001, atol=1e-07; off 2 / 192 (1....",
     "test_attention_4d_causal_fp16_expanded": "numeric mismatch: rtol=0.001, atol=1e-07; off 2 ...",
-    "test_convtranspose_3d": "OnnxImportError: ConvTranspose (node 'Y', opset 22): 3-D ConvTran...",
 }
 # END KNOWN_FAILURES compiled
 

@@ -118,10 +118,31 @@ def test_conv_3d_sums_2d_convolutions_over_the_depth(attrs):
           weights=["w", "b"], **attrs)
 
 
-def test_conv_transpose_3d_is_an_error_naming_the_node():
+@pytest.mark.parametrize("attrs", [
+    {},
+    {"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1], "output_padding": [1, 0, 1]},
+    {"dilations": [1, 2, 1]},
+])
+def test_conv_transpose_3d_is_a_product_and_col2im(attrs):
+    check("ConvTranspose", {"x": X5, "w": randn(4, 6, 3, 2, 3, seed=1), "b": randn(6, seed=2)},
+          weights=["w", "b"], **attrs)
+
+
+def test_grouped_conv_transpose_3d_matches_onnxruntime():
+    # (onnx.reference cannot run a grouped 3-D ConvTranspose)
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = one_node("ConvTranspose", {"x": X5, "w": randn(4, 3, 3, 2, 3, seed=1)},
+                            weights=["w"], group=2, strides=[1, 2, 1])
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert_close(ours(model, feeds)[0], want[0])
+
+
+def test_conv_transpose_3d_larger_than_its_full_result_is_an_error_naming_the_node():
     message = import_error("ConvTranspose", {"x": X5, "w": randn(4, 2, 1, 1, 1)},
-                           weights=["w"])
-    assert "3-D ConvTranspose is not supported" in message and "convtranspose_node" in message
+                           weights=["w"], output_shape=[6, 6, 7])
+    assert "3-D ConvTranspose" in message and "convtranspose_node" in message
 
 
 def test_conv_errors_say_what_to_fix():

@@ -212,7 +212,7 @@ def _conv3d(node: OnnxNode, data: Expr, weight: Expr, strides: list[int], dilati
 @converter("ConvTranspose")
 def conv_transpose(node: OnnxNode) -> Expr:
     data, weight = node.input(0), node.input(1)
-    rank, kernel = _conv_geometry(node, data, weight, most=2)
+    rank, kernel = _conv_geometry(node, data, weight)
     strides, dilations = _ints(node, "strides", rank, 1), _ints(node, "dilations", rank, 1)
     extra = _ints(node, "output_padding", rank, 0, least=0)
     sizes = _shape(data)[2:]
@@ -233,6 +233,12 @@ def conv_transpose(node: OnnxNode) -> Expr:
         pads = _window_pads(node, sizes, kernel, strides, dilations)
     # (before, after) crops of the full result without output_padding.
     crops = [(before, after - e) for (before, after), e in zip(pads, extra)]
+    if rank == 3:
+        if not all(b >= 0 and a >= 0 and e < s for (b, a), e, s in zip(pads, extra, strides)):
+            raise node.error("3-D ConvTranspose with an output larger than its full result "
+                             "(negative pads, or output_padding >= stride) is not supported")
+        return _with_bias(node, _conv_transpose_columns(node, data, weight, kernel, strides,
+                                                        dilations, pads, extra), 2)
     data, weight, group = _to_2d(data, rank), _to_2d(weight, rank), node.attr("group", 1)
     if all(b >= 0 and a + e >= 0 and (e == 0 or e < max(s, d))
            for (b, a), e, s, d in zip(crops, extra, strides, dilations)):
@@ -248,6 +254,29 @@ def conv_transpose(node: OnnxNode) -> Expr:
         out = op.nn.pad(out, scalar(0, out),
                         pad_width=[0, 0, 0, 0] + [w for pair in grown for w in pair])
     return _from_2d(_with_bias(node, out, 2), rank)
+
+
+def _conv_transpose_columns(node: OnnxNode, data: Expr, weight: Expr, kernel: list[int],
+                            strides: list[int], dilations: list[int],
+                            pads: list[tuple[int, int]], extra: list[int]) -> Expr:
+    """An N-D transposed convolution as a product and Col2Im: each group's weight^T times
+    its input columns gives every kernel tap's contribution per input position; Col2Im sums
+    the taps into the output (strides, dilations, and pads cropped)."""
+    batch, channels, *sizes = _shape(data)
+    group = int(node.attr("group", 1))
+    out_channels = _shape(weight)[1] * group
+    taps, positions = int(np.prod(kernel)), int(np.prod(sizes))
+    per_in, per_out = channels // group, out_channels // group
+    columns = op.nn.matmul(
+        op.transpose(op.reshape(weight, newshape=[group, per_in, per_out * taps]),
+                     axes=[0, 2, 1]),
+        op.reshape(data, newshape=[batch, group, per_in, positions]))
+    full = [(n - 1) * s + (k - 1) * d + 1 + e
+            for n, k, s, d, e in zip(sizes, kernel, strides, dilations, extra)]
+    image = [f - b - a for f, (b, a) in zip(full, pads)]
+    return op.col2im(op.reshape(columns, newshape=[batch, out_channels * taps, positions]),
+                     image_shape=image, block_shape=kernel, strides=strides,
+                     pads=[b for b, _ in pads] + [a for _, a in pads], dilations=dilations)
 
 
 # ---------------------------------------------------------------------------------------------
