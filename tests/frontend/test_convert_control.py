@@ -184,11 +184,18 @@ def test_loop_without_trip_count_or_condition_is_refused():
         from_onnx(proto)
 
 
-def test_loop_too_long_to_unroll_is_refused(monkeypatch):
+def test_loop_too_long_to_unroll_runs_as_a_loop_of_its_compiled_body(monkeypatch):
     from opfusion.frontend.onnx.converters import control
     monkeypatch.setattr(control, "MAX_UNROLLED_NODES", 20)
-    with pytest.raises(OnnxImportError, match="unrolls one loop"):
-        from_onnx(loop_model(5))
+    with pytest.raises(DataDependentError, match="runs as a loop"):
+        from_onnx(loop_model(5), data_dependent="raise")
+    feeds = {"x": rng.standard_normal((6, 4)).astype(np.float32),
+             "w": rng.standard_normal(4).astype(np.float32),
+             "acc0": rng.standard_normal(4).astype(np.float32)}
+    want = ReferenceEvaluator(loop_model(5)).run(None, feeds)
+    mod, params = from_onnx(loop_model(5))
+    exe = opf.compile(mod, params=params)  # the body compiled once, called 5 times
+    assert_close(tuple(exe.run(feeds)), tuple(want))
 
 
 def scan_body():

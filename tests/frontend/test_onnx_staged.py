@@ -129,3 +129,41 @@ def test_data_dependent_raise_and_export_refusal():
         exe.export("unused.opf")
     with pytest.raises(OpfusionError, match="input 'x'"):
         exe.run({"x": np.zeros(4, np.float32)})
+
+
+def recurrence(trip=None, cond=False):
+    """h <- tanh(h @ w), an energy per step as scan output: a Loop of ``trip`` iterations
+    (None: none given) with a condition input when ``cond``."""
+    w = (np.random.default_rng(0).standard_normal((16, 16)) / 4).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("MatMul", ["h_in", "w"], ["hw"]),
+         helper.make_node("Tanh", ["hw"], ["h_out"]),
+         helper.make_node("ReduceSum", ["h_out"], ["e"], keepdims=0)],
+        "body", [value("i", INT64, []), value("cond_in", BOOL, []), value("h_in", FLOAT, [1, 16])],
+        [value("cond_out", BOOL, []), value("h_out", FLOAT, [1, 16]), value("e", FLOAT, [])])
+    nodes = [const("w", w)]
+    if trip is not None:
+        nodes.append(const("M", np.array(trip, np.int64)))
+    if cond:
+        nodes.append(const("c", np.array(True)))
+    nodes.append(helper.make_node("Loop", ["M" if trip is not None else "", "c" if cond else "",
+                                           "h0"], ["h", "es"], body=body, name="recur"))
+    return model(nodes, [value("h0", FLOAT, [1, 16])],
+                 [value("h", FLOAT, [1, 16]), value("es", FLOAT, None)])
+
+
+def test_a_long_loop_runs_its_body_compiled_once():
+    rng = np.random.default_rng(4)
+    exe = compare_with_onnxruntime(recurrence(trip=3000),
+                                   [{"h0": rng.standard_normal((1, 16)).astype(np.float32)}])
+    assert exe.loop_bodies_compiled == 1  # the body compiled once, called 3000 times
+
+
+def test_a_loop_that_never_ends_is_an_error_not_a_hang(monkeypatch):
+    from opfusion.frontend.onnx import staged
+    monkeypatch.setattr(staged, "MAX_LOOP_ITERATIONS", 50)
+    mod, params = from_onnx(recurrence(cond=True))
+    exe = opf.compile(mod, params=params)
+    with pytest.raises(OpfusionError, match="would not end"):
+        exe.run({"h0": np.zeros((1, 16), np.float32)})

@@ -38,6 +38,7 @@ from ...compiler.staged import CompileSettings, StagedModel
 from ...errors import DataDependentError, OpfusionError
 from ...ir.evaluate import evaluate
 from .functions import outer_scope_reads
+from .tensors import read_tensor
 
 MAX_FROZEN_ELEMENTS = 64
 """A needed integer/bool value of at most this many elements is frozen (the rest compiles
@@ -97,6 +98,8 @@ class StagedExecutor:
         self._cache: SpecializationCache[tuple, _Stage] = SpecializationCache(
             settings.max_stages)
         self._num_threads = settings.num_threads
+        self._loop_bodies: SpecializationCache[tuple, Any] = SpecializationCache(
+            settings.max_stages)
 
     # -- running ---------------------------------------------------------------------------
     def run(self, output_names: Any = None, input_feed: Any = None, run_options: Any = None,
@@ -148,6 +151,12 @@ class StagedExecutor:
     def stages_compiled(self) -> int:
         """How many stages this executor has built (evicted ones included)."""
         return self._cache.builds
+
+    @property
+    def loop_bodies_compiled(self) -> int:
+        """How many Loop bodies (one per Loop node and set of input shapes) were compiled to
+        run Loops as loops."""
+        return self._loop_bodies.builds
 
     def export(self, path: Any) -> None:
         raise OpfusionError("a model whose shapes depend on data runs in stages compiled as "
@@ -244,6 +253,8 @@ class StagedExecutor:
         from .importer import from_onnx
 
         node = self._nodes[index]
+        if node.op_type == "Loop" and (node.domain or "") in ("", "ai.onnx"):
+            return self._run_loop(index, known)
         outputs = [name for name in node.output if name]
         stage_proto = self._stage_model([node], {}, {name: known[name]
                                                      for name in self._reads[index]
@@ -252,6 +263,91 @@ class StagedExecutor:
         values = evaluate(mod, params)
         values = values if isinstance(values, tuple) else (values,)
         return {name: np.asarray(value) for name, value in zip(outputs, values)}
+
+    def _run_loop(self, index: int, known: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """ONNX Loop node ``index`` run as a loop: its body compiled as a model (once per
+        set of input shapes: loop-carried values may change shape) and called per iteration;
+        scan outputs stacked. At most ``MAX_LOOP_ITERATIONS`` iterations, never a hang."""
+        node = self._nodes[index]
+        inputs = list(node.input) + [""] * max(0, 2 - len(node.input))
+        trip = _loop_scalar(self._value(inputs[0], known), "M")
+        first = _loop_scalar(self._value(inputs[1], known), "cond")
+        running = True if first is None else bool(first)
+        limit = None if trip is None else max(int(trip), 0)
+        states = [np.asarray(self._value(name, known)) for name in inputs[2:]]
+        body = next(attr.g for attr in node.attribute if attr.name == "body")
+        captured = [name for name in dict.fromkeys(n for _, _, n in outer_scope_reads(body))
+                    if name in known or name in self._initializers]
+        outer = {name: self._value(name, known) for name in captured}
+        scans: list[list[np.ndarray]] = []
+        count = 0
+        while running and (limit is None or count < limit):
+            if count >= MAX_LOOP_ITERATIONS:
+                raise OpfusionError(f"Loop (node {node.name or node.output[0]!r}) reached "
+                                    f"{MAX_LOOP_ITERATIONS} iterations (its trip count "
+                                    f"{limit}, its condition still true); it would not end in "
+                                    "reasonable time")
+            feeds = [np.array(count, np.int64), np.array(True), *states]
+            feeds = [_as_declared(value, declared) for value, declared in zip(feeds, body.input)]
+            results = self._body_executor(index, body, feeds, outer).run(
+                [*feeds, *outer.values()])
+            if len(results) < 1 + len(states):
+                raise OpfusionError(f"Loop (node {node.name!r}): the body gives "
+                                    f"{len(results)} outputs; it must give the condition and "
+                                    f"the {len(states)} loop-carried values first")
+            running = bool(np.asarray(results[0]).reshape(-1)[0])
+            states = [np.asarray(value) for value in results[1:1 + len(states)]]
+            scans.append([np.asarray(value) for value in results[1 + len(states):]])
+            count += 1
+        if scans:
+            stacked = [np.stack(values) for values in zip(*scans)]
+        else:  # no iteration: the scan outputs' shapes come from running the body once
+            feeds = [_as_declared(value, declared) for value, declared in
+                     zip([np.array(0, np.int64), np.array(True), *states], body.input)]
+            results = self._body_executor(index, body, feeds, outer).run(
+                [*feeds, *outer.values()])
+            stacked = [np.zeros((0, *np.shape(value)), np.asarray(value).dtype)
+                       for value in results[1 + len(states):]]
+        outputs = [*states, *stacked]
+        return {name: value for name, value in zip(node.output, outputs) if name}
+
+    def _value(self, name: str, known: dict[str, np.ndarray]) -> np.ndarray | None:
+        """A value the run knows, or an initializer's; None for an omitted input ('')."""
+        if not name:
+            return None
+        if name in known:
+            return known[name]
+        if name in self._initializers:
+            return read_tensor(self._initializers[name], f"initializer {name!r}")
+        raise OpfusionError(f"the staged run does not know {name!r}; please report this model")
+
+    def _body_executor(self, index: int, body: Any, feeds: list[np.ndarray],
+                       outer: dict[str, np.ndarray]) -> Any:
+        """The compiled body of Loop node ``index`` for these input shapes (cached)."""
+        from onnx import helper
+
+        from .importer import from_onnx
+
+        key = ("loop", index, tuple((v.shape, v.dtype.str) for v in [*feeds,
+                                                                       *outer.values()]))
+
+        def build() -> Any:
+            inputs = [helper.make_tensor_value_info(
+                value_info.name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+                for value_info, value in zip(body.input, feeds)]
+            inputs += [helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+                for name, value in outer.items()]
+            graph = helper.make_graph(list(body.node), "loop_body", inputs, list(body.output),
+                                      list(body.initializer))
+            proto = helper.make_model(graph, opset_imports=list(self.model.proto.opset_import))
+            proto.ir_version = self.model.proto.ir_version
+            mod, params = from_onnx(proto)
+            if isinstance(mod, OnnxStagedModel):
+                return mod.compile(self.settings)
+            return _Runner(self._compile(mod, params))
+
+        return self._loop_bodies.get(key, build)
 
     def _compile(self, mod: Any, params: dict[str, np.ndarray]) -> Any:
         from ...compiler.compile import compile as compile_model
@@ -308,6 +404,37 @@ class StagedExecutor:
         proto = helper.make_model(graph, opset_imports=list(self.model.proto.opset_import))
         proto.ir_version = self.model.proto.ir_version
         return proto
+
+
+MAX_LOOP_ITERATIONS = 10_000_000
+"""A Loop run as a loop stops with an error after this many iterations (it would not end)."""
+
+
+class _Runner:
+    """An executor whose ``run`` takes the inputs in order and returns a list."""
+
+    def __init__(self, executor: Any) -> None:
+        self.executor = executor
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return list(self.executor.run(inputs))
+
+
+def _loop_scalar(value: np.ndarray | None, what: str) -> Any:
+    if value is None:
+        return None
+    value = np.asarray(value)
+    if value.size != 1:
+        raise OpfusionError(f"Loop's {what} must hold one value, got shape {value.shape}")
+    return value.reshape(-1)[0]
+
+
+def _as_declared(value: np.ndarray, declared: Any) -> np.ndarray:
+    """A loop counter or condition in the shape the body declares ([] or [1])."""
+    dims = declared.type.tensor_type.shape.dim if declared.type.HasField("tensor_type") else []
+    if value.ndim == 0 and len(dims) == 1:
+        return value.reshape(1)
+    return value
 
 
 def _input_names(proto: Any) -> tuple[str, ...]:

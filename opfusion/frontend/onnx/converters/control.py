@@ -12,11 +12,12 @@ are known:
 * **Loop** and **Scan** are unrolled: the body is converted once per iteration with the
   iteration's values bound to its inputs, so each iteration's operators fold and fuse like any
   others and the compiled model's native entry calls the iterations' kernels in order (no
-  Python per iteration). A Loop needs its trip count and the condition after each iteration
-  known at import (constants, or values that fold: ``cond_out = Identity(cond_in)``); a
-  condition computed from run-time values inside the body (an early exit whose iteration
-  count depends on data) is refused. Scan's length is its inputs' static size.
-  ``MAX_UNROLLED_NODES`` bounds the body nodes one loop may expand to.
+  Python per iteration), when the Loop's trip count and the condition after each iteration
+  are known at import (constants, or values that fold: ``cond_out = Identity(cond_in)``) and
+  the unrolled body stays under ``MAX_UNROLLED_NODES``. Otherwise (a long loop; an exit that
+  depends on data) the import stops with a :class:`~opfusion.errors.DataDependentError` and
+  the staged executor runs the Loop as a loop: its body compiled once as a model, called per
+  iteration. Scan's length is its inputs' static size; a Scan too long to unroll is refused.
 
 Scan outputs are stacked along their axis with ``expand_dims`` and ``concatenate``."""
 
@@ -33,8 +34,10 @@ from ..registry import OnnxNode, converter
 from ._common import checked_axis, tensor_type
 from .tensor import as_ints, required_const
 
-MAX_UNROLLED_NODES = 200_000
-"""The most body nodes one Loop or Scan may be unrolled to (trip count x body nodes)."""
+MAX_UNROLLED_NODES = 2_000
+"""The most body nodes one Loop or Scan is unrolled to (trip count x body nodes). A longer
+Loop runs as a loop: its body compiled once, called per iteration by the staged executor
+(:mod:`opfusion.frontend.onnx.staged`); a longer Scan is refused."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,12 +85,15 @@ def loop(node: OnnxNode) -> list[Expr]:
     states: list[Expr] = [node.input(i) for i in range(2, len(node.inputs))]
     body = node.attrs.get("body")
     body_nodes = len(body.node) if body is not None and hasattr(body, "node") else 0
-    if trip_count is not None:
-        _check_unroll(node, trip_count, body_nodes)
+    if trip_count is not None and trip_count * max(body_nodes, 1) > MAX_UNROLLED_NODES:
+        _run_as_loop(node, f"{trip_count} iterations of a body of {body_nodes} nodes are "
+                           f"more than the {MAX_UNROLLED_NODES} nodes opfusion unrolls")
     count = 0
     scans: list[list[Expr]] = []
     while running and (trip_count is None or count < trip_count):
-        _check_unroll(node, count + 1, body_nodes)
+        if (count + 1) * max(body_nodes, 1) > MAX_UNROLLED_NODES:
+            _run_as_loop(node, f"it ran past the {MAX_UNROLLED_NODES} body nodes opfusion "
+                               "unrolls")
         outputs = node.run_graph("body", [_int64(count), _bool(True), *states],
                                  f"iteration {count}")
         if len(outputs) < 1 + len(states):
@@ -116,25 +122,33 @@ def _optional_scalar(node: OnnxNode, index: int, what: str) -> np.generic | None
     return value.reshape(-1)[0]
 
 
+def _run_as_loop(node: OnnxNode, why: str) -> None:
+    """Refuse to unroll: the staged executor runs the node as a loop of its compiled body."""
+    raise DataDependentError(
+        f"{node.op_type} (node {node.name!r}, opset {node.opset}): {why}; it runs as a loop of "
+        "its compiled body (opf.compile of the model runs it in stages; from_onnx(..., "
+        "data_dependent='raise') refuses it)", node=node.name)
+
+
 def _condition_after(node: OnnxNode, cond: Expr, count: int) -> bool:
     if not isinstance(cond, Constant):
-        raise DataDependentError(
-            f"{node.op_type} (node {node.name!r}, opset {node.opset}): the body computes its "
-            f"condition from run-time values (iteration {count}), so how many times it runs "
-            "depends on the data; opfusion unrolls loops at import and needs the condition "
-            "known there (a trip count M with cond_out = cond_in, or values that fold)",
-            node=node.name)
+        _run_as_loop(node, f"the body computes its condition from run-time values (iteration "
+                           f"{count}), so how many times it runs depends on the data")
     if cond.data.size != 1:
         raise node.error(f"the body's condition must hold one value, got shape "
                          f"{cond.data.shape}")
     return bool(cond.data.reshape(-1)[0])
 
 
+MAX_UNROLLED_SCAN_NODES = 200_000
+"""The most body nodes one Scan is unrolled to (there is no loop to run it as instead)."""
+
+
 def _check_unroll(node: OnnxNode, iterations: int, body_nodes: int) -> None:
-    if iterations * max(body_nodes, 1) > MAX_UNROLLED_NODES:
+    if iterations * max(body_nodes, 1) > MAX_UNROLLED_SCAN_NODES:
         raise node.error(f"{iterations} iterations of a body of {body_nodes} nodes exceed "
-                         f"the {MAX_UNROLLED_NODES} nodes opfusion unrolls one loop to; "
-                         "shorten the loop or split the model")
+                         f"the {MAX_UNROLLED_SCAN_NODES} nodes opfusion unrolls a Scan to; "
+                         "shorten the sequence or split the model")
 
 
 # ---------------------------------------------------------------------------------------------
