@@ -13,7 +13,7 @@ import opfusion as opf  # noqa: E402
 from opfusion.errors import DataDependentError, OpfusionError  # noqa: E402
 from opfusion.frontend import from_onnx  # noqa: E402
 from opfusion.frontend.onnx.staged import OnnxStagedModel  # noqa: E402
-from opfusion.testing import assert_close  # noqa: E402
+from opfusion.testing import assert_close, run_in_threads  # noqa: E402
 from opfusion.testing.detection import nms_model  # noqa: E402
 
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -167,3 +167,19 @@ def test_a_loop_that_never_ends_is_an_error_not_a_hang(monkeypatch):
     exe = opf.compile(mod, params=params)
     with pytest.raises(OpfusionError, match="would not end"):
         exe.run({"h0": np.zeros((1, 16), np.float32)})
+
+
+def test_staged_runs_from_many_threads_at_once_agree_with_single_runs():
+    mod, params = from_onnx(nms_model(boxes=24, features=8, classes=2))
+    exe = opf.compile(mod, params=params)
+    inputs = [np.random.default_rng(seed).standard_normal((1, 24, 8)).astype(np.float32)
+              for seed in range(6)]
+    want = [exe.run({"features": x}) for x in inputs]  # each count of kept boxes built once
+
+    def work(index: int) -> None:
+        for _ in range(3):
+            got = exe.run({"features": inputs[index]})
+            for g, w in zip(got, want[index]):
+                np.testing.assert_array_equal(g, w)
+
+    run_in_threads(6, work)
