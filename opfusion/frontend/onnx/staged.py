@@ -281,16 +281,21 @@ class StagedExecutor:
         outer = {name: self._value(name, known) for name in captured}
         scans: list[list[np.ndarray]] = []
         count = 0
+        counter_shape, cond_shape = (_declared_scalar_shape(value) for value in body.input[:2])
+        flag = np.ones(cond_shape, np.bool_)
+        outer_values = list(outer.values())
+        shapes, executor = None, None
         while running and (limit is None or count < limit):
             if count >= MAX_LOOP_ITERATIONS:
                 raise OpfusionError(f"Loop (node {node.name or node.output[0]!r}) reached "
                                     f"{MAX_LOOP_ITERATIONS} iterations (its trip count "
                                     f"{limit}, its condition still true); it would not end in "
                                     "reasonable time")
-            feeds = [np.array(count, np.int64), np.array(True), *states]
-            feeds = [_as_declared(value, declared) for value, declared in zip(feeds, body.input)]
-            results = self._body_executor(index, body, feeds, outer).run(
-                [*feeds, *outer.values()])
+            feeds = [np.full(counter_shape, count, np.int64), flag, *states]
+            now = [(value.shape, value.dtype) for value in states]
+            if now != shapes:  # loop-carried values may change shape: look the body up again
+                shapes, executor = now, self._body_executor(index, body, feeds, outer)
+            results = executor.run([*feeds, *outer_values])
             if len(results) < 1 + len(states):
                 raise OpfusionError(f"Loop (node {node.name!r}): the body gives "
                                     f"{len(results)} outputs; it must give the condition and "
@@ -302,8 +307,7 @@ class StagedExecutor:
         if scans:
             stacked = [np.stack(values) for values in zip(*scans)]
         else:  # no iteration: the scan outputs' shapes come from running the body once
-            feeds = [_as_declared(value, declared) for value, declared in
-                     zip([np.array(0, np.int64), np.array(True), *states], body.input)]
+            feeds = [np.zeros(counter_shape, np.int64), flag, *states]
             results = self._body_executor(index, body, feeds, outer).run(
                 [*feeds, *outer.values()])
             stacked = [np.zeros((0, *np.shape(value)), np.asarray(value).dtype)
@@ -429,12 +433,10 @@ def _loop_scalar(value: np.ndarray | None, what: str) -> Any:
     return value.reshape(-1)[0]
 
 
-def _as_declared(value: np.ndarray, declared: Any) -> np.ndarray:
-    """A loop counter or condition in the shape the body declares ([] or [1])."""
+def _declared_scalar_shape(declared: Any) -> tuple[int, ...]:
+    """The shape a Loop body declares for its counter or condition: () or (1,)."""
     dims = declared.type.tensor_type.shape.dim if declared.type.HasField("tensor_type") else []
-    if value.ndim == 0 and len(dims) == 1:
-        return value.reshape(1)
-    return value
+    return (1,) if len(dims) == 1 else ()
 
 
 def _input_names(proto: Any) -> tuple[str, ...]:
