@@ -27,7 +27,6 @@ def nms_model(boxes: int = 64, features: int = 16, classes: int = 3, seed: int =
         "limit": np.array([max_per_class], np.int64),
         "iou": np.array([iou_threshold], np.float32),
         "threshold": np.array([score_threshold], np.float32),
-        "box_axis": np.array([2], np.int64),
         "box_start": np.array([2], np.int64),
         "box_end": np.array([3], np.int64),
         "one_axis": np.array([1], np.int64),

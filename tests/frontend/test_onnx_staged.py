@@ -183,3 +183,19 @@ def test_staged_runs_from_many_threads_at_once_agree_with_single_runs():
                 np.testing.assert_array_equal(g, w)
 
     run_in_threads(6, work)
+
+
+def test_symbolic_input_dims_and_data_dependent_shapes_together():
+    """A detection head whose box count is a symbolic dimension: one staged executor per
+    input shape (SpecializingExecutor), each staging its NonMaxSuppression."""
+    ort = pytest.importorskip("onnxruntime")
+    proto = nms_model(boxes=32, features=16, classes=3)
+    proto.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "boxes"
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = from_onnx(proto)
+    exe = opf.compile(mod, params=params)
+    for count in (32, 20):
+        x = np.random.default_rng(count).standard_normal((1, count, 16)).astype(np.float32)
+        for got, want in zip(exe.run({"features": x}), session.run(None, {"features": x})):
+            assert_close(got, want)
+    assert [shape["features"] for shape in exe.specializations] == [(1, 32, 16), (1, 20, 16)]
