@@ -109,8 +109,20 @@ def load_onnx(path: str, shapes: Sequence[str] = (), verbose: int = 0, *,
     if isinstance(mod, SymbolicModule) and not allow_symbolic:
         raise CommandError(f"{mod.first_symbolic()}; the command needs static shapes"
                            f"{_symbolic_input_hint(file, overrides)}")
+    _refuse_staged(mod)
     log.info("imported %s in %.2f s", path, time.perf_counter() - start)
     return mod, params
+
+
+def _refuse_staged(mod: Any) -> None:
+    """The command line compiles static graphs: a model run in stages is an error saying how
+    to run it."""
+    from .frontend.onnx.staged import OnnxStagedModel
+
+    if isinstance(mod, OnnxStagedModel):
+        raise CommandError(f"the model's shapes depend on the values it computes ({mod.error}); "
+                           "the command line compiles static graphs: run it from Python "
+                           "(opf.compile(opf.frontend.from_onnx(path)[0]) runs it in stages)")
 
 
 def _symbolic_input_hint(file: Path, overrides: dict[str, Any]) -> str:
@@ -348,7 +360,9 @@ def _specialize(mod: Any, loaded: dict[str, tuple[np.ndarray, str]], verbose: in
     text = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
     with showing_progress(verbose) as progress:
         progress.stage(f"importing for the inputs' shapes ({text})")
-        return mod.specialize(shapes)
+        specialized = mod.specialize(shapes)
+    _refuse_staged(specialized[0])
+    return specialized
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -416,3 +416,15 @@ def test_tune_and_compile_refuse_bad_arguments(files, tmp_path):
     assert_one_line_error(opfusion("compile", files / "tiny.onnx", "--records",
                                    tmp_path / "none.json", cwd=tmp_path, check=False),
                           "none.json")
+
+
+def test_a_model_whose_shapes_depend_on_data_is_a_clear_error(tmp_path):
+    node = helper.make_node("NonZero", ["x"], ["y"], name="nz")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "nz.onnx")
+    for command in ("show", "compile", "run"):
+        result = opfusion(command, tmp_path / "nz.onnx", cwd=tmp_path, check=False)
+        assert_one_line_error(result, "shapes depend on the values", "runs it in stages")
