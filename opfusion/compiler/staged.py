@@ -5,17 +5,21 @@ target shape, a NonZero's input, a Loop's trip count, NonMaxSuppression's boxes)
 computed from the inputs cannot be one static graph: a frontend hands :func:`opfusion.compile`
 a :class:`StagedModel` instead, and gets back an executor that, per run, compiles and runs
 the model up to such a node, computes what the node needs, and goes on with the rest
-specialized on what it now knows (cached by shapes and by the small values it froze). This
-module holds the contract; the ONNX frontend's :mod:`opfusion.frontend.onnx.staged` is the
+specialized on what it now knows (cached by shapes and by the small values it froze). The
+model's contract is :class:`~opfusion.ir.symbolic.StagedModel` (beside SymbolicModule, which
+passes and the interpreter refuse likewise); this module holds the settings each stage is
+compiled with; the ONNX frontend's :mod:`opfusion.frontend.onnx.staged` is the
 implementation."""
 
 from __future__ import annotations
 
-import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ir.symbolic import StagedModel
 from ..target import Target
+
+__all__ = ["CompileSettings", "StagedModel"]
 
 
 @dataclass(frozen=True)
@@ -31,15 +35,3 @@ class CompileSettings:
     max_stages: int = 32
     reference: bool = False  # evaluate each stage with the NumPy interpreter, not compiled
     context: Any = field(default=None, compare=False)
-
-
-class StagedModel(abc.ABC):
-    """A model that runs in stages (see the module's docstring)."""
-
-    input_names: list[str]
-    output_names: list[str]
-
-    @abc.abstractmethod
-    def compile(self, settings: CompileSettings) -> Any:
-        """The executor that runs this model in stages (``run``, ``__call__`` as
-        :class:`~opfusion.compiler.executor.Executor`'s)."""

@@ -16,7 +16,7 @@ from .expr import Call, Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 from .infer import infer_type
 from .module import IRModule
 from .op import Op
-from .symbolic import SymbolicModule
+from .symbolic import StagedModel, SymbolicModule
 from .types import TensorType, TupleType, Type, cast_array
 from .visitor import children, post_order
 
@@ -39,6 +39,8 @@ def evaluate(
         mod, func = None, mod_or_func
     elif isinstance(mod_or_func, SymbolicModule):
         raise mod_or_func.static_error("the reference interpreter (evaluate)")
+    elif isinstance(mod_or_func, StagedModel):
+        raise mod_or_func.staged_error("the reference interpreter (evaluate)")
     else:
         raise EvaluationError(f"evaluate takes an IRModule or a Function, got "
                               f"{type(mod_or_func).__name__}")

@@ -108,3 +108,28 @@ class SymbolicModule(abc.ABC):
         inputs = ", ".join(f"{t.name}: {t.shape_text()}" for t in self.inputs)
         outputs = ", ".join(f"{t.name}: {t.shape_text()}" for t in self.outputs)
         return f"{type(self).__name__}(inputs: {inputs}; outputs: {outputs})"
+
+
+class StagedModel(abc.ABC):
+    """A model whose shapes depend on the values it computes (a frontend's result when its
+    import needs a value the model computes): no single static graph exists, so passes and
+    the interpreter refuse it (:meth:`staged_error`), and :func:`opfusion.compile` makes it an
+    executor that runs it in compiled stages (:mod:`opfusion.compiler.staged`)."""
+
+    input_names: list[str]
+    output_names: list[str]
+
+    @abc.abstractmethod
+    def compile(self, settings: Any) -> Any:
+        """The executor that runs this model in stages (``run``, ``__call__`` as
+        :class:`~opfusion.compiler.executor.Executor`'s), for
+        :class:`~opfusion.compiler.staged.CompileSettings`."""
+
+    def staged_error(self, what: str) -> OpfusionError:
+        """The error for ``what`` (an operation that needs one static graph)."""
+        return OpfusionError(f"{what} needs one static graph, but this model's shapes depend on "
+                             f"the values it computes; opf.compile runs it in stages (or import "
+                             f"it with data_dependent='raise' to see where)")
+
+    def __getitem__(self, name: str) -> Any:
+        raise self.staged_error(f"mod[{name!r}]")

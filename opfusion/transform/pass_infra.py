@@ -41,7 +41,7 @@ from typing import Any
 from ..errors import OpfusionError
 from ..ir.expr import Function
 from ..ir.module import IRModule
-from ..ir.symbolic import SymbolicModule
+from ..ir.symbolic import StagedModel, SymbolicModule
 from .context import PassContext
 
 
@@ -103,6 +103,8 @@ class Pass:
     def __call__(self, mod: IRModule) -> IRModule:
         if isinstance(mod, SymbolicModule):
             raise mod.static_error(f"pass {self.info.name}")
+        if isinstance(mod, StagedModel):
+            raise mod.staged_error(f"pass {self.info.name}")
         if not isinstance(mod, IRModule):
             raise OpfusionError(f"pass {self.info.name} takes an IRModule, got "
                                 f"{type(mod).__name__}; wrap an expression with "

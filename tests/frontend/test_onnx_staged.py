@@ -199,3 +199,11 @@ def test_symbolic_input_dims_and_data_dependent_shapes_together():
         for got, want in zip(exe.run({"features": x}), session.run(None, {"features": x})):
             assert_close(got, want)
     assert [shape["features"] for shape in exe.specializations] == [(1, 32, 16), (1, 20, 16)]
+
+
+def test_passes_the_interpreter_and_main_refuse_a_staged_model_saying_why():
+    mod, _ = from_onnx(nms_model())
+    for attempt in (lambda: opf.transform.InferType()(mod), lambda: opf.ir.evaluate(mod, {}),
+                    lambda: mod["main"]):
+        with pytest.raises(OpfusionError, match="opf.compile runs it in stages"):
+            attempt()
