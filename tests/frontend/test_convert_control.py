@@ -312,3 +312,29 @@ def test_model_with_loop_and_if_matches_onnxruntime():
         got = exe.run(feeds)
         for g, wv in zip(got, want):
             assert_close(g, wv, rtol=1e-5)
+
+
+def test_if_whose_branch_indexes_only_when_taken_runs_only_the_taken_branch():
+    """then: table[floor(sum(x))], valid only when 0 <= sum < 4 (the condition); computing
+    it for the other case too would raise. The If runs in stages instead of selecting."""
+    ort = pytest.importorskip("onnxruntime")
+    then = helper.make_graph(
+        [helper.make_node("Floor", ["s"], ["f"]), helper.make_node("Cast", ["f"], ["k"], to=7),
+         helper.make_node("Gather", ["table", "k"], ["t"], axis=0)],
+        "then", [], [value("t", FLOAT, [])])
+    other = helper.make_graph([const("e", np.array(-1.0, np.float32))], "else", [],
+                              [value("e", FLOAT, [])])
+    nodes = [const("table", np.array([10, 20, 30, 40], np.float32)),
+             const("zero", np.array(0.0, np.float32)), const("four", np.array(4.0, np.float32)),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("GreaterOrEqual", ["s", "zero"], ["low_ok"]),
+             helper.make_node("Less", ["s", "four"], ["high_ok"]),
+             helper.make_node("And", ["low_ok", "high_ok"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    proto = model(nodes, [value("x", FLOAT, [3])], [value("y", FLOAT, [])])
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = from_onnx(proto)
+    exe = opf.compile(mod, params=params)
+    for x in ([0.5, 1.0, 1.2], [3.0, 4.0, 5.0], [-9.0, 0.0, 1.0]):
+        feeds = {"x": np.array(x, np.float32)}
+        assert_close(exe.run(feeds)[0], session.run(None, feeds)[0])

@@ -29,7 +29,8 @@ import numpy as np
 
 from .... import op
 from ....errors import DataDependentError
-from ....ir.expr import Constant, Expr
+from ....ir.expr import Call, Constant, Expr, Tuple, TupleGetItem
+from ....ir.op import OpPatternKind
 from ..registry import OnnxNode, converter
 from ._common import checked_axis, tensor_type
 from .tensor import as_ints, required_const
@@ -61,6 +62,10 @@ def if_(node: OnnxNode) -> list[Expr]:
     if not same:
         # Which shape the outputs have depends on the condition: known only at run time.
         required_const(node, 0, "cond; the branches' outputs differ in type or shape")
+    if not _cheap_and_safe([*then, *other]):
+        # Computing both would cost too much, or the branch not taken could raise (an index
+        # valid only when its branch is taken): run only the taken one, in stages.
+        required_const(node, 0, "cond; a branch is large or may raise on the other's data")
     if tensor_type(cond).size != 1:
         raise node.error(f"the condition must hold one value, got shape "
                          f"{tensor_type(cond).shape}")
@@ -68,6 +73,35 @@ def if_(node: OnnxNode) -> list[Expr]:
     if tensor_type(flag).dtype != "bool":
         flag = op.cast(flag, dtype="bool")
     return [op.where(flag, a, b) for a, b in zip(then, other)]
+
+
+SELECT_BRANCH_NODES = 256
+"""A run-time If computes both branches and selects (``where``) only when the operators that
+lead to its outputs number at most this many (counted back into the enclosing graph too)."""
+
+
+def _cheap_and_safe(outputs: list[Expr]) -> bool:
+    """Whether the operators ``outputs`` are computed by are few and none can fail at run
+    time (checked indices, or opaque operators that raise), looking back at most
+    ``SELECT_BRANCH_NODES`` operators (a worklist)."""
+    seen: set[int] = set()
+    pending = list(outputs)
+    while pending:
+        expr = pending.pop()
+        if id(expr) in seen or not isinstance(expr, (Call, Tuple, TupleGetItem)):
+            continue
+        seen.add(id(expr))
+        if len(seen) > SELECT_BRANCH_NODES:
+            return False
+        if isinstance(expr, Call):
+            if expr.op.pattern == OpPatternKind.kOpaque or expr.attrs.get("mode") == "checked":
+                return False
+            pending.extend(expr.args)
+        elif isinstance(expr, Tuple):
+            pending.extend(expr.fields)
+        else:
+            pending.append(expr.tuple_value)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
