@@ -207,3 +207,22 @@ def test_passes_the_interpreter_and_main_refuse_a_staged_model_saying_why():
                     lambda: mod["main"]):
         with pytest.raises(OpfusionError, match="opf.compile runs it in stages"):
             attempt()
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_matches_onnx_reference_on_random_boxes(center):
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(center)
+    boxes = rng.uniform(0, 10, (2, 60, 4)).astype(np.float32)
+    scores = rng.choice([0.2, 0.5, 0.7, 0.9], (2, 3, 60)).astype(np.float32)  # many ties
+    consts = {"boxes": boxes, "scores": scores, "limit": np.array([7], np.int64),
+              "iou": np.array([0.3], np.float32), "threshold": np.array([0.4], np.float32)}
+    node = helper.make_node("NonMaxSuppression", list(consts), ["y"], center_point_box=center)
+    graph = helper.make_graph([node], "g", [], [value("y", INT64, None)],
+                              [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = ReferenceEvaluator(proto).run(None, {})
+    mod, _ = from_onnx(proto)
+    np.testing.assert_array_equal(opf.ir.evaluate(mod, {}), want)

@@ -447,6 +447,28 @@ class _Importer:
                 self.env[name] = out
 
 
+def evaluate_node(node: Any, model: Any, values: Mapping[str, np.ndarray]
+                  ) -> dict[str, np.ndarray]:
+    """ONNX ``node`` (of ``model``, for its opset) computed from ``values`` given as
+    constants: converted and folded as the import does, the interpreter running what does
+    not fold. Returns its outputs by name; a staged run's way to compute a cut node."""
+    from ...ir.evaluate import evaluate
+
+    stub = _onnx().ModelProto()
+    stub.opset_import.extend(model.opset_import)
+    importer = _Importer(stub, {}, None, True)
+    importer.env = {name: Constant(np.asarray(value)) for name, value in values.items()}
+    importer.convert_nodes([node], importer.opset)
+    outputs = [name for name in node.output if name]
+    exprs = [importer.lookup(name, "output") for name in outputs]
+    if all(isinstance(expr, Constant) for expr in exprs):
+        return {name: expr.data for name, expr in zip(outputs, exprs)}
+    body = exprs[0] if len(exprs) == 1 else Tuple(exprs)
+    result = evaluate(IRModule.from_expr(Function([], body)), [])
+    results = result if isinstance(result, tuple) else (result,)
+    return {name: np.asarray(value) for name, value in zip(outputs, results)}
+
+
 def _nodes_with_bodies(graph: Any) -> Iterator[Any]:
     """The graph's nodes and those of every control-flow body inside it (a worklist)."""
     onnx = _onnx()

@@ -250,19 +250,13 @@ class StagedExecutor:
     def _evaluate_node(self, index: int, known: dict[str, np.ndarray]
                        ) -> dict[str, np.ndarray]:
         """Node ``index`` computed from its inputs as constants (folded at import)."""
-        from .importer import from_onnx
+        from .importer import evaluate_node
 
         node = self._nodes[index]
         if node.op_type == "Loop" and (node.domain or "") in ("", "ai.onnx"):
             return self._run_loop(index, known)
-        outputs = [name for name in node.output if name]
-        stage_proto = self._stage_model([node], {}, {name: known[name]
-                                                     for name in self._reads[index]
-                                                     if name in known}, outputs)
-        mod, params = from_onnx(stage_proto, data_dependent="raise")
-        values = evaluate(mod, params)
-        values = values if isinstance(values, tuple) else (values,)
-        return {name: np.asarray(value) for name, value in zip(outputs, values)}
+        reads = {name: self._value(name, known) for name in self._reads[index]}
+        return evaluate_node(node, self.model.proto, reads)
 
     def _run_loop(self, index: int, known: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ONNX Loop node ``index`` run as a loop: its body compiled as a model (once per

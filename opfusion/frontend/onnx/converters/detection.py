@@ -57,14 +57,13 @@ def non_max_suppression(boxes: np.ndarray, scores: np.ndarray, limit: int, iou_t
             order = np.argsort(-row.astype(np.float64), kind="stable")
             if score_threshold is not None:
                 order = order[row[order] > score_threshold]
+            # Greedy: the best remaining box is kept and suppresses the rest it overlaps
+            # (one vector step per kept box, at most ``limit`` steps).
             kept: list[int] = []
-            for box in order.tolist():
-                if len(kept) >= limit:
-                    break
-                if kept and np.any(_iou(corners[batch], areas[batch], box, kept)
-                                   > iou_threshold):
-                    continue
+            while order.size and len(kept) < limit:
+                box, order = int(order[0]), order[1:]
                 kept.append(box)
+                order = order[_iou(corners[batch], areas[batch], box, order) <= iou_threshold]
             selected.extend((batch, cls, box) for box in kept)
     return np.array(selected, dtype=np.int64).reshape(-1, 3)
 
@@ -81,12 +80,12 @@ def _corners(boxes: np.ndarray, center_point: bool) -> np.ndarray:
                      np.maximum(y1, y2)], axis=-1)
 
 
-def _iou(corners: np.ndarray, areas: np.ndarray, box: int, kept: list[int]) -> np.ndarray:
-    """IoU of ``box`` with each of ``kept`` (0 where boxes do not overlap or are empty)."""
-    mine, theirs = corners[box], corners[kept]
+def _iou(corners: np.ndarray, areas: np.ndarray, box: int, others: np.ndarray) -> np.ndarray:
+    """IoU of ``box`` with each of ``others`` (0 where boxes do not overlap or are empty)."""
+    mine, theirs = corners[box], corners[others]
     width = np.minimum(mine[2], theirs[:, 2]) - np.maximum(mine[0], theirs[:, 0])
     height = np.minimum(mine[3], theirs[:, 3]) - np.maximum(mine[1], theirs[:, 1])
     inter = np.where((width > 0) & (height > 0), width * height, 0.0)
-    union = areas[box] + areas[kept] - inter
-    valid = (inter > 0) & (areas[box] > 0) & (areas[kept] > 0) & (union > 0)
+    union = areas[box] + areas[others] - inter
+    valid = (inter > 0) & (areas[box] > 0) & (areas[others] > 0) & (union > 0)
     return np.where(valid, inter / np.where(union > 0, union, 1.0), 0.0)
