@@ -18,7 +18,9 @@ values frozen into constants). When that import stops at node D:
   D itself is computed here, by importing it alone with its inputs as constants (which folds
   it with the operators' NumPy references), and its outputs join what the run knows.
 
-The last stage imports and compiles the rest whole. Every stage is built once per distinct
+The last stage imports and compiles the rest whole. A stage after a cut that is tiny
+(``TINY_STAGE_OPS`` operators, ``TINY_STAGE_ELEMENTS`` elements: a gather of the boxes kept)
+is interpreted instead, since every new size would compile it again. Every stage is built once per distinct
 (remaining nodes, input shapes and dtypes, frozen values) and kept in a
 :class:`~opfusion.compiler.specialize.SpecializationCache` of ``max_stages`` entries: a new
 size of a data-dependent output (another count of boxes kept) compiles the stages after it
@@ -214,7 +216,9 @@ class StagedExecutor:
             if err.graph_index is None:
                 raise
             return self._cut(remaining, known, frozen, err)
-        return _Stage(self._compile(mod, params), _input_names(stage_proto), tuple(outputs))
+        after_cut = len(remaining) < len(self._nodes)
+        return _Stage(self._compile(mod, params, after_cut), _input_names(stage_proto),
+                      tuple(outputs))
 
     def _cut(self, remaining: tuple[int, ...], known: dict[str, np.ndarray],
              frozen: dict[str, np.ndarray], err: DataDependentError) -> _Stage:
@@ -236,7 +240,8 @@ class StagedExecutor:
             stage_proto = self._stage_model([self._nodes[i] for i in prefix], known, frozen,
                                             exported)
             mod, params = from_onnx(stage_proto, data_dependent="raise")
-            executor, inputs = self._compile(mod, params), _input_names(stage_proto)
+            executor = self._compile(mod, params, len(remaining) < len(self._nodes))
+            inputs = _input_names(stage_proto)
         return _Stage(executor, inputs, tuple(exported), cut=cut, freeze=freeze, rest=rest)
 
     def _freezable(self, err: DataDependentError, prefix: list[int],
@@ -347,11 +352,15 @@ class StagedExecutor:
 
         return self._loop_bodies.get(key, build)
 
-    def _compile(self, mod: Any, params: dict[str, np.ndarray]) -> Any:
+    def _compile(self, mod: Any, params: dict[str, np.ndarray], after_cut: bool = False
+                 ) -> Any:
+        """The stage's executor. A tiny stage after a cut (a detection head's gather of the
+        kept boxes) is interpreted: it would be compiled again for every new size of what
+        the cut computed, seconds each for microseconds of work."""
         from ...compiler.compile import compile as compile_model
 
         settings = self.settings
-        if settings.reference:
+        if settings.reference or (after_cut and _tiny(mod)):
             return _Evaluated(mod, params)
         context = settings.context
         with context if context is not None else _nullcontext():
@@ -454,6 +463,29 @@ def _names_read(node: Any) -> list[str]:
         if attr.type == AttributeProto.GRAPH:
             names.extend(name for _, _, name in outer_scope_reads(attr.g))
     return list(dict.fromkeys(names))
+
+
+TINY_STAGE_OPS = 32
+TINY_STAGE_ELEMENTS = 1 << 16
+"""A stage after a cut of at most this many operators, whose results hold at most this many
+elements in all, is run by the reference interpreter, not compiled."""
+
+
+def _tiny(mod: Any) -> bool:
+    from ...ir.expr import Call
+    from ...ir.types import TensorType
+    from ...ir.visitor import post_order
+
+    calls = 0
+    elements = 0
+    for expr in post_order(mod["main"].body):
+        if isinstance(expr, Call):
+            calls += 1
+            ty = expr.checked_type
+            elements += ty.size if isinstance(ty, TensorType) else 0
+            if calls > TINY_STAGE_OPS or elements > TINY_STAGE_ELEMENTS:
+                return False
+    return True
 
 
 class _Evaluated:
