@@ -20,8 +20,8 @@ values frozen into constants). When that import stops at node D:
 
 The last stage imports and compiles the rest whole. A stage after a cut that is tiny
 (``TINY_STAGE_OPS`` operators, ``TINY_STAGE_ELEMENTS`` elements: a gather of the boxes kept)
-is interpreted instead, since every new size would compile it again. Every stage is built once per distinct
-(remaining nodes, input shapes and dtypes, frozen values) and kept in a
+is interpreted instead, since every new size would compile it again. Every stage is built
+once per distinct (remaining nodes, input shapes and dtypes, frozen values) and kept in a
 :class:`~opfusion.compiler.specialize.SpecializationCache` of ``max_stages`` entries: a new
 size of a data-dependent output (another count of boxes kept) compiles the stages after it
 once. A run with more stages than the graph has nodes is an error, not a hang."""
@@ -192,7 +192,8 @@ class StagedExecutor:
     def _stage_for(self, remaining: tuple[int, ...], known: dict[str, np.ndarray],
                    frozen: dict[str, np.ndarray]) -> _Stage:
         reads = self._free_names(remaining) | set(self.output_names)
-        visible = [name for name in reads if name in known and name not in frozen]
+        # Sorted: the stage's inputs, hence its code, must not follow a set's order.
+        visible = sorted(name for name in reads if name in known and name not in frozen)
         key = (remaining,
                tuple((name, known[name].shape, known[name].dtype.str) for name in visible),
                tuple((name, value.dtype.str, value.shape, value.tobytes())
