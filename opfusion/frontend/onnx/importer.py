@@ -275,21 +275,26 @@ class _Importer:
     def convert_node(self, node: Any, opset: int, index: int, pending: deque) -> None:
         """Convert one node, or put its function body's nodes in front of ``pending``."""
         with _converting(node, index):
-            if (lookup_converter(node.op_type, opset) is None
-                    and (node.domain or "") in ("", "ai.onnx")):
-                types = [self.env[name].checked_type if name in self.env else None
-                         for name in node.input]
-                body, body_opset = expand_function(node, opset, types)
-                pending.extendleft((inner, body_opset, index) for inner in reversed(body))
+            standard = (node.domain or "") in ("", "ai.onnx")
+            if lookup_converter(node.op_type, opset) is None and standard:
+                self.expand(node, opset, index, pending)
                 return
             try:
-                self.convert(node, opset)
+                if not self.convert(node, opset):  # the converter declined this form
+                    self.expand(node, opset, index, pending)
             except DataDependentError as err:
                 # The value's name, for a staged run to compute first and freeze.
                 if (err.input_index is not None and err.value_name is None
                         and err.input_index < len(node.input)):
                     err.value_name = node.input[err.input_index]
                 raise
+
+    def expand(self, node: Any, opset: int, index: int, pending: deque) -> None:
+        """Put ``node``'s function body (ONNX's definition of it) in front of ``pending``."""
+        types = [self.env[name].checked_type if name in self.env else None
+                 for name in node.input]
+        body, body_opset = expand_function(node, opset, types)
+        pending.extendleft((inner, body_opset, index) for inner in reversed(body))
 
     def run_subgraph(self, graph: Any, inputs: list[Expr], what: str) -> list[Expr]:
         """Convert a control-flow body ``graph`` with its formal inputs bound to ``inputs``.
@@ -418,7 +423,9 @@ class _Importer:
                                 "graph input (a dangling name; nodes must be in topological "
                                 "order)") from None
 
-    def convert(self, node: Any, opset: int) -> None:
+    def convert(self, node: Any, opset: int) -> bool:
+        """Convert ``node`` into ``self.env``; False when its converter declines the form it
+        has (returns ``NotImplemented``: the node's function body is converted instead)."""
         inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
                   if name else None for name in node.input]
         _check_attribute_kinds(node, opset)
@@ -433,6 +440,11 @@ class _Importer:
         fn = lookup_converter(node.op_type, opset)
         assert fn is not None
         result = fn(view)
+        if result is NotImplemented:
+            if not has_function_body(node.op_type, opset):
+                raise OnnxImportError(f"{node.op_type} (node {view.name!r}): this form of the "
+                                      "operator is not supported")
+            return False
         outputs = [result] if isinstance(result, Expr) else list(result)
         outputs = [self.folder.visit(out) if out is not None else None for out in outputs]
         for out in outputs:
@@ -445,6 +457,7 @@ class _Importer:
         for name, out in zip(node.output, outputs):
             if name and out is not None:
                 self.env[name] = out
+        return True
 
 
 def evaluate_node(node: Any, model: Any, values: Mapping[str, np.ndarray]

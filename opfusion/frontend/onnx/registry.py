@@ -11,7 +11,8 @@ op type and the first opset version it handles::
     def clip_11(node): ...
 
 The importer picks, for each node, the converter with the greatest ``since`` that is not newer
-than the model's opset."""
+than the model's opset. A converter may return ``NotImplemented`` for a form of its operator
+that it leaves to ONNX's function body (the importer then converts the body instead)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     activation,
+    attention,
     control,
     detection,
     elementwise,
