@@ -3,10 +3,12 @@
 The common forms become one ``nn.attention`` (a kernel that never holds the whole score
 matrix): float32 query, key and value of rank 4 ``(batch, heads, sequence, head size)``, or
 of rank 3 with ``q_num_heads`` = ``kv_num_heads``, the same number of heads for queries and
-keys, no attention mask or past cache, optionally causal with as many queries as keys, and
-only the output ``Y`` asked for. Every other form (masks, past and present caches, grouped
-heads, softcap, the QK output, windows, float16) converts ONNX's function body instead: the
-converter declines with ``NotImplemented``."""
+keys, no past cache, optionally causal with as many queries as keys, optionally a bool or
+float mask over every key (added to the scores; a query whose keys are all masked gives
+zeros, as ONNX says), and only the output ``Y`` asked for. Every other form (past and
+present caches, grouped heads, softcap, the QK output, windows, a mask shorter than the keys,
+float16) converts ONNX's function body instead: the converter declines with
+``NotImplemented``."""
 
 from __future__ import annotations
 
@@ -39,14 +41,25 @@ def attention(node: OnnxNode) -> Expr:
     if node.attr("is_causal", 0):
         # Query i sees keys 0..i: -inf above the diagonal.
         bias = Constant(np.triu(np.full((seq_q, seq_k), -np.inf, np.float32), k=1))
+    mask = node.optional_input(3)
+    if mask is not None:
+        if tensor_type(mask).dtype == "bool":  # True: the query attends to the key
+            mask = op.where(mask, Constant(np.array(0, np.float32)),
+                            Constant(np.array(-np.inf, np.float32)))
+        bias = mask if isinstance(bias, Constant) and not bias.data.ndim else op.add(bias, mask)
     out = op.nn.attention(query, op.transpose(key, axes=[0, 1, 3, 2]), value, bias,
                           scale=scale)
+    if mask is not None:
+        # A query whose every key is masked attends to nothing: zeros (ONNX), not NaN.
+        masked = op.equal(op.max(bias, axis=[-1], keepdims=True),
+                          Constant(np.array(-np.inf, np.float32)))
+        out = op.where(masked, Constant(np.array(0, np.float32)), out)
     return _merge_heads(out) if rank == 3 else out
 
 
 def _fused_form(node: OnnxNode) -> bool:
     """Whether the node is one of the forms ``nn.attention`` computes exactly."""
-    if node.num_outputs > 1 or any(x is not None for x in node.inputs[3:]):
+    if node.num_outputs > 1 or any(x is not None for x in node.inputs[4:]):
         return False
     if any(node.attr(name) not in (None, 0, 0.0) for name in ("softcap",
                                                                "qk_matmul_output_mode")):
@@ -77,7 +90,18 @@ def _fused_form(node: OnnxNode) -> bool:
     else:
         return False
     causal_fits = not node.attr("is_causal", 0) or seq_q == seq_k
-    return same_heads and shapes_fit and causal_fits
+    return same_heads and shapes_fit and causal_fits and _mask_fits(node, seq_q, seq_k)
+
+
+def _mask_fits(node: OnnxNode, seq_q: int, seq_k: int) -> bool:
+    """No mask, or a bool or float32 one that broadcasts to the scores (batch, heads,
+    queries, keys) with every key (ONNX lets a shorter one stand for padding: declined)."""
+    mask = node.optional_input(3)
+    if mask is None:
+        return True
+    ty = tensor_type(mask)
+    return (ty.dtype in ("bool", "float32") and 2 <= ty.ndim <= 4 and ty.shape[-1] == seq_k
+            and ty.shape[-2] in (1, seq_q))
 
 
 def _split_heads(x: Expr, heads: int) -> Expr:
