@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_one_node import check, make_model  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion.errors import IndexOutOfRangeError, OnnxImportError, OpfusionError  # noqa: E402
@@ -20,35 +21,6 @@ rng = np.random.default_rng(11)
 
 def normal(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def make_model(node, inputs, consts=None, opset=20):
-    def info(name, array):
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype),
-                                             array.shape)
-
-    inits = [helper.make_tensor(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape,
-                                a.reshape(-1).tolist()) for name, a in (consts or {}).items()]
-    graph = helper.make_graph(
-        [node], "g", [info(n, a) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output],
-        inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def check(op_type, inputs, consts=None, opset=20, names=None, compiled=False, rtol=1e-5,
-          **attrs):
-    """One node over ``inputs`` then ``consts`` (or ``names``; '' leaves one out): import,
-    evaluate (and compile and run), compare with onnx.reference."""
-    consts = dict(consts or {})
-    node = helper.make_node(op_type, names or list(inputs) + list(consts), ["y"], **attrs)
-    model = make_model(node, inputs, consts, opset)
-    want = ReferenceEvaluator(model).run(None, inputs)[0]
-    mod, params = from_onnx(model)
-    assert_close(opf.ir.evaluate(mod, inputs), want, rtol=rtol)
-    if compiled:
-        assert_close(opf.compile(mod, params=params).run(inputs)[0], want, rtol=rtol)
-    return mod
 
 
 # -- GridSample ------------------------------------------------------------------------------
