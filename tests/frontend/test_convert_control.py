@@ -8,6 +8,8 @@ import pytest
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_one_node import check_model as check  # noqa: E402
+from onnx_one_node import const, model, value  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion.errors import DataDependentError, OnnxImportError  # noqa: E402
@@ -16,42 +18,6 @@ from opfusion.testing import assert_close  # noqa: E402
 
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 rng = np.random.default_rng(11)
-
-
-def value(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def const(name, array):
-    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
-        name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
-        array.reshape(-1).tolist()))
-
-
-def model(nodes, inputs, outputs, opset=17, inits=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def check(proto, feeds, compiled=False, rtol=1e-5, oracle="reference"):
-    """Import, evaluate (and compile and run) and compare with onnx.reference (or ONNX
-    Runtime, for what onnx.reference does not implement)."""
-    if oracle == "onnxruntime":
-        ort = pytest.importorskip("onnxruntime")
-        session = ort.InferenceSession(proto.SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
-        want = session.run(None, feeds)
-    else:
-        want = ReferenceEvaluator(proto).run(None, feeds)
-    mod, params = from_onnx(proto)
-    got = opf.ir.evaluate(mod, feeds)
-    want = want[0] if len(want) == 1 else tuple(want)
-    assert_close(got, want, rtol=rtol)
-    if compiled:
-        names = [p.name_hint for p in mod["main"].params]
-        outs = opf.compile(mod, params=params).run({n: feeds[n] for n in names if n in feeds})
-        assert_close(tuple(outs) if len(outs) > 1 else outs[0], want, rtol=rtol)
-    return mod
 
 
 def branches(then_value, else_value, shape=(3,)):

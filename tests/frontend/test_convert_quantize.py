@@ -7,11 +7,10 @@ import pytest
 
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_one_node import check_model  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion.frontend import from_onnx  # noqa: E402
-from opfusion.testing import assert_close  # noqa: E402
 
 rng = np.random.default_rng(5)
 
@@ -31,18 +30,7 @@ def one_node(op_type, inputs, consts, outputs=("y",), opset=21, out_elem=TensorP
 
 
 def check(proto, feeds, compiled=True, oracle="reference"):
-    if oracle == "onnxruntime":  # for what onnx.reference does not implement
-        ort = pytest.importorskip("onnxruntime")
-        want = ort.InferenceSession(proto.SerializeToString(),
-                                    providers=["CPUExecutionProvider"]).run(None, feeds)
-    else:
-        want = ReferenceEvaluator(proto).run(None, feeds)
-    want = want[0] if len(want) == 1 else tuple(want)
-    mod, params = from_onnx(proto)
-    assert_close(opf.ir.evaluate(mod, feeds), want)
-    if compiled:
-        got = opf.compile(mod, params=params).run(feeds)
-        assert_close(got[0] if len(got) == 1 else tuple(got), want)
+    check_model(proto, feeds, compiled=compiled, oracle=oracle)
 
 
 def int8(shape, dtype=np.int8):

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_one_node import check_model  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion.errors import IndexOutOfRangeError, OpfusionError  # noqa: E402
@@ -32,13 +32,7 @@ def one_node(op_type, inputs, consts=None, outputs=("y",), opset=18, **attrs):
 
 
 def check(proto, feeds, compiled=False):
-    want = ReferenceEvaluator(proto).run(None, feeds)
-    want = want[0] if len(want) == 1 else tuple(want)
-    mod, params = from_onnx(proto)
-    assert_close(opf.ir.evaluate(mod, feeds), want)
-    if compiled:
-        got = opf.compile(mod, params=params).run(feeds)
-        assert_close(got[0] if len(got) == 1 else tuple(got), want)
+    check_model(proto, feeds, compiled=compiled)
 
 
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
+from onnx_one_node import const, model, value  # noqa: E402
 
 import opfusion as opf  # noqa: E402
 from opfusion.errors import DataDependentError, OpfusionError  # noqa: E402
@@ -17,21 +18,6 @@ from opfusion.testing import assert_close, run_in_threads  # noqa: E402
 from opfusion.testing.detection import nms_model  # noqa: E402
 
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def value(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def const(name, array):
-    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
-        name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
-        array.reshape(-1).tolist()))
-
-
-def model(nodes, inputs, outputs, opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def compare_with_onnxruntime(proto, feeds_list, **compile_options):
