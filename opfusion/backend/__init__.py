@@ -1,9 +1,9 @@
 """Backends: everything that depends on the kind of machine code is generated for.
 
-One backend per target device family (``cpu`` today; ``cuda`` next), each in its own folder
-(``backend/cpu/``) holding its schedule rules, its code emitter, its toolchain (compiler driver
-and cache) and its module loader. The rest of opfusion reaches them only through
-:func:`get_backend`::
+One backend per target device family (``cpu`` and ``cuda``), each in its own folder
+(``backend/cpu/``, ``backend/cuda/``) holding its schedule rules, its code emitter, its
+toolchain (compiler driver and cache) and its module loader. The rest of opfusion reaches
+them only through :func:`get_backend`::
 
     backend = get_backend(target)               # opf.Target or a string such as "c"
     backend.schedule(s, anchor, output, ...)   # an anchor's schedule rule, or the default
@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import BuildError
 from ..target import Target, as_target
+from .schedule_rule import as_config
 
 
 class Backend(ABC):
@@ -40,19 +41,41 @@ class Backend(ABC):
         self.target = target
 
     @abstractmethod
+    def rules(self) -> Any:
+        """The backend's :class:`~opfusion.backend.schedule_rule.RuleRegistry`: a rule per
+        anchor family and the fallback (the default schedule)."""
+
     def schedule(self, s: Any, anchor: Any, output: Any, op_name: str | None,
                  config: Any = None) -> Any:
-        """Arrange the loops of one fused group's TE schedule ``s``: the schedule rule of
-        ``op_name`` (the group's anchor operator; its result ``anchor``, the group's result
-        ``output``) with ``config`` (None: the rule's default for the target), or the default
-        schedule when no rule applies. Returns the config used (None for the default)."""
+        """Arrange the loops of one fused group's TE schedule ``s``: the first schedule rule
+        of ``op_name`` (the group's anchor operator; its result ``anchor``, the group's result
+        ``output``) that takes the group, with ``config`` (a :class:`Config`, its
+        ``to_dict()`` or a mapping of knob values; checked against the rule's space) or the
+        rule's default for the target. A group no rule takes gets the fallback rule. Returns
+        the config used (None for the fallback's default)."""
+        registry = self.rules()
+        found = registry.find(op_name, anchor, output, self.target)
+        if found is None:
+            assert registry.fallback is not None
+            found = registry.fallback, registry.fallback.space(anchor, output, self.target)
+        rule, space = found
+        if config is None:
+            used = rule.default_config(anchor, output, self.target)
+        else:
+            used = space.check(as_config(config, rule.name))
+        rule.apply(s, anchor, output, self.target, used)
+        return None if rule is registry.fallback and config is None else used
 
     def config_space(self, anchor: Any, output: Any, op_name: str | None) -> Any:
         """``(rule, space, default)`` for one fused group (arguments as for
         :meth:`schedule`): the schedule rule that takes it, its
         :class:`~opfusion.backend.schedule_rule.ConfigSpace` and the heuristic's config; None
         when no rule with knobs takes the group (a tuner has nothing to choose)."""
-        return None
+        found = self.rules().find(op_name, anchor, output, self.target)
+        if found is None:
+            return None
+        rule, space = found
+        return rule, space, rule.default_config(anchor, output, self.target)
 
     @abstractmethod
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
@@ -79,6 +102,7 @@ _BACKENDS: dict[str, str | Callable[[Target], Backend]] = {
     # Device family -> backend class, or the module that defines ``Backend`` subclass
     # ``BACKEND`` (imported on first use, so a backend's dependencies load only when used).
     "cpu": "opfusion.backend.cpu",
+    "cuda": "opfusion.backend.cuda",
 }
 
 

@@ -133,6 +133,10 @@ class CFamilyEmitter:
     #: Headers every function's file includes.
     default_includes: tuple[str, ...] = ("math.h", "stdbool.h", "stdint.h")
 
+    #: Scopes a parameter buffer may have ("global": memory the caller owns; a GPU backend
+    #: also passes a group's intermediate results, "local" in the loop IR, as parameters).
+    param_scopes: tuple[str, ...] = ("global",)
+
     def __init__(self, func: S.PrimFunc, entry_name: str) -> None:
         self.func = func
         self.names = NameTable()
@@ -336,7 +340,7 @@ class CFamilyEmitter:
                 raise BuildError(
                     f"kernel {func.name!r}: buffer {buffer.name!r} is passed twice as a parameter"
                 )
-            if buffer.scope != "global":
+            if buffer.scope not in self.param_scopes:
                 raise BuildError(
                     f"kernel {func.name!r}: parameter {buffer.name!r} has scope {buffer.scope!r}; "
                     "parameters are 'global' buffers"

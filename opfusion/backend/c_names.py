@@ -37,7 +37,9 @@ _HASH_DIGITS = 8
 _C_KEYWORDS = (
     "auto break case char const continue default do double else enum extern float for goto if "
     "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while asm typeof bool true false NULL main errno"
+    "union unsigned void volatile while asm typeof bool true false NULL main errno "
+    # CUDA's built-in variables (the CUDA emitter shares these names)
+    "threadIdx blockIdx blockDim gridDim warpSize"
 ).split()
 
 _MATH_FUNCTIONS = (

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..backend import Backend, get_backend
 from ..backend.c_names import MAX_NAME_LENGTH
-from ..errors import OpfusionError
+from ..errors import DeviceError, OpfusionError
 from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
 from ..ir.op import Op
@@ -88,6 +88,12 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     heuristic's."""
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
+    if resolved.device != "cpu":
+        raise DeviceError(
+            f"target {resolved}: opfusion compiles models for CUDA GPUs "
+            "(opfusion.compiler.gpu.build_gpu_model: the CUDA source, NVRTC builds, every "
+            "kernel checked in the loop-IR interpreter) but cannot run them on a GPU yet; "
+            "compile for the CPU (target=None)")
     check_num_threads(num_threads)
     tuned = _tuning_records(records)
     if isinstance(mod, SymbolicModule):
@@ -176,6 +182,9 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     target, else the host) by AlterOpLayout, the constant right operands of products in
     column panels by PackMatmulWeights (both opt_level 3, unless the pass context disables
     them), and the weights' layout transforms folded into constants."""
+    if target is not None and as_target(target).device != "cpu":
+        # The GPU schedules read the plain layouts (threads, not vectors, along the rows).
+        return Sequential([FoldConstant(), InferType()], name="AlterLayout")(mod)
     return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),
                        InferType()],
                       name="AlterLayout")(mod)

@@ -72,6 +72,10 @@ def register_target_kind(kind: TargetKind) -> TargetKind:
 _CPU_OPTIONS = ("mcpu", "mattr", "num-cores", "l1-cache", "l2-cache", "l3-cache")
 register_target_kind(TargetKind("c", "cpu", _CPU_OPTIONS, "C for the CPU (host by default)"))
 register_target_kind(TargetKind("llvm", "cpu", _CPU_OPTIONS, "the CPU backend, TVM's spelling"))
+#: The architecture a CUDA target without ``-arch`` compiles for: Ampere, whose code runs on
+#: Hopper too.
+DEFAULT_CUDA_ARCH = "sm_80"
+
 register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores"),
                                 "CUDA C for an NVIDIA GPU (-arch=sm_90)"))
 
@@ -169,8 +173,35 @@ class Target:
 
     @property
     def vector_bits(self) -> int:
-        """Width of the widest vector register, in bits (512 with AVX-512, 256 with AVX)."""
+        """Width of the widest vector register, in bits (512 with AVX-512, 256 with AVX; 32 on
+        a GPU, whose threads each compute one float32 at a time)."""
+        if self.device != "cpu":
+            return 32
         return isa.vector_bits(self.arch, self.features)
+
+    # -- GPU facts (CUDA targets) ---------------------------------------------------------------
+
+    @property
+    def cuda_arch(self) -> str:
+        """The GPU architecture code is compiled for: ``-arch=sm_XY``, else ``sm_80``."""
+        if self.device != "cuda":
+            raise TargetError(f"target {self} is not a CUDA target")
+        return self.options.get("arch", DEFAULT_CUDA_ARCH)
+
+    @property
+    def max_threads_per_block(self) -> int:
+        """Threads one GPU block may have (1024 on every architecture since sm_20)."""
+        return 1024
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        """Bytes of statically allocated shared memory one block may use (48 KiB)."""
+        return 48 * 1024
+
+    @property
+    def warp_size(self) -> int:
+        """Threads that execute in lockstep on an NVIDIA GPU."""
+        return 32
 
     @property
     def vector_bytes(self) -> int:

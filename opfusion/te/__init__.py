@@ -55,7 +55,7 @@ from .intrin import (
     trunc,
 )
 from .reduction import CommReducer, Reduce, comm_reducer, max, max_value, min, min_value, sum
-from .schedule import Fuse, Schedule, Split, Stage, create_schedule
+from .schedule import Fuse, Schedule, Split, Stage, ThreadAxis, create_schedule, thread_axis
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -74,11 +74,12 @@ from .tensor import (
 
 __all__ = [
     "CommReducer", "ComputeOp", "Fuse", "IterVar", "Operation", "PlaceholderOp", "PrimExpr",
-    "Range", "Reduce", "Schedule", "Split", "Stage", "Tensor", "TensorLoad", "Var", "abs", "acos",
+    "Range", "Reduce", "Schedule", "Split", "Stage", "Tensor", "TensorLoad", "ThreadAxis", "Var",
+    "abs", "acos",
     "all", "any", "asin", "atan", "atan2", "cast", "ceil", "comm_reducer", "compute", "const",
     "cos", "cosh", "create_schedule", "erf", "exp", "exp2", "expm1", "floor", "floordiv",
     "floormod", "fmod", "if_then_else", "log", "log10", "log1p", "log2", "max", "max_value",
     "min", "min_value", "placeholder", "post_dfs_order", "pow", "power", "read_graph",
     "reduce_axis", "round", "rsqrt", "select", "sigmoid", "sin", "sinh", "sqrt", "sum", "tan",
-    "tanh", "trunc", "var",
+    "tanh", "thread_axis", "trunc", "var",
 ]

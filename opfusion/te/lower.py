@@ -22,7 +22,15 @@ The steps, in order:
 
 Attached stages are emitted inside their parent's loop, after its guards, wrapped in the
 Allocate of their local buffer; intermediate root stages get an Allocate around the whole
-body. Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
+body.
+
+GPU schedules: a loop bound to a block or thread index keeps its full extent (a guard on it
+stays an ``if``: a launch's size is a constant), and a stage with scope "shared" is computed
+for the whole block: its region is relaxed over the parent's thread-bound loops, wherever
+they are, and a barrier comes before its computation (the previous iteration's readers are
+done) and after it (its values are visible to every thread).
+
+Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
 
 from __future__ import annotations
 
@@ -293,7 +301,8 @@ class _Lowering:
             info.buffer = E.Buffer(op.name, shape, op.output(0).dtype, "local")
             info.absolute = True
         else:
-            info.buffer = E.Buffer(op.name, info.extents, op.output(0).dtype, "local")
+            scope = "shared" if stage.scope == "shared" else "local"
+            info.buffer = E.Buffer(op.name, info.extents, op.output(0).dtype, scope)
             info.absolute = False
 
     def _attached_region(self, info: _StageInfo,
@@ -302,7 +311,10 @@ class _Lowering:
         leaves = parent.stage.leaf_iter_vars
         pos = next(i for i, v in enumerate(leaves) if v is info.stage.attach_ivar)
         relax: dict[E.Var, Interval] = {}
-        for leaf in leaves[pos + 1:]:
+        relaxed = list(leaves[pos + 1:])
+        if info.stage.scope == "shared":  # the whole block's share: every thread's
+            relaxed += [v for v in leaves[:pos + 1] if _thread_bound(parent.stage, v)]
+        for leaf in relaxed:
             var = parent.loop_vars.get(leaf)
             if var is not None:
                 relax[var] = (E.IntImm(0, var.dtype), E.IntImm(parent.ext[leaf] - 1, var.dtype))
@@ -539,7 +551,7 @@ class _NestBuilder:
         for cond in conds:
             d = self.depth(cond)
             slot = slot_of.get(d - 1, 0) if d > 0 else 0
-            if slot > 0:
+            if slot > 0 and not self.kinds[positions[slot - 1]].is_thread_binding:
                 # A guard on the innermost variable it uses narrows that loop instead: the
                 # guard covered that loop's whole body, so skipping iterations is the same.
                 p = positions[slot - 1]
@@ -557,16 +569,27 @@ class _NestBuilder:
         for i in range(len(positions) - 1, -1, -1):
             p = positions[i]
             if attach:
-                for local, kid in reversed(self.emitted.get(p, [])):
-                    stmt = S.SeqStmt([kid, stmt])
-                    if local is not None:
-                        stmt = S.Allocate(local, stmt)
+                kids = self.emitted.get(p, [])
+                if kids:
+                    made = [kid for _, kid in kids]
+                    if any(local is not None and local.scope == "shared" for local, _ in kids):
+                        # readers of the last iteration done; this one's values published
+                        made = [S.Barrier(), *made, S.Barrier()]
+                    stmt = S.SeqStmt([*made, stmt])
+                    for local, _ in reversed(kids):
+                        if local is not None:
+                            stmt = S.Allocate(local, stmt)
             stmt = _guard(placed.get(i + 1, []), stmt)
             var = self.info.loop_vars.get(self.leaves[p])
             if var is not None:
                 lo, hi = bounds[p]
                 stmt = S.For(var, lo, E.sub(hi, lo), self.kinds[p], stmt)
         return _guard(placed.get(0, []), stmt)
+
+
+def _thread_bound(stage: Stage, leaf: IterVar) -> bool:
+    kind = stage.iter_var_attrs.get(leaf)
+    return kind is not None and kind.is_thread_binding and not kind.is_block
 
 
 def _guard(conds: list[E.PrimExpr], stmt: S.Stmt) -> S.Stmt:
@@ -666,6 +689,8 @@ def _rename(func: S.PrimFunc) -> S.PrimFunc:
             return S.Allocate(buffers[b], walk(stmt.body))
         if isinstance(stmt, S.Evaluate):
             return S.Evaluate(fexpr(stmt.value))
+        if isinstance(stmt, S.Barrier):
+            return stmt
         raise TypeError(type(stmt).__name__)
 
     body = walk(func.body)

@@ -8,7 +8,12 @@ record relations between iteration variables, as in Halide and TVM:
 - ``fuse(a, b)`` -> ``a_b_fused`` records ``Fuse(a, b, fused)``;
 - ``reorder``, ``tile`` (two splits and a reorder), ``parallel``, ``vectorize``, ``unroll``;
 - ``compute_inline``, ``compute_at(parent_stage, var)``, ``compute_root`` choose where the
-  stage's values are computed; ``Schedule.cache_write`` computes into a temporary first.
+  stage's values are computed; ``Schedule.cache_write`` computes into a temporary first,
+  ``Schedule.cache_read`` copies what some readers read into one;
+- for GPUs, ``bind(x, thread_axis("threadIdx.x"))`` makes a loop a block or thread index and
+  ``set_scope("shared")`` keeps a stage's buffer in the memory a block's threads share (its
+  region then covers every thread of the block; lowering puts a barrier before and after
+  each computation of it).
 
 ``all_iter_vars`` lists every variable a stage ever had, ``leaf_iter_vars`` the current loops,
 outermost first. Illegal requests raise :class:`~opfusion.errors.ScheduleError` naming the
@@ -23,7 +28,7 @@ from typing import Any
 
 from ..errors import ScheduleError
 from ..tir.expr import Var
-from ..tir.stmt import ForKind
+from ..tir.stmt import THREAD_TAGS, ForKind
 from .reduction import Reduce
 from .tensor import (
     DATA_PAR,
@@ -36,6 +41,7 @@ from .tensor import (
     Tensor,
     _as_ops,
     post_dfs_order,
+    replace_reads,
     substitute_axes,
 )
 
@@ -58,6 +64,25 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+@dataclass(frozen=True)
+class ThreadAxis:
+    """A GPU index a loop can be bound to: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""
+
+    tag: str
+
+
+def thread_axis(tag: str) -> ThreadAxis:
+    """The GPU index ``tag`` (``"blockIdx.x"``, ``"threadIdx.y"``, ...), for
+    :meth:`Stage.bind`."""
+    if tag not in THREAD_TAGS:
+        raise ScheduleError(f"unknown thread axis {tag!r}; known: {', '.join(THREAD_TAGS)}")
+    return ThreadAxis(tag)
+
+
+#: Storage scopes a stage's buffer may have (:meth:`Stage.set_scope`).
+STAGE_SCOPES = ("global", "local", "shared")
 
 
 def _index(var: Any, items: Sequence[IterVar]) -> int:
@@ -100,6 +125,7 @@ class Stage:
         self.attach_type = "root"  # "root", "inline" or "scope"
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
+        self.scope = "local"  # of its buffer, when it is not an argument
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -258,6 +284,33 @@ class Stage:
         """Unroll the loop over ``var``."""
         self._set_kind(var, ForKind.UNROLLED, "unroll")
 
+    def bind(self, var: IterVar, axis: ThreadAxis | str) -> None:
+        """Make the loop over ``var`` a GPU block or thread index (``thread_axis(...)`` or its
+        tag): every block or thread runs the loop's body for its own index."""
+        tag = axis.tag if isinstance(axis, ThreadAxis) else thread_axis(axis).tag
+        pos = self._leaf(var, "bind")
+        if var.is_reduce:
+            raise self._fail(
+                f"cannot bind {var.name} to {tag}: it is a reduction loop, whose iterations "
+                "all update the same element; bind a data-parallel loop")
+        inside = [v for v in self.leaf_iter_vars[:pos] if v.is_reduce]
+        if inside:
+            raise self._fail(f"cannot bind {var.name} to {tag}: it is inside the reduction "
+                             f"loop {inside[0].name}; reorder it outward first")
+        for other, kind in self.iter_var_attrs.items():
+            if kind.value == tag and other is not var:
+                raise self._fail(f"cannot bind {var.name} to {tag}: {other.name} already is")
+        self.iter_var_attrs[var] = ForKind(tag)
+
+    def set_scope(self, scope: str) -> None:
+        """Where the stage's buffer lives when it is not an argument: "local" (the default:
+        one per thread on a GPU), "shared" (one per GPU block, filled by its threads
+        together) or "global"."""
+        if scope not in STAGE_SCOPES:
+            raise self._fail(f"scope must be one of {', '.join(STAGE_SCOPES)}, not {scope!r}")
+        self._need_compute("set_scope")
+        self.scope = scope
+
     # -- placement -------------------------------------------------------------------------------
 
     def compute_inline(self) -> None:
@@ -394,6 +447,41 @@ class Schedule:
         self.stages.insert(self.stages.index(stage), cache_stage)
         return cache
 
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Tensor | Operation]
+                   ) -> Tensor:
+        """Copy ``tensor`` into a temporary of ``scope`` that ``readers`` read instead.
+
+        Returns the copy (``<name>.<scope>``), a new stage just after ``tensor``'s; the
+        readers' stages keep their loops. Typical use on a GPU: ``set_scope`` is implied,
+        and the copy is ``compute_at`` a tile loop of the reader and bound to its threads
+        (each block fetches the operands of its tile once, together)."""
+        if scope not in STAGE_SCOPES:
+            raise ScheduleError(f"cache_read of {tensor.name}: scope must be one of "
+                                f"{', '.join(STAGE_SCOPES)}, not {scope!r}")
+        source = self[tensor]
+        reader_stages = [self[r] for r in readers]
+        if not reader_stages:
+            raise ScheduleError(f"cache_read of {tensor.name} needs at least one reader")
+        axes = [IterVar(Range(0, int(d)), Var(f"ax{i}"), DATA_PAR)
+                for i, d in enumerate(tensor.shape)]
+        copy_op = ComputeOp(f"{tensor.op.name}.{scope}", "", {}, axes,
+                            tensor[tuple(iv.var for iv in axes)])
+        copy = copy_op.output(0)
+        for stage in reader_stages:
+            op = stage.op
+            if not isinstance(op, ComputeOp) or not any(
+                    t.op is tensor.op for t in op.input_tensors):
+                raise stage._fail(f"cache_read of {tensor.name}: {stage.name} does not read it")
+            new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis,
+                               replace_reads(op.body, tensor, copy))
+            stage.op = new_op
+            self.stage_map[new_op] = stage
+        copy_stage = Stage(copy_op, self)
+        copy_stage.scope = scope
+        self.stage_map[copy_op] = copy_stage
+        self.stages.insert(self.stages.index(source) + 1, copy_stage)
+        return copy
+
     def __repr__(self) -> str:
         return "schedule(\n" + "\n".join(f"  {s!r}" for s in self.stages) + "\n)"
 
@@ -411,4 +499,5 @@ def create_schedule(ops: Any) -> Schedule:
     return Schedule(outputs)
 
 
-__all__ = ["DATA_PAR", "REDUCE", "Fuse", "Schedule", "Split", "Stage", "create_schedule"]
+__all__ = ["DATA_PAR", "REDUCE", "Fuse", "Schedule", "Split", "Stage", "ThreadAxis",
+           "create_schedule", "thread_axis"]

@@ -410,6 +410,18 @@ def post_dfs_order(outputs: Any) -> list[Operation]:
     return order
 
 
+def replace_reads(body: PrimExpr, old: Tensor, new: Tensor) -> PrimExpr:
+    """``body`` with every read of ``old`` a read of ``new`` at the same indices."""
+    from ..tir.expr import rewrite
+
+    def visit(node: PrimExpr) -> PrimExpr | None:
+        if isinstance(node, TensorLoad) and node.tensor.op is old.op:
+            return TensorLoad(new, node.indices)
+        return None
+
+    return rewrite(body, visit)
+
+
 def substitute_axes(body: PrimExpr, mapping: dict[Var, Any]) -> PrimExpr:
     """``body`` with index variables replaced (reductions keep their axes)."""
     return substitute(body, mapping)

@@ -40,7 +40,9 @@ from .expr import (
 )
 from .simplify import const_bound, prove, simplify, simplify_stmt
 from .stmt import (
+    THREAD_TAGS,
     Allocate,
+    Barrier,
     BufferStore,
     Evaluate,
     For,
@@ -53,7 +55,8 @@ from .stmt import (
 )
 
 __all__ = [
-    "EQ", "GE", "GT", "INTRINSICS", "LE", "LT", "NE", "Add", "Allocate", "And", "Buffer",
+    "EQ", "GE", "GT", "INTRINSICS", "LE", "LT", "NE", "THREAD_TAGS", "Add", "Allocate", "And",
+    "Barrier", "Buffer",
     "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
     "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
     "Not", "Or", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var", "const",

@@ -573,7 +573,8 @@ class Let(PrimExpr):
 
 
 class Buffer:
-    """A dense row-major n-d array: a function parameter ("global") or a temporary ("local")."""
+    """A dense row-major n-d array: a function parameter ("global") or a temporary ("local";
+    "shared" for one that the threads of a GPU block share)."""
 
     __slots__ = ("name", "shape", "dtype", "scope")
 
@@ -589,9 +590,9 @@ class Buffer:
                     "dimensions are non-negative Python ints"
                 )
             dims.append(int(d))
-        if scope not in ("global", "local"):
+        if scope not in ("global", "local", "shared"):
             raise TensorExprError(
-                f"buffer {name}: scope must be 'global' or 'local', not {scope!r}"
+                f"buffer {name}: scope must be 'global', 'local' or 'shared', not {scope!r}"
             )
         _set(self, "name", str(name))
         _set(self, "shape", tuple(dims))

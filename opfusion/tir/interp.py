@@ -7,10 +7,20 @@ wrapped negative index. Temporaries start as NaN (floats) or a sentinel (integer
 an element that was never written shows up in the result. Arithmetic is done in Python
 (float64; 8- and 16-bit and unsigned integers wrap after every operation, as NumPy's and the
 generated C's do, int32 and int64 are unbounded), so compare float32 results with a
-tolerance. It is slow: keep shapes small. Loops run serially whatever their kind."""
+tolerance. It is slow: keep shapes small. Loops run serially whatever their kind.
+
+A function with loops bound to GPU indices (``bind``) runs as a GPU would run it
+(:mod:`opfusion.tir.launch`): launch after launch, block after block, and in each block
+every thread runs the body with its own indices, up to a barrier, where it waits for the
+others; a "shared" buffer is one per block, a "local" one per thread. Threads of a block are
+run one at a time from barrier to barrier, so a schedule that reads shared data before the
+barrier that should publish it, or overwrites it before the others have read it, computes
+wrong numbers here too; threads that do not all reach the same barriers are an
+EvaluationError."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -108,6 +118,7 @@ class _Source:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.names: dict[object, str] = {}
+        self.spmd = False  # GPU semantics: bound loops read the thread's indices
 
     def name(self, obj: object, hint: str) -> str:
         got = self.names.get(obj)
@@ -181,6 +192,14 @@ class _Source:
             target = self.name(s.buffer, s.buffer.name)
             value = self.convert(self.expr(s.value), s.buffer.dtype)
             self.lines.append(f"{pad}{target}[{self.offset(s.buffer, s.indices)}] = {value}")
+        elif isinstance(s, S.For) and s.kind.is_thread_binding and self.spmd:
+            # Not a loop: this thread's (or block's) own index, if within the extent.
+            v = self.name(s.loop_var, s.loop_var.name)
+            self.lines.append(f"{pad}{v} = {self.expr(s.min)} + _idx[{s.kind.value!r}]")
+            self.lines.append(f"{pad}if _idx[{s.kind.value!r}] < {self.expr(s.extent)}:")
+            self.stmt(s.body, indent + 1)
+        elif isinstance(s, S.Barrier):
+            self.lines.append(f"{pad}yield")
         elif isinstance(s, S.For):
             v = self.name(s.loop_var, s.loop_var.name)
             lo = self.expr(s.min)
@@ -199,7 +218,13 @@ class _Source:
         elif isinstance(s, S.Allocate):
             b = s.buffer
             fill = "math.nan" if E.is_float(b.dtype) else str(_UNINIT_INT)
-            self.lines.append(f"{pad}{self.name(b, b.name)} = [{fill}] * {b.size}")
+            name = self.name(b, b.name)
+            if b.scope == "shared" and self.spmd:  # one per block: the first thread makes it
+                self.lines.append(f"{pad}{name} = _shared.get({name!r})")
+                self.lines.append(f"{pad}if {name} is None:")
+                self.lines.append(f"{pad}    {name} = _shared[{name!r}] = [{fill}] * {b.size}")
+            else:
+                self.lines.append(f"{pad}{name} = [{fill}] * {b.size}")
             self.stmt(s.body, indent)
         elif isinstance(s, S.Evaluate):
             self.lines.append(f"{pad}{self.expr(s.value)}")
@@ -217,8 +242,74 @@ def to_python(func: S.PrimFunc) -> str:
     return "\n".join(src.lines) + "\n"
 
 
+def launch_to_python(func: S.PrimFunc, buffers: Sequence[E.Buffer], body: S.Stmt) -> str:
+    """The Python source of one GPU launch of ``func`` (see :mod:`opfusion.tir.launch`): a
+    generator ``kernel(*buffers, _idx, _shared)`` run once per thread, yielding at each
+    barrier; ``_idx`` maps each of :data:`~opfusion.tir.stmt.THREAD_TAGS` to the thread's
+    index, ``_shared`` holds its block's shared buffers."""
+    src = _Source()
+    src.spmd = True
+    params = [src.name(b, b.name) for b in buffers]
+    src.lines.append(f"def kernel({', '.join([*params, '_idx', '_shared'])}):")
+    src.lines.append("    if False:")  # a generator, barrier or not
+    src.lines.append("        yield")
+    src.stmt(body, 1)
+    return "\n".join(src.lines) + "\n"
+
+
+def _run_launches(func: S.PrimFunc, lists: list[list[Any]]) -> None:
+    """Run ``func``'s GPU launches in order, every block and thread of each."""
+    from .launch import split_launches
+
+    temps, launches = split_launches(func)
+    buffers = [*func.params, *temps]
+    args = lists + [[math.nan if E.is_float(t.dtype) else _UNINIT_INT] * t.size for t in temps]
+    for number, launch in enumerate(launches):
+        namespace = _namespace()
+        source = launch_to_python(func, buffers, launch.body)
+        exec(compile(source, f"<tir {func.name} launch {number}>", "exec"), namespace)
+        kernel = namespace["kernel"]
+        gx, gy, gz = launch.grid
+        tx, ty, tz = launch.block
+        for block in itertools.product(range(gz), range(gy), range(gx)):
+            shared: dict[str, list[Any]] = {}
+            threads = [kernel(*args, {"blockIdx.x": block[2], "blockIdx.y": block[1],
+                                      "blockIdx.z": block[0], "threadIdx.x": t[2],
+                                      "threadIdx.y": t[1], "threadIdx.z": t[0]}, shared)
+                       for t in itertools.product(range(tz), range(ty), range(tx))]
+            _run_block(func.name, number, threads)
+
+
+def _run_block(name: str, number: int, threads: list[Any]) -> None:
+    """Run the threads of one block from barrier to barrier, one thread at a time."""
+    phase = 0
+    while True:
+        finished = 0
+        for thread in threads:
+            try:
+                next(thread)
+            except StopIteration:
+                finished += 1
+        if finished == len(threads):
+            return
+        if finished:
+            raise EvaluationError(
+                f"kernel {name}, launch {number}: {finished} of the block's {len(threads)} "
+                f"threads finished while the others wait at barrier {phase + 1}; every thread "
+                "of a block must reach the same barriers (a barrier under a condition on the "
+                "thread's index hangs a GPU)")
+        phase += 1
+
+
+def _namespace() -> dict[str, Any]:
+    return {"math": math, "_fdiv": _fdiv, "_max": _max, "_min": _min, "_intrin": _INTRINSICS,
+            "_cast_int": _cast_int, "_oob": _oob}
+
+
 def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
-    """Run ``func`` on NumPy arrays (one per parameter, in order), writing outputs in place."""
+    """Run ``func`` on NumPy arrays (one per parameter, in order), writing outputs in place.
+    A function with loops bound to GPU indices runs as a GPU would (see the module
+    docstring)."""
     if len(arrays) != len(func.params):
         raise EvaluationError(
             f"{func.name} takes {len(func.params)} arrays "
@@ -234,12 +325,14 @@ def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
                 f"{arr.dtype}{list(arr.shape)}"
             )
         lists.append(arr.ravel().tolist())
-    namespace: dict[str, Any] = {
-        "math": math, "_fdiv": _fdiv, "_max": _max, "_min": _min, "_intrin": _INTRINSICS,
-        "_cast_int": _cast_int, "_oob": _oob,
-    }
-    exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
-    namespace["kernel"](*lists)
+    from .launch import binds_threads
+
+    if binds_threads(func.body):
+        _run_launches(func, lists)
+    else:
+        namespace = _namespace()
+        exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
+        namespace["kernel"](*lists)
     for arr, values in zip(arrays, lists):
         arr[...] = np.asarray(values, dtype=np.float64 if arr.dtype.kind == "f" else None
                               ).astype(arr.dtype).reshape(arr.shape)

@@ -28,6 +28,7 @@ _ATOM = 100
 _FOR_KIND = {
     S.ForKind.SERIAL: "range", S.ForKind.PARALLEL: "parallel",
     S.ForKind.VECTORIZED: "vectorized", S.ForKind.UNROLLED: "unroll",
+    **{kind: f"bind[{kind.value}]" for kind in S.ForKind if kind.is_thread_binding},
 }
 
 
@@ -137,10 +138,13 @@ def _stmt_lines(stmt: S.Stmt, indent: int, out: list[str]) -> None:
         out.append(f"{pad}let {stmt.var.name}: {stmt.var.dtype} = {expr_to_str(stmt.value)}")
         _stmt_lines(stmt.body, indent, out)
     elif isinstance(stmt, S.Allocate):
-        out.append(f"{pad}with allocate({stmt.buffer.name}: {_shape_text(stmt.buffer)}):")
+        scope = "" if stmt.buffer.scope == "local" else f", {stmt.buffer.scope}"
+        out.append(f"{pad}with allocate({stmt.buffer.name}: {_shape_text(stmt.buffer)}{scope}):")
         _stmt_lines(stmt.body, indent + 1, out)
     elif isinstance(stmt, S.Evaluate):
         out.append(f"{pad}evaluate({expr_to_str(stmt.value)})")
+    elif isinstance(stmt, S.Barrier):
+        out.append(f"{pad}sync_threads()")
     else:
         out.append(f"{pad}<{type(stmt).__name__}>")
 

@@ -79,6 +79,35 @@ class ForKind(enum.Enum):
     PARALLEL = "parallel"
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    # GPU thread binding: the loop is not a loop; each block (blockIdx) or thread of a block
+    # (threadIdx) of the launch runs the body with the variable at its own index, and a
+    # thread whose index is past the extent skips it. The launch's size along each axis is
+    # the largest extent bound to it.
+    BLOCK_X = "blockIdx.x"
+    BLOCK_Y = "blockIdx.y"
+    BLOCK_Z = "blockIdx.z"
+    THREAD_X = "threadIdx.x"
+    THREAD_Y = "threadIdx.y"
+    THREAD_Z = "threadIdx.z"
+
+    @property
+    def is_thread_binding(self) -> bool:
+        """Whether the loop is bound to a GPU block or thread index."""
+        return "." in self.value
+
+    @property
+    def is_block(self) -> bool:
+        """Whether the loop is bound to a block index (``blockIdx.*``)."""
+        return self.value.startswith("blockIdx")
+
+
+#: The GPU indices a loop can be bound to, in launch order (grid x, y, z, then block x, y, z).
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+
+#: The storage scopes of a temporary: "local" (one copy per thread; registers or the stack)
+#: and "shared" (one copy per GPU block, seen by all its threads).
+ALLOCATE_SCOPES = ("local", "shared")
 
 
 class Stmt:
@@ -157,15 +186,26 @@ class LetStmt(Stmt):
 
 
 class Allocate(Stmt):
-    """A temporary "local" buffer that lives while ``body`` runs."""
+    """A temporary buffer that lives while ``body`` runs: "local" (per thread) or, on a GPU,
+    "shared" (one per block)."""
 
     __slots__ = ("buffer", "body")
 
     def __init__(self, buffer: Buffer, body: Stmt) -> None:
-        if buffer.scope != "local":
-            raise TensorExprError(f"Allocate of buffer {buffer.name} needs scope 'local'")
+        if buffer.scope not in ALLOCATE_SCOPES:
+            raise TensorExprError(f"Allocate of buffer {buffer.name} needs scope 'local' or "
+                                  f"'shared', not {buffer.scope!r}")
         _set(self, "buffer", buffer)
         _set(self, "body", body)
+
+
+class Barrier(Stmt):
+    """``__syncthreads()``: each thread of a GPU block waits here until every thread of the
+    block has arrived, and what they wrote to shared buffers before it is then visible to
+    all. Every thread of a block must reach the same barriers (none inside a condition that
+    depends on the thread's index)."""
+
+    __slots__ = ()
 
 
 class SeqStmt(Stmt):

@@ -112,5 +112,7 @@ class _Verifier:
             self.stmt(s.body, scope, buffers + [s.buffer], in_parallel)
         elif isinstance(s, S.Evaluate):
             self.expr(s.value, scope, buffers)
+        elif isinstance(s, S.Barrier):
+            pass
         else:
             raise self.fail(f"unknown statement {type(s).__name__}")

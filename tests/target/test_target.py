@@ -87,8 +87,7 @@ def test_bad_targets_are_clear_errors(spec, message):
 
 def test_target_error_is_a_build_error():
     assert issubclass(TargetError, BuildError)
-    with pytest.raises(BuildError, match="not supported yet"):
-        get_backend("cuda -arch=sm_90")
+    assert get_backend("cuda -arch=sm_90").device == "cuda"
     with pytest.raises(TargetError):
         Target(3)  # type: ignore[arg-type]
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from ...target import Target
 from .. import Backend
-from ..schedule_rule import as_config
 from .module import KernelParam, Module, load_kernel, load_kernels
 from .toolchain import CompiledLibrary, compile_source, target_flags
 
@@ -25,35 +24,11 @@ class CPUBackend(Backend):
 
     device = "cpu"
 
-    def schedule(self, s: Any, anchor: Any, output: Any, op_name: str | None,
-                 config: Any = None) -> Any:
-        """The first schedule rule for ``op_name`` that takes the group (see
-        :mod:`.schedules`), with ``config`` (a :class:`Config`, its ``to_dict()`` or a
-        mapping of knob values; checked against the rule's space) or the rule's default for
-        the target; returns the config used. A group no rule takes gets the default schedule
-        (returns None, or the config when one of the default rule's was given)."""
+    def rules(self) -> Any:
+        """The CPU's schedule rules (:mod:`.schedules`)."""
         from .schedules import RULES
 
-        found = RULES.find(op_name, anchor, output, self.target)
-        if found is None:
-            assert RULES.fallback is not None
-            found = RULES.fallback, RULES.fallback.space(anchor, output, self.target)
-        rule, space = found
-        if config is None:
-            used = rule.default_config(anchor, output, self.target)
-        else:
-            used = space.check(as_config(config, rule.name))
-        rule.apply(s, anchor, output, self.target, used)
-        return None if rule is RULES.fallback and config is None else used
-
-    def config_space(self, anchor: Any, output: Any, op_name: str | None) -> Any:
-        from .schedules import RULES
-
-        found = RULES.find(op_name, anchor, output, self.target)
-        if found is None:
-            return None
-        rule, space = found
-        return rule, space, rule.default_config(anchor, output, self.target)
+        return RULES
 
     def generate(self, funcs: list[Any], header: str | None = None, model: Any = None) -> Any:
         """One C file for the kernels of a model (and its native entry with ``model``); a
