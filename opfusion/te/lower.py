@@ -26,9 +26,10 @@ body.
 
 GPU schedules: a loop bound to a block or thread index keeps its full extent (a guard on it
 stays an ``if``: a launch's size is a constant), and a stage with scope "shared" is computed
-for the whole block: its region is relaxed over the parent's thread-bound loops, wherever
-they are, and a barrier comes before its computation (the previous iteration's readers are
-done) and after it (its values are visible to every thread).
+for the whole block: its region is relaxed over every loop bound to a thread index, and a
+barrier comes before its computation (the previous iteration's readers are done) and after
+it (its values are visible to every thread). A guard on a thread-bound loop's variable goes
+around the innermost statement rather than the loop's body, which may hold barriers.
 
 Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
 
@@ -95,6 +96,7 @@ class _Lowering:
         self.arg_buffers: dict[Stage, E.Buffer] = {}
         self.ranges: Ranges = {}
         self.attached: dict[Stage, dict[int, list[Stage]]] = {}
+        self.thread_vars: dict[E.Var, int] = {}  # loops bound to threadIdx: their extents
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -311,10 +313,10 @@ class _Lowering:
         leaves = parent.stage.leaf_iter_vars
         pos = next(i for i, v in enumerate(leaves) if v is info.stage.attach_ivar)
         relax: dict[E.Var, Interval] = {}
-        relaxed = list(leaves[pos + 1:])
         if info.stage.scope == "shared":  # the whole block's share: every thread's
-            relaxed += [v for v in leaves[:pos + 1] if _thread_bound(parent.stage, v)]
-        for leaf in relaxed:
+            for var, extent in self.thread_vars.items():
+                relax[var] = (E.IntImm(0, var.dtype), E.IntImm(extent - 1, var.dtype))
+        for leaf in leaves[pos + 1:]:
             var = parent.loop_vars.get(leaf)
             if var is not None:
                 relax[var] = (E.IntImm(0, var.dtype), E.IntImm(parent.ext[leaf] - 1, var.dtype))
@@ -383,6 +385,8 @@ class _Lowering:
             info.loop_vars[leaf] = var
             values[leaf] = var
             self.ranges[var] = (0, max(ext[leaf] - 1, 0))
+            if _thread_bound(stage, leaf):
+                self.thread_vars[var] = ext[leaf]
         for rel in reversed(stage.relations):
             if isinstance(rel, Split):
                 values[rel.parent] = E.add(E.mul(values[rel.outer], ext[rel.inner]),
@@ -459,6 +463,9 @@ class _Lowering:
                 local = None if kid in self.arg_buffers else kinfo.buffer
                 emitted.setdefault(pos, []).append((local, kid_stmt))
         nest = _NestBuilder(info, kinds, emitted)
+        if any((local is not None and local.scope == "shared") or _has_barrier(kid)
+               for kids in emitted.values() for local, kid in kids):
+            return self._emit_around_barriers(info, nest, body, store_idx, r)
         if isinstance(body, Reduce):
             source = self._to_buffers(body.source)
             acc = E.BufferLoad(info.buffer, store_idx)
@@ -474,6 +481,30 @@ class _Lowering:
             return nest.build(list(range(r)), outer_conds, S.SeqStmt([init_nest, update_nest]))
         store = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
         return nest.build(list(range(len(leaves))), [c for c, _ in info.conditions], store)
+
+
+    def _emit_around_barriers(self, info: _StageInfo, nest: _NestBuilder, body: E.PrimExpr,
+                              store_idx: list[E.PrimExpr], r: int) -> S.Stmt:
+        """The stage's nest when shared stages computed in it put barriers in its loops:
+        every guard goes around the store it protects, never around a loop (a guard on a
+        thread's index around a barrier would leave the other threads waiting)."""
+        assert info.buffer is not None
+        leaves = info.stage.leaf_iter_vars
+        if not isinstance(body, Reduce):
+            store = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
+            return nest.build(list(range(len(leaves))), [],
+                              _guard([c for c, _ in info.conditions], store))
+        acc = E.BufferLoad(info.buffer, store_idx)
+        init = S.BufferStore(info.buffer, body.combiner.identity, store_idx)
+        update = S.BufferStore(info.buffer,
+                               body.combiner.combine(acc, self._to_buffers(body.source)),
+                               store_idx)
+        inner = list(range(r, len(leaves)))
+        spatial_inner = [p for p in inner if not leaves[p].is_reduce]
+        init_guard = _guard([c for c, red in info.conditions if not red], init)
+        init_nest = _fresh_loops(nest.build(spatial_inner, [], init_guard, attach=False))
+        update_nest = nest.build(inner, [], _guard([c for c, _ in info.conditions], update))
+        return nest.build(list(range(r)), [], S.SeqStmt([init_nest, update_nest]))
 
 
 def _same(a: E.PrimExpr, b: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr]:
@@ -551,7 +582,12 @@ class _NestBuilder:
         for cond in conds:
             d = self.depth(cond)
             slot = slot_of.get(d - 1, 0) if d > 0 else 0
-            if slot > 0 and not self.kinds[positions[slot - 1]].is_thread_binding:
+            if slot > 0 and self.kinds[positions[slot - 1]].is_thread_binding:
+                # Not around the thread loop's body, which may hold barriers every thread
+                # of the block must reach: around the innermost statement instead.
+                placed.setdefault(len(positions), []).append(cond)
+                continue
+            if slot > 0:
                 # A guard on the innermost variable it uses narrows that loop instead: the
                 # guard covered that loop's whole body, so skipping iterations is the same.
                 p = positions[slot - 1]
@@ -585,6 +621,23 @@ class _NestBuilder:
                 lo, hi = bounds[p]
                 stmt = S.For(var, lo, E.sub(hi, lo), self.kinds[p], stmt)
         return _guard(placed.get(0, []), stmt)
+
+
+def _has_barrier(stmt: S.Stmt) -> bool:
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, S.Barrier):
+            return True
+        if isinstance(node, S.SeqStmt):
+            stack.extend(node.stmts)
+        elif isinstance(node, S.IfThenElse):
+            stack.append(node.then_case)
+            if node.else_case is not None:
+                stack.append(node.else_case)
+        elif isinstance(node, (S.For, S.LetStmt, S.Allocate)):
+            stack.append(node.body)
+    return False
 
 
 def _thread_bound(stage: Stage, leaf: IterVar) -> bool:

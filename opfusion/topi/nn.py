@@ -649,6 +649,8 @@ def dot_lanes(depth: int, dtype: str) -> int:
     values read consecutively from both operands: one vector of the current target (8
     float32 with AVX2) or half of one when that divides it, 0 for a plain reduction."""
     full = vector_lanes(dtype)
+    if full < 2:  # no vectors (a GPU thread): a plain reduction
+        return 0
     for lanes in (full, full // 2):
         if depth % lanes == 0 and depth >= 2 * lanes:
             return lanes
@@ -662,6 +664,8 @@ def panel_width(rows: int, depth: int, width: int, along_k: bool, dtype: str) ->
     ``rows``: output rows sharing the right operand; ``along_k``: both operands are
     contiguous along the contraction (the dot form applies)."""
     lanes = vector_lanes(dtype)
+    if lanes < 2:  # no vectors (a GPU thread): operands read in place
+        return 0
     if along_k and dot_lanes(depth, dtype) and (depth >= DOT_MIN_DEPTH or rows < PACK_MIN_ROWS):
         return 0
     if rows < PACK_MIN_ROWS or width % lanes:

@@ -3,6 +3,9 @@
 =============  ==========================================  ===================================
 rule           anchors                                     knobs
 =============  ==========================================  ===================================
+gpu_matmul     nn.dense, nn.matmul, nn.batch_matmul        block_rows, block_cols,
+                                                           thread_rows, thread_cols, k_step,
+                                                           shared
 gpu_default    any group no rule takes (the fallback)      threads
 =============  ==========================================  ===================================
 
@@ -12,9 +15,12 @@ from __future__ import annotations
 
 from ...schedule_rule import RuleRegistry
 from .default import GPUDefaultRule, arrange_elementwise, bind_flat
+from .matmul import GPUMatmulRule, arrange_product
 
 #: The CUDA backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cuda")
+RULES.register(GPUMatmulRule())
 RULES.set_fallback(GPUDefaultRule())
 
-__all__ = ["RULES", "GPUDefaultRule", "arrange_elementwise", "bind_flat"]
+__all__ = ["RULES", "GPUDefaultRule", "GPUMatmulRule", "arrange_elementwise",
+           "arrange_product", "bind_flat"]

@@ -1,0 +1,154 @@
+"""The CUDA backend without a GPU: every GPU schedule (the default one and the products'
+shared-memory tiles, any config of their spaces) checked against the reference in the
+loop-IR interpreter, which runs blocks and threads as a GPU does; the CUDA C it emits; NVRTC
+builds of every light model's kernels for sm_80 and sm_90 (PTX), when NVRTC is installed."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import op, testing
+from opfusion.backend import get_backend
+from opfusion.backend.cuda.nvrtc import compile_cuda, nvrtc_available
+from opfusion.backend.cuda.schedules import RULES
+from opfusion.compiler.gpu import build_gpu_model, interpret_inputs
+from opfusion.compiler.lower_group import lower_primitive_function
+from opfusion.errors import BuildError, CompileError, DeviceError
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function, Var
+from opfusion.ir.types import TensorType
+from opfusion.target import Target
+from opfusion.tir.interp import run
+
+CUDA = Target("cuda -arch=sm_90")
+NO_NVRTC = nvrtc_available()
+needs_nvrtc = pytest.mark.skipif(NO_NVRTC is not None, reason=f"NVRTC: {NO_NVRTC}")
+
+
+def _check_group(func: Function, config=None):
+    """Lower ``func`` (one fused group) for CUDA with ``config``, run it in the interpreter
+    as a GPU would, and compare with the reference."""
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    func = mod["main"]
+    group = lower_primitive_function(func, "group", get_backend(CUDA), config)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(tuple(p.type_annotation.shape)).astype("float32")
+              for p in func.params]
+    out = np.zeros(tuple(func.body.checked_type.shape), "float32")
+    run(group.prim_func, *inputs, *[np.array(c) for c in group.constants], out)
+    testing.assert_close(out, evaluate(func, inputs), 1e-5)
+    return group
+
+
+def _dense_relu(m, k, n):
+    x, w, b = (Var("x", TensorType((m, k), "float32")), Var("w", TensorType((n, k), "float32")),
+               Var("b", TensorType((n,), "float32")))
+    return Function([x, w, b], op.nn.relu(op.nn.bias_add(op.nn.dense(x, w), b)))
+
+
+def _batch_matmul(batch, m, k, n):
+    a, b = Var("a", TensorType((batch, m, k), "float32")), Var("b", TensorType((batch, k, n),
+                                                                               "float32"))
+    return Function([a, b], op.nn.batch_matmul(a, b, transpose_b=False))
+
+
+def _space(func):
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    from opfusion.compiler.lower_group import schedule_space
+
+    found = schedule_space(mod["main"], get_backend(CUDA))
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize("shape", [(5, 24, 16), (37, 70, 45), (1, 300, 100), (64, 32, 128)])
+def test_product_tiles_with_the_default_config(shape):
+    group = _check_group(_dense_relu(*shape))
+    assert group.schedule_config["rule"] == "gpu_matmul"
+    assert "bind[threadIdx.x]" in str(group.prim_func)
+
+
+def test_every_sampled_config_of_the_product_space_computes_the_reference():
+    func = _dense_relu(19, 21, 23)
+    rule, space, default = _space(func)
+    assert rule is RULES.get("gpu_matmul")
+    configs = [default, *space.sample(10, seed=1)]
+    assert any(not c["shared"] for c in configs) and any(c["shared"] for c in configs)
+    for config in configs:
+        _check_group(func, config)
+
+
+def test_batched_products_use_the_grid_z_axis():
+    group = _check_group(_batch_matmul(3, 17, 9, 20))
+    assert "bind[blockIdx.z]" in str(group.prim_func)
+    assert "sync_threads()" in str(group.prim_func)
+
+
+@pytest.mark.parametrize("threads", [64, 1024])
+def test_default_schedule_one_thread_per_element(threads):
+    x = Var("x", TensorType((3, 50, 7), "float32"))
+    func = Function([x], op.nn.softmax(op.sigmoid(x), axis=-1))
+    group = _check_group(func, {"threads": threads})
+    assert group.schedule_config == {"rule": "gpu_default", "knobs": {"threads": threads}}
+
+
+def test_cuda_source_has_a_kernel_per_launch():
+    func = _dense_relu(37, 70, 45)
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    group = lower_primitive_function(mod["main"], "dense_relu", get_backend(CUDA))
+    source = get_backend(CUDA).generate([group.prim_func])
+    text = source.code
+    assert 'extern "C" __global__ void __launch_bounds__(256) dense_relu(' in text
+    assert "__shared__ float" in text and "__syncthreads();" in text
+    assert "#include" not in text  # NVRTC has no C library headers
+    (code,) = source.groups
+    (launch,) = code.launches
+    assert launch.grid == (2, 2, 1) and launch.block == (16, 16, 1)  # 32 x 32 tiles of 2 x 2
+
+
+def test_opf_compile_for_cuda_says_what_is_missing():
+    with pytest.raises(DeviceError, match="cannot run them on a GPU yet"):
+        opf.compile(_dense_relu(4, 4, 4), target="cuda")
+    with pytest.raises(DeviceError):
+        get_backend(CUDA).load("", [])
+
+
+def test_small_workloads_match_the_reference_in_the_interpreter():
+    for name, extra in [("mlp", {}), ("transformer_encoder", {}),
+                        ("shufflenet_v2", {"image_shape": (3, 16, 16)})]:
+        args = {**testing.SMALL_WORKLOAD_ARGS[name], **extra}
+        mod, params = testing.WORKLOADS[name](**args)
+        model = build_gpu_model(mod, params, CUDA)
+        inputs = interpret_inputs(model)
+        got = model.interpret(*inputs)
+        names = [p.name_hint for p in mod["main"].params if p.name_hint not in params]
+        want = evaluate(mod, {**dict(zip(names, inputs)), **params})
+        testing.assert_close(got[0], want, 1e-4)
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_and_reports_errors():
+    func = _dense_relu(8, 8, 8)
+    model = build_gpu_model(func, target=CUDA)
+    ptx = model.compile("compute_80")
+    assert b".entry" in ptx
+    assert len(model.compile("sm_90")) > 0  # a cubin
+    with pytest.raises(CompileError, match="NVRTC rejected"):
+        compile_cuda('extern "C" __global__ void k() { undefined_name = 1; }', "compute_80")
+    with pytest.raises(BuildError, match="architecture"):
+        compile_cuda("", "sm_90; rm -rf /")
+
+
+@needs_nvrtc
+@pytest.mark.slow
+@pytest.mark.parametrize("name", testing.LIGHT_MODEL_NAMES)
+def test_light_model_kernels_compile_with_nvrtc(name):
+    onnx = pytest.importorskip("onnx")
+    from opfusion.frontend import from_onnx
+
+    mod, params = from_onnx(onnx.load(str(testing.light_model(name))))
+    model = build_gpu_model(mod, params, CUDA)
+    assert not model.reference_steps
+    for arch in ("compute_80", "compute_90"):
+        ptx = model.compile(arch)
+        assert ptx.count(b".entry") == sum(len(g.launches) for g in model.source.groups)
