@@ -28,7 +28,7 @@ PrimFunc always gives byte-identical source."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from ..ir.types import float_to_int_bounds
 from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type
+
+walk_stmts = S.walk_stmts  # shared by the emitters' analyses
 
 #: C spelling of intrinsics whose name differs from the IR's (before the float suffix).
 _INTRINSIC_C_NAMES = {"round": "nearbyint"}
@@ -477,22 +479,6 @@ class CFamilyEmitter:
         stack.append(lambda: self.line(indent, "}"))
         stack.append(lambda: self.unbind_var(loop.loop_var))
         stack.append(lambda: setattr(self, "loop_depth", self.loop_depth - 1))
-
-
-def walk_stmts(body: S.Stmt) -> Iterator[S.Stmt]:
-    """Every statement of ``body``, parents before children, in program order; iterative."""
-    stack = [body]
-    while stack:
-        stmt = stack.pop()
-        yield stmt
-        if isinstance(stmt, S.SeqStmt):
-            stack.extend(reversed(stmt.stmts))
-        elif isinstance(stmt, S.IfThenElse):
-            if stmt.else_case is not None:
-                stack.append(stmt.else_case)
-            stack.append(stmt.then_case)
-        elif isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
-            stack.append(stmt.body)
 
 
 def has_inner_loop(loop: S.For) -> bool:

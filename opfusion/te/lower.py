@@ -624,20 +624,7 @@ class _NestBuilder:
 
 
 def _has_barrier(stmt: S.Stmt) -> bool:
-    stack = [stmt]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, S.Barrier):
-            return True
-        if isinstance(node, S.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, S.IfThenElse):
-            stack.append(node.then_case)
-            if node.else_case is not None:
-                stack.append(node.else_case)
-        elif isinstance(node, (S.For, S.LetStmt, S.Allocate)):
-            stack.append(node.body)
-    return False
+    return any(isinstance(node, S.Barrier) for node in S.walk_stmts(stmt))
 
 
 def _thread_bound(stage: Stage, leaf: IterVar) -> bool:

@@ -46,13 +46,8 @@ class Launch:
 
 def binds_threads(body: S.Stmt) -> bool:
     """Whether any loop of ``body`` is bound to a GPU index."""
-    stack = [body]
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, S.For) and stmt.kind.is_thread_binding:
-            return True
-        stack.extend(_children(stmt))
-    return False
+    return any(isinstance(stmt, S.For) and stmt.kind.is_thread_binding
+               for stmt in S.walk_stmts(body))
 
 
 def split_launches(func: S.PrimFunc) -> tuple[list[E.Buffer], list[Launch]]:
@@ -68,9 +63,7 @@ def split_launches(func: S.PrimFunc) -> tuple[list[E.Buffer], list[Launch]]:
 
 def _launch(name: str, body: S.Stmt) -> Launch:
     sizes = dict.fromkeys(S.THREAD_TAGS, 1)
-    stack = [body]
-    while stack:
-        stmt = stack.pop()
+    for stmt in S.walk_stmts(body):
         if isinstance(stmt, S.For) and stmt.kind.is_thread_binding:
             tag = stmt.kind.value
             if not isinstance(stmt.extent, E.IntImm):
@@ -79,20 +72,9 @@ def _launch(name: str, body: S.Stmt) -> Launch:
                     f"{stmt.extent}, which is not a constant; a launch's size is fixed, so "
                     "bind loops of constant extent (guard the tail inside)")
             sizes[tag] = max(sizes[tag], stmt.extent.value)
-        stack.extend(_children(stmt))
     grid = (sizes["blockIdx.x"], sizes["blockIdx.y"], sizes["blockIdx.z"])
     block = (sizes["threadIdx.x"], sizes["threadIdx.y"], sizes["threadIdx.z"])
     return Launch(body, grid, block)
-
-
-def _children(stmt: S.Stmt) -> list[S.Stmt]:
-    if isinstance(stmt, S.SeqStmt):
-        return list(stmt.stmts)
-    if isinstance(stmt, S.IfThenElse):
-        return [stmt.then_case] + ([] if stmt.else_case is None else [stmt.else_case])
-    if isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
-        return [stmt.body]
-    return []
 
 
 __all__ = ["Launch", "binds_threads", "split_launches"]

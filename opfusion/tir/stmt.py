@@ -58,7 +58,7 @@ Guarantees of a PrimFunc from :func:`opfusion.lower`:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import TensorExprError
@@ -266,3 +266,19 @@ class PrimFunc:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def walk_stmts(body: Stmt) -> Iterator[Stmt]:
+    """Every statement of ``body``, parents before children, in program order; iterative."""
+    stack = [body]
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        if isinstance(stmt, SeqStmt):
+            stack.extend(reversed(stmt.stmts))
+        elif isinstance(stmt, IfThenElse):
+            if stmt.else_case is not None:
+                stack.append(stmt.else_case)
+            stack.append(stmt.then_case)
+        elif isinstance(stmt, (For, LetStmt, Allocate)):
+            stack.append(stmt.body)

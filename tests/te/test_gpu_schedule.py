@@ -63,23 +63,10 @@ def test_shared_copies_cover_every_thread_of_the_block():
     # The copy's region is relaxed over every thread index: 4 rows of A per block, not 1.
     s, args = tiled_matmul(8, 8, 8, tile=4, k_step=8)
     func = lower(s, args, "matmul")
-    allocs = [n for n in _walk(func.body) if isinstance(n, S.Allocate)]
+    allocs = [n for n in S.walk_stmts(func.body) if isinstance(n, S.Allocate)]
     shapes = {a.buffer.name: (a.buffer.scope, a.buffer.shape) for a in allocs}
     assert shapes["A_shared"] == ("shared", (4, 8))
     assert shapes["B_shared"] == ("shared", (8, 4))
-
-
-def _walk(stmt):
-    stack = [stmt]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, S.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, S.IfThenElse):
-            stack.extend([node.then_case] + ([node.else_case] if node.else_case else []))
-        elif isinstance(node, (S.For, S.LetStmt, S.Allocate)):
-            stack.append(node.body)
 
 
 def test_bind_refuses_reductions_unknown_axes_and_a_second_binding():
