@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ScheduleError
-from ..tir.expr import Var
+from ..tir.expr import Var, select
 from ..tir.stmt import THREAD_TAGS, ForKind
 from .reduction import Reduce
 from .tensor import (
@@ -481,6 +481,56 @@ class Schedule:
         self.stage_map[copy_op] = copy_stage
         self.stages.insert(self.stages.index(source) + 1, copy_stage)
         return copy
+
+    def rfactor(self, tensor: Tensor, parts: int) -> Tensor:
+        """Reduce ``tensor``'s reduction in two steps: ``parts`` partial results first, each
+        over every ``parts``-th element (partial ``p`` folds elements ``p``, ``p + parts``,
+        ...; the identity past the end), then the partials. Returns the partials
+        (``<name>.rf``, axes: ``tensor``'s, then one of ``parts``), a new stage just before
+        ``tensor``'s, which now folds them over a reduction axis of ``parts``. On a GPU the
+        partials' last axis is bound to threads: each folds its share, and one pass over the
+        partials finishes the reduction. Call it before other primitives on the stage."""
+        from .reduction import Reduce
+
+        stage = self[tensor]
+        op = stage.op
+        if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce):
+            raise stage._fail("rfactor needs a reduction (a te.compute whose body is one)")
+        if len(op.reduce_axis) != 1:
+            raise stage._fail(f"rfactor needs one reduction axis; this one has "
+                              f"{len(op.reduce_axis)} (reduce them in two computes first)")
+        if stage.relations or stage.iter_var_attrs or stage.attach_type != "root":
+            raise stage._fail("rfactor must come before other schedule primitives on this stage")
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts <= 0:
+            raise stage._fail(f"rfactor: parts must be a positive int, got {parts!r}")
+        body = op.body
+        (r,) = op.reduce_axis
+        extent, start = int(r.dom.extent), r.dom.min
+        steps = -(-extent // parts)
+        new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), Var(iv.name), DATA_PAR)
+                    for iv in op.axis]
+        part = IterVar(Range(0, parts), Var(f"{r.name}_part"), DATA_PAR)
+        step = IterVar(Range(0, steps), Var(f"{r.name}_step"), REDUCE)
+        position = step.var * parts + part.var
+        source = substitute_axes(body.source, {
+            **{old.var: new.var for old, new in zip(op.axis, new_axis)},
+            r.var: position + start})
+        if steps * parts != extent:
+            source = select(position < extent, source, body.combiner.identity)
+        partial_op = ComputeOp(f"{op.name}.rf", op.tag, op.attrs, [*new_axis, part],
+                               Reduce(body.combiner, source, [step]))
+        partial = partial_op.output(0)
+        fold = IterVar(Range(0, parts), Var(f"{r.name}_parts"), REDUCE)
+        final_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, Reduce(
+            body.combiner, partial[(*[iv.var for iv in op.axis], fold.var)], [fold]))
+        stage.op = final_op
+        stage.all_iter_vars = [*op.axis, fold]
+        stage.leaf_iter_vars = [*op.axis, fold]
+        self.stage_map[final_op] = stage
+        partial_stage = Stage(partial_op, self)
+        self.stage_map[partial_op] = partial_stage
+        self.stages.insert(self.stages.index(stage), partial_stage)
+        return partial
 
     def __repr__(self) -> str:
         return "schedule(\n" + "\n".join(f"  {s!r}" for s in self.stages) + "\n)"

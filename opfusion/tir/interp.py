@@ -13,10 +13,11 @@ A function with loops bound to GPU indices (``bind``) runs as a GPU would run it
 (:mod:`opfusion.tir.launch`): launch after launch, block after block, and in each block
 every thread runs the body with its own indices, up to a barrier, where it waits for the
 others; a "shared" buffer is one per block, a "local" one per thread. Threads of a block are
-run one at a time from barrier to barrier, so a schedule that reads shared data before the
-barrier that should publish it, or overwrites it before the others have read it, computes
-wrong numbers here too; threads that do not all reach the same barriers are an
-EvaluationError."""
+run one at a time from barrier to barrier, and every access to memory other threads see
+(shared buffers, the function's buffers, global temporaries) is checked: reading what another
+thread of the block wrote since the last barrier, writing what another read or wrote since
+then, or touching an element another block wrote, is a data race and an EvaluationError, as
+are threads that do not all reach the same barriers."""
 
 from __future__ import annotations
 
@@ -119,6 +120,7 @@ class _Source:
         self.lines: list[str] = []
         self.names: dict[object, str] = {}
         self.spmd = False  # GPU semantics: bound loops read the thread's indices
+        self.temporaries: set[int] = set()  # ids of a launch's global temporaries
 
     def name(self, obj: object, hint: str) -> str:
         got = self.names.get(obj)
@@ -161,7 +163,12 @@ class _Source:
         if isinstance(e, E.Call):
             return f"_intrin[{e.name!r}]({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, E.BufferLoad):
-            return f"{self.name(e.buffer, e.buffer.name)}[{self.offset(e.buffer, e.indices)}]"
+            name = self.name(e.buffer, e.buffer.name)
+            offset = self.offset(e.buffer, e.indices)
+            if self.spmd and (e.buffer.scope != "local" or id(e.buffer) in self.temporaries):
+                # memory other threads see: every access checked for races
+                offset = f"_read({name!r}, {offset}, {e.buffer.scope == 'shared'})"
+            return f"{name}[{offset}]"
         if isinstance(e, E.Let):
             v = self.name(e.var, e.var.name)
             return f"(({v} := {self.expr(e.value)}), {self.expr(e.body)})[1]"
@@ -191,7 +198,10 @@ class _Source:
         elif isinstance(s, S.BufferStore):
             target = self.name(s.buffer, s.buffer.name)
             value = self.convert(self.expr(s.value), s.buffer.dtype)
-            self.lines.append(f"{pad}{target}[{self.offset(s.buffer, s.indices)}] = {value}")
+            offset = self.offset(s.buffer, s.indices)
+            if self.spmd and (s.buffer.scope != "local" or id(s.buffer) in self.temporaries):
+                offset = f"_write({target!r}, {offset}, {s.buffer.scope == 'shared'})"
+            self.lines.append(f"{pad}{target}[{offset}] = {value}")
         elif isinstance(s, S.For) and s.kind.is_thread_binding and self.spmd:
             # Not a loop: this thread's (or block's) own index, if within the extent.
             v = self.name(s.loop_var, s.loop_var.name)
@@ -244,13 +254,15 @@ def to_python(func: S.PrimFunc) -> str:
 
 def launch_to_python(func: S.PrimFunc, buffers: Sequence[E.Buffer], body: S.Stmt) -> str:
     """The Python source of one GPU launch of ``func`` (see :mod:`opfusion.tir.launch`): a
-    generator ``kernel(*buffers, _idx, _shared)`` run once per thread, yielding at each
-    barrier; ``_idx`` maps each of :data:`~opfusion.tir.stmt.THREAD_TAGS` to the thread's
-    index, ``_shared`` holds its block's shared buffers."""
+    generator ``kernel(*buffers, _idx, _shared, _read, _write)`` run once per thread,
+    yielding at each barrier; ``_idx`` maps each of :data:`~opfusion.tir.stmt.THREAD_TAGS` to
+    the thread's index, ``_shared`` holds its block's shared buffers, ``_read`` and
+    ``_write`` check each access to memory other threads see (:class:`_RaceTracker`)."""
     src = _Source()
     src.spmd = True
+    src.temporaries = {id(b) for b in buffers[len(func.params):]}
     params = [src.name(b, b.name) for b in buffers]
-    src.lines.append(f"def kernel({', '.join([*params, '_idx', '_shared'])}):")
+    src.lines.append(f"def kernel({', '.join([*params, '_idx', '_shared', '_read', '_write'])}):")
     src.lines.append("    if False:")  # a generator, barrier or not
     src.lines.append("        yield")
     src.stmt(body, 1)
@@ -271,16 +283,75 @@ def _run_launches(func: S.PrimFunc, lists: list[list[Any]]) -> None:
         kernel = namespace["kernel"]
         gx, gy, gz = launch.grid
         tx, ty, tz = launch.block
+        races = _RaceTracker(f"kernel {func.name}, launch {number}")
         for block in itertools.product(range(gz), range(gy), range(gx)):
             shared: dict[str, list[Any]] = {}
-            threads = [kernel(*args, {"blockIdx.x": block[2], "blockIdx.y": block[1],
-                                      "blockIdx.z": block[0], "threadIdx.x": t[2],
-                                      "threadIdx.y": t[1], "threadIdx.z": t[0]}, shared)
-                       for t in itertools.product(range(tz), range(ty), range(tx))]
-            _run_block(func.name, number, threads)
+            races.phase = 0
+            threads = []
+            for t in itertools.product(range(tz), range(ty), range(tx)):
+                index = {"blockIdx.x": block[2], "blockIdx.y": block[1],
+                         "blockIdx.z": block[0], "threadIdx.x": t[2], "threadIdx.y": t[1],
+                         "threadIdx.z": t[0]}
+                read, write = races.accessors(block, t)
+                threads.append(kernel(*args, index, shared, read, write))
+            _run_block(func.name, number, threads, races)
 
 
-def _run_block(name: str, number: int, threads: list[Any]) -> None:
+class _RaceTracker:
+    """Who last wrote and last read each element of memory that threads share, in one launch:
+    a thread that reads or writes an element another thread of its block wrote or read since
+    the last barrier, or one that another block wrote or read at all, is a data race (a GPU
+    runs them at the same time, in any order): an EvaluationError. Writes by two threads of
+    the same value are races too. Only the last reader of an element is remembered, so a
+    write after reads by several threads is checked against the last of them."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.phase = 0  # barriers the current block has passed
+        self.cells: dict[tuple[Any, ...], list[Any]] = {}
+
+    def accessors(self, block: tuple[int, ...], thread: tuple[int, ...]) -> tuple[Any, Any]:
+        who = (block, thread)
+
+        def conflict(other: Any, phase: int) -> bool:
+            return other is not None and other != who and (other[0] != block
+                                                           or phase == self.phase)
+
+        def read(buffer: str, offset: int, shared: bool) -> int:
+            key = (buffer, offset, block) if shared else (buffer, offset)
+            cell = self.cells.get(key)
+            if cell is None:
+                self.cells[key] = [None, -1, who, self.phase]
+                return offset
+            if conflict(cell[0], cell[1]):
+                self.fail(f"thread {who} reads element {offset} of {buffer}, which thread "
+                          f"{cell[0]} wrote with no barrier between")
+            cell[2], cell[3] = who, self.phase
+            return offset
+
+        def write(buffer: str, offset: int, shared: bool) -> int:
+            key = (buffer, offset, block) if shared else (buffer, offset)
+            cell = self.cells.get(key)
+            if cell is None:
+                self.cells[key] = [who, self.phase, None, -1]
+                return offset
+            if conflict(cell[0], cell[1]):
+                self.fail(f"threads {cell[0]} and {who} both write element {offset} of "
+                          f"{buffer} with no barrier between")
+            if conflict(cell[2], cell[3]):
+                self.fail(f"thread {who} writes element {offset} of {buffer}, which thread "
+                          f"{cell[2]} read with no barrier between")
+            cell[0], cell[1] = who, self.phase
+            return offset
+
+        return read, write
+
+    def fail(self, what: str) -> None:
+        raise EvaluationError(f"{self.where}: data race: {what} (block, thread indices "
+                              "as (z, y, x)); a GPU would compute these in any order")
+
+
+def _run_block(name: str, number: int, threads: list[Any], races: _RaceTracker) -> None:
     """Run the threads of one block from barrier to barrier, one thread at a time."""
     phase = 0
     while True:
@@ -299,6 +370,7 @@ def _run_block(name: str, number: int, threads: list[Any]) -> None:
                 "of a block must reach the same barriers (a barrier under a condition on the "
                 "thread's index hangs a GPU)")
         phase += 1
+        races.phase = phase
 
 
 def _namespace() -> dict[str, Any]:

@@ -40,13 +40,20 @@ def test_threads_of_a_block_share_a_buffer_across_a_barrier():
     np.testing.assert_array_equal(out, [6, 4, 2, 0, 14, 12, 10, 8, -1, -1])
 
 
-def test_a_missing_barrier_reads_values_not_yet_written():
-    # One thread at a time up to the barrier: without it, thread 0 reads lane 3 before
-    # thread 3 has stored it, and gets the interpreter's NaN for an unwritten element.
+def test_a_missing_barrier_is_a_data_race():
+    # Thread 1 reads lane 2 of the tile, then thread 2 writes it: on a GPU they run at once.
     x = np.arange(10, dtype="float32")
-    out = np.zeros(10, "float32")
-    run(reverse_in_blocks(barrier=False), x, out)
-    assert np.isnan(out[0])
+    with pytest.raises(EvaluationError, match="data race: .*b\\d*_?tile"):
+        run(reverse_in_blocks(barrier=False), x, np.zeros(10, "float32"))
+
+
+def test_two_threads_writing_one_element_is_a_data_race():
+    out = E.Buffer("out", (4,), "float32")
+    tx = E.Var("tx", "int32")
+    body = S.For(tx, 0, 8, S.ForKind.THREAD_X,
+                 S.BufferStore(out, E.FloatImm(1.0, "float32"), [tx % 4]))
+    with pytest.raises(EvaluationError, match="both write element"):
+        run(S.PrimFunc("clash", [out], body), np.zeros(4, "float32"))
 
 
 def test_a_barrier_some_threads_skip_is_an_error():
