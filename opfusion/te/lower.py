@@ -607,10 +607,15 @@ class _NestBuilder:
             if attach:
                 kids = self.emitted.get(p, [])
                 if kids:
-                    made = [kid for _, kid in kids]
-                    if any(local is not None and local.scope == "shared" for local, _ in kids):
-                        # readers of the last iteration done; this one's values published
-                        made = [S.Barrier(), *made, S.Barrier()]
+                    made: list[S.Stmt] = []
+                    for local, kid in kids:
+                        if local is not None and local.scope == "shared":
+                            # readers of the last iteration done; this one's values published
+                            if not made or not isinstance(made[-1], S.Barrier):
+                                made.append(S.Barrier())
+                            made += [kid, S.Barrier()]
+                        else:
+                            made.append(kid)
                     stmt = S.SeqStmt([*made, stmt])
                     for local, _ in reversed(kids):
                         if local is not None:

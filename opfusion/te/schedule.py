@@ -370,8 +370,11 @@ class Stage:
 
 
 def _reads_transitively(op: Operation, producer: Stage) -> bool:
-    """Does ``op`` read ``producer``'s tensor, directly or through other operations?"""
+    """Does ``op`` read ``producer``'s tensor, directly or through other operations (as the
+    schedule now computes them: a stage that cache_write or rfactor rewrote reads what its
+    new operation reads)?"""
     targets = (producer.op, producer.origin_op)
+    stage_map = producer.schedule.stage_map
     seen: set[int] = set()
     stack = [op]
     keep: list[Operation] = []
@@ -380,10 +383,12 @@ def _reads_transitively(op: Operation, producer: Stage) -> bool:
         for t in cur.input_tensors:
             if any(t.op is x for x in targets):
                 return True
-            if id(t.op) not in seen:
-                seen.add(id(t.op))
-                keep.append(t.op)
-                stack.append(t.op)
+            current = stage_map[t.op].op if t.op in stage_map else t.op
+            for nxt in (t.op, current):
+                if id(nxt) not in seen:
+                    seen.add(id(nxt))
+                    keep.append(nxt)
+                    stack.append(nxt)
     return False
 
 

@@ -84,10 +84,36 @@ def test_batched_products_use_the_grid_z_axis():
     assert "sync_threads()" in str(group.prim_func)
 
 
+@pytest.mark.parametrize("shape", [(5, 7), (2, 3, 300), (4, 1000)])
+@pytest.mark.parametrize("rows_op", ["softmax", "log_softmax", "layer_norm"])
+def test_rows_one_block_per_row(shape, rows_op):
+    x = Var("x", TensorType(shape, "float32"))
+    gamma, beta = (Var(n, TensorType(shape[-1:], "float32")) for n in ("g", "b"))
+    if rows_op == "layer_norm":
+        func = Function([x, gamma, beta], op.nn.layer_norm(x, gamma, beta, axis=-1))
+    else:
+        func = Function([x], getattr(op.nn, rows_op)(x, axis=-1))
+    group = _check_group(func)
+    assert group.schedule_config["rule"] == "gpu_rows"
+    text = str(group.prim_func)
+    assert "bind[blockIdx.x]" in text
+    if shape[-1] >= 300 and rows_op != "layer_norm":
+        assert "shared" in text and "sync_threads()" in text  # partial maxima per thread
+
+
+def test_every_rows_config_computes_the_reference():
+    x = Var("x", TensorType((3, 130), "float32"))
+    func = Function([x], op.nn.softmax(x, axis=-1))
+    rule, space, _ = _space(func)
+    assert rule.name == "gpu_rows"
+    for config in space:
+        _check_group(func, config)
+
+
 @pytest.mark.parametrize("threads", [64, 1024])
 def test_default_schedule_one_thread_per_element(threads):
     x = Var("x", TensorType((3, 50, 7), "float32"))
-    func = Function([x], op.nn.softmax(op.sigmoid(x), axis=-1))
+    func = Function([x], op.sum(op.sigmoid(x), axis=[1]))
     group = _check_group(func, {"threads": threads})
     assert group.schedule_config == {"rule": "gpu_default", "knobs": {"threads": threads}}
 
