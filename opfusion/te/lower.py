@@ -378,7 +378,10 @@ class _Lowering:
                 ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
         values = info.values
         for leaf in stage.leaf_iter_vars:
-            if ext[leaf] == 1:
+            kind = stage.iter_var_attrs.get(leaf)
+            if ext[leaf] == 1 and not (kind is not None and kind.is_thread_binding):
+                # (a bound loop of one stays: only the first thread or block of a larger
+                # launch runs its body)
                 values[leaf] = E.IntImm(0)
                 continue
             var = E.Var(leaf.name, "int64" if ext[leaf] > _INT32_MAX else "int32")

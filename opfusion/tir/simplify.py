@@ -445,7 +445,8 @@ def substitute_stmt(stmt: S.Stmt, mapping: dict[E.Var, Any]) -> S.Stmt:
 
 def simplify_stmt(stmt: S.Stmt, ranges: Ranges | None = None) -> S.Stmt | None:
     """Simplify every expression using the ranges of enclosing loops; drop loops that never
-    run, ifs decided by the ranges and unit loops (their variable becomes the loop's start).
+    run, ifs decided by the ranges and unit loops (their variable becomes the loop's start;
+    not a loop bound to a GPU index, which says only index 0 runs its body).
     Returns None when nothing is left."""
     return _simplify_stmt(stmt, dict(ranges or {}))
 
@@ -463,7 +464,8 @@ def _simplify_stmt(stmt: S.Stmt, ranges: Ranges) -> S.Stmt | None:
         _, ext_hi = _bound(extent, ranges)
         if ext_hi <= 0:
             return None
-        if isinstance(extent, E.IntImm) and extent.value == 1:
+        if isinstance(extent, E.IntImm) and extent.value == 1 and not stmt.kind.is_thread_binding:
+            # (a bound loop of one stays: in a larger launch, only index 0 runs its body)
             return _simplify_stmt(substitute_stmt(stmt.body, {stmt.loop_var: lo}), ranges)
         ranges[stmt.loop_var] = (min_lo, min_hi + ext_hi - 1)
         try:

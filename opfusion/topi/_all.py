@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (each module registers its computes on import)
     broadcast,
     elemwise,
+    gpu,
     image,
     nn,
     nn_attention,

@@ -84,6 +84,35 @@ def test_batched_products_use_the_grid_z_axis():
     assert "sync_threads()" in str(group.prim_func)
 
 
+def _conv(batch, channels, out_channels, size, kernel, stride, pad, groups):
+    x = Var("x", TensorType((batch, channels, size, size), "float32"))
+    w = Var("w", TensorType((out_channels, channels // groups, kernel, kernel), "float32"))
+    b = Var("b", TensorType((out_channels,), "float32"))
+    conv = op.nn.conv2d(x, w, padding=(pad, pad), strides=(stride, stride), groups=groups)
+    return Function([x, w, b], op.nn.relu(op.nn.bias_add(conv, b)))
+
+
+@pytest.mark.parametrize("case", [
+    (1, 5, 6, 9, 3, 2, 1, 1),     # stride 2, channels short of a block
+    (1, 4, 4, 8, 3, 1, 1, 4),     # depthwise
+    (2, 6, 4, 7, 1, 1, 0, 2),     # grouped 1x1, two images
+    (1, 3, 40, 11, 7, 2, 3, 1),   # a 7x7 stem
+    (1, 24, 36, 10, 3, 1, 2, 1),  # padding 2, the larger default tile
+])
+def test_convolution_tiles_with_the_default_config(case):
+    group = _check_group(_conv(*case))
+    assert group.schedule_config["rule"] == "gpu_conv2d"
+    assert "shared" in str(group.prim_func)
+
+
+def test_every_sampled_config_of_the_convolution_space_computes_the_reference():
+    func = _conv(1, 9, 10, 7, 3, 1, 1, 1)
+    rule, space, default = _space(func)
+    assert rule.name == "gpu_conv2d"
+    for config in [default, *space.sample(8, seed=2)]:
+        _check_group(func, config)
+
+
 @pytest.mark.parametrize("shape", [(5, 7), (2, 3, 300), (4, 1000)])
 @pytest.mark.parametrize("rows_op", ["softmax", "log_softmax", "layer_norm"])
 def test_rows_one_block_per_row(shape, rows_op):

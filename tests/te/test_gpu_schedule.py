@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from opfusion import te
-from opfusion.errors import ScheduleError
+from opfusion.errors import EvaluationError, ScheduleError
 from opfusion.te.lower import lower
 from opfusion.tir import stmt as S
 from opfusion.tir.interp import run
@@ -67,6 +67,25 @@ def test_shared_copies_cover_every_thread_of_the_block():
     shapes = {a.buffer.name: (a.buffer.scope, a.buffer.shape) for a in allocs}
     assert shapes["A_shared"] == ("shared", (4, 8))
     assert shapes["B_shared"] == ("shared", (8, 4))
+
+
+def test_a_bound_loop_of_one_runs_on_the_first_thread_only():
+    # C's loop of one, bound to threadIdx.x, stays a loop: in a launch of 8 threads (B's),
+    # only thread 0 runs its body. That body holds the barriers around B's computation, so
+    # this schedule is wrong, and the interpreter says so rather than computing anything.
+    a = te.placeholder((8,), "float32", name="A")
+    b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
+    r = te.reduce_axis((0, 8), name="r")
+    c = te.compute((1,), lambda i: te.sum(b[r], axis=r), name="C")
+    s = te.create_schedule([c.op])
+    s[b].set_scope("shared")
+    s[b].compute_at(s[c], c.op.axis[0])
+    s[b].bind(b.op.axis[0], "threadIdx.x")
+    s[c].bind(c.op.axis[0], "threadIdx.x")
+    func = lower(s, [a, c], "one")
+    assert "bind[threadIdx.x](1)" in str(func)
+    with pytest.raises(EvaluationError, match="same barriers"):
+        run(func, np.arange(8, dtype="float32"), np.zeros(1, "float32"))
 
 
 def test_bind_refuses_reductions_unknown_axes_and_a_second_binding():

@@ -6,6 +6,9 @@ rule           anchors                                     knobs
 gpu_matmul     nn.dense, nn.matmul, nn.batch_matmul        block_rows, block_cols,
                                                            thread_rows, thread_cols, k_step,
                                                            shared
+gpu_conv2d     nn.conv2d (NCHW)                            block_channels, thread_channels,
+                                                           threads_x, thread_pixels, k_step,
+                                                           shared
 gpu_rows       nn.softmax, nn.log_softmax, nn.layer_norm   threads
 gpu_default    any group no rule takes (the fallback)      threads
 =============  ==========================================  ===================================
@@ -15,6 +18,7 @@ See :mod:`opfusion.backend.schedule_rule` for the contract."""
 from __future__ import annotations
 
 from ...schedule_rule import RuleRegistry
+from .conv2d import GPUConv2dRule, arrange_conv2d
 from .default import GPUDefaultRule, arrange_elementwise, bind_flat
 from .matmul import GPUMatmulRule, arrange_product
 from .rows import GPURowsRule, arrange_rows
@@ -22,8 +26,10 @@ from .rows import GPURowsRule, arrange_rows
 #: The CUDA backend's rules, by anchor operator; groups none takes get the default.
 RULES = RuleRegistry("cuda")
 RULES.register(GPUMatmulRule())
+RULES.register(GPUConv2dRule())
 RULES.register(GPURowsRule())
 RULES.set_fallback(GPUDefaultRule())
 
-__all__ = ["RULES", "GPUDefaultRule", "GPUMatmulRule", "GPURowsRule", "arrange_elementwise",
-           "arrange_product", "arrange_rows", "bind_flat"]
+__all__ = ["RULES", "GPUConv2dRule", "GPUDefaultRule", "GPUMatmulRule", "GPURowsRule",
+           "arrange_conv2d", "arrange_elementwise", "arrange_product", "arrange_rows",
+           "bind_flat"]

@@ -128,16 +128,10 @@ def arrange_product(s: te.Schedule, anchor: Any, output: Any, block_rows: int,
     stage.reorder(ko, ki, ai, aj)
     if not shared:
         return
-    # The thread grid as lowering will size it (a block tile is cut to the result), so that
-    # the copies' thread loops are never longer than the owner's: a thread past the
-    # owner's extent would skip its barriers.
-    rows, cols = int(i.dom.extent), int(j.dom.extent)
-    threads_y = -(-min(block_rows, rows) // thread_rows)
-    threads_x = -(-min(block_cols, cols) // thread_cols)
     for operand in _operands(acc):
         copy = s.cache_read(operand, "shared", [acc])
         s[copy].compute_at(stage, ko)
-        _cooperative(s[copy], threads_y, threads_x)
+        cooperative_copy(s[copy], int(ty.dom.extent), int(tx.dom.extent))
 
 
 def _operands(acc: Any) -> list[Any]:
@@ -145,9 +139,12 @@ def _operands(acc: Any) -> list[Any]:
     return [t for t in acc.op.input_tensors][:2]
 
 
-def _cooperative(stage: te.Stage, threads_y: int, threads_x: int) -> None:
+def cooperative_copy(stage: te.Stage, threads_y: int, threads_x: int) -> None:
     """The block's threads copy a tile together: its elements in order, thread after
-    thread (``threadIdx.x`` fastest), as many rounds as it takes."""
+    thread (``threadIdx.x`` fastest), as many rounds as it takes. ``threads_y`` x
+    ``threads_x`` must be the thread grid of the stage it is computed for (the extents of
+    its bound loops, a block tile cut to the result): a longer copy loop would make threads
+    past the owner's extent, which skip the owner's barriers."""
     axes = list(stage.op.axis)
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     rounds, inside = stage.split(fused, factor=threads_y * threads_x)

@@ -1,0 +1,130 @@
+"""GPU convolutions (nn.conv2d, NCHW, the direct compute of :mod:`opfusion.topi.gpu`):
+output-channel x pixel tiles, register tiles, weights staged in shared memory.
+
+A block computes ``block_channels`` output channels of ``threads_x * thread_pixels``
+consecutive output pixels of one image (rows laid end to end; ``blockIdx.y`` the channel
+tile, ``blockIdx.x`` the pixel tile, ``blockIdx.z`` the image). Its threads form a grid of
+``block_channels / thread_channels`` (``threadIdx.y``) x ``threads_x`` (``threadIdx.x``);
+each thread accumulates ``thread_channels`` channels x ``thread_pixels`` consecutive pixels of
+one row in registers, over the input channels and the window, then applies the elementwise
+epilogue (bias, activation, residual) and stores. With ``shared`` on, the input channels
+run in steps of ``k_step``: the block's threads copy the weights of the block's channels for
+that step into shared memory together, wait at a barrier, then accumulate; every thread of
+a block reads the same weights, so each is fetched from global memory once per block. The
+input is read from global memory (through the caches): neighbouring threads read
+neighbouring pixels.
+
+Knobs: ``block_channels`` (8-64), ``thread_channels`` (1, 2, 4), ``threads_x`` (8-64),
+``thread_pixels`` (1, 2, 4), ``k_step`` (4, 8, 16), ``shared``; a point must give blocks of
+32 to 1024 threads whose weight tile fits shared memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
+from .default import arrange_elementwise
+from .matmul import MAX_GRID_Z, cooperative_copy
+
+
+class GPUConv2dRule(ScheduleRule):
+    """Tiled direct convolutions: see the module docstring."""
+
+    name = "gpu_conv2d"
+    ops = ("nn.conv2d",)
+
+    def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
+        op = anchor.op
+        if (not isinstance(op, te.ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3
+                or tuple(output.shape) != tuple(anchor.shape)
+                or int(anchor.shape[0]) > MAX_GRID_Z):
+            return None
+        limit = target.max_threads_per_block
+        shared_bytes = target.max_shared_memory_per_block
+        window = int(op.reduce_axis[1].dom.extent) * int(op.reduce_axis[2].dom.extent)
+
+        def fits(c: dict[str, KnobValue]) -> bool:
+            threads = int(c["block_channels"]) // int(c["thread_channels"]) * int(
+                c["threads_x"])
+            tile = int(c["block_channels"]) * int(c["k_step"]) * window * 4
+            return 32 <= threads <= limit and (not c["shared"] or tile <= shared_bytes)
+
+        fits.__doc__ = "blocks of 32 to the target's threads whose weight tile fits"
+        return ConfigSpace(self.name, [
+            Knob("block_channels", (8, 16, 32, 64), "output channels per block"),
+            Knob("thread_channels", (1, 2, 4), "output channels of each thread's tile"),
+            Knob("threads_x", (8, 16, 32, 64), "threads along the pixels"),
+            Knob("thread_pixels", (1, 2, 4), "consecutive pixels of each thread's tile"),
+            Knob("k_step", (4, 8, 16), "input channels per shared-memory stage"),
+            Knob("shared", (True, False), "stage the block's weights in shared memory"),
+        ], fits)
+
+    def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
+        space = self.space(anchor, output, target)
+        assert space is not None
+        channels = int(anchor.shape[1])
+        pixels = int(anchor.shape[2]) * int(anchor.shape[3])
+        if channels <= 16 or pixels <= 64:  # stems and the last, small stages
+            tile = {"block_channels": 16, "thread_channels": 2, "threads_x": 32,
+                    "thread_pixels": 1}
+        else:
+            tile = {"block_channels": 32, "thread_channels": 4, "threads_x": 32,
+                    "thread_pixels": 2}
+        # The weights of 8 input channels in shared memory, fewer for wide windows (an
+        # 11x11 one), none when even 4 do not fit.
+        for k_step, shared in ((8, True), (4, True), (8, False)):
+            try:
+                return space.config(**tile, k_step=k_step, shared=shared)
+            except ScheduleError:
+                continue
+        raise ScheduleError("gpu_conv2d: no default config fits")  # (shared=False always does)
+
+    def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
+              config: Config) -> None:
+        arrange_conv2d(s, anchor, output, int(config["block_channels"]),
+                       int(config["thread_channels"]), int(config["threads_x"]),
+                       int(config["thread_pixels"]), int(config["k_step"]),
+                       bool(config["shared"]))
+        arrange_elementwise(s, 256)
+
+
+def arrange_conv2d(s: te.Schedule, anchor: Any, output: Any, block_channels: int,
+                   thread_channels: int, threads_x: int, thread_pixels: int, k_step: int,
+                   shared: bool) -> None:
+    """The tiling of the module docstring with explicit knobs."""
+    if output.op is anchor.op:
+        acc = s.cache_write(anchor, "local")
+        owner = s[anchor]
+    else:
+        acc = anchor
+        owner = s[output]
+    n, o, y, x = owner.op.axis
+    channels = int(o.dom.extent)
+    bo, oi = owner.split(o, factor=block_channels)
+    ty, ro = owner.split(oi, factor=thread_channels)
+    xo, rx = owner.split(x, factor=thread_pixels)
+    pixels = owner.fuse(y, xo)
+    bp, tx = owner.split(pixels, factor=threads_x)
+    owner.reorder(n, bo, bp, ty, tx, ro, rx)
+    owner.bind(n, "blockIdx.z")
+    owner.bind(bo, "blockIdx.y")
+    owner.bind(bp, "blockIdx.x")
+    owner.bind(ty, "threadIdx.y")
+    owner.bind(tx, "threadIdx.x")
+    stage = s[acc]
+    stage.compute_at(owner, tx)
+    _, ao, _, ax = stage.op.axis
+    rc, ry, rxk = stage.op.reduce_axis
+    rco, rci = stage.split(rc, factor=k_step)
+    stage.reorder(rco, rci, ry, rxk, ao, ax)
+    if not shared:
+        return
+    reads = s[acc].op.input_tensors
+    weight = reads[1] if len(reads) > 1 else None  # the compute reads data, then weight
+    if weight is None or int(weight.shape[0]) != channels:
+        return
+    copy = s.cache_read(weight, "shared", [acc])
+    s[copy].compute_at(stage, rco)
+    cooperative_copy(s[copy], int(ty.dom.extent), int(tx.dom.extent))
