@@ -88,12 +88,8 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     heuristic's."""
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
-    if resolved.device != "cpu":
-        raise DeviceError(
-            f"target {resolved}: opfusion compiles models for CUDA GPUs "
-            "(opfusion.compiler.gpu.build_gpu_model: the CUDA source, NVRTC builds, every "
-            "kernel checked in the loop-IR interpreter) but cannot run them on a GPU yet; "
-            "compile for the CPU (target=None)")
+    if resolved.device == "cuda":
+        return _compile_for_gpu(mod, resolved, params, opt_level, fusion)
     check_num_threads(num_threads)
     tuned = _tuning_records(records)
     if isinstance(mod, SymbolicModule):
@@ -118,6 +114,20 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
         with stage("verify"):
             executor.verify(random_inputs(executor))
     return executor
+
+
+def _compile_for_gpu(mod: Any, target: Target, params: Mapping[str, Any] | None,
+                     opt_level: int | None, fusion: str | None) -> Any:
+    """A :class:`~opfusion.compiler.gpu.GPUExecutor` on this machine's GPU (a DeviceError
+    without one, before any work)."""
+    from ..backend.cuda.runtime import cuda_device
+    from .gpu import GPUExecutor, build_gpu_model
+
+    if isinstance(mod, (SymbolicModule, StagedModel)):
+        raise DeviceError(f"target {target}: a model for a GPU needs static shapes (pass "
+                          "shape= to from_onnx); symbolic and staged models run on the CPU")
+    device = cuda_device()
+    return GPUExecutor(build_gpu_model(mod, params, target, opt_level, fusion), device)
 
 
 def fused_module(mod: IRModule, params: Mapping[str, Any] | None, target: Target,

@@ -8,9 +8,16 @@ source for the model, NVRTC builds, and checks in the loop-IR interpreter.
 
 The graph passes are the CPU's, less the CPU layouts (no NCHW<x>c, no packed panels: the GPU
 schedules read the plain layouts); then the same fusion, and one kernel per distinct group,
-as :func:`opfusion.compile` builds them. Running the kernels on a GPU (device memory, the
-CUDA driver's launches) is not built yet: :func:`opfusion.compile` refuses a CUDA target
-and says so."""
+as :func:`opfusion.compile` builds them.
+
+:class:`GPUExecutor` runs a model on a :class:`~opfusion.backend.cuda.runtime.Device`: the
+whole static memory plan in one device allocation (constants uploaded once, inputs, results,
+intermediates and each group's global temporaries at planned byte offsets, 256-byte
+aligned), inputs copied in, every launch of every group in order with pointers into it,
+results copied out. Groups without a TE compute run their NumPy reference on the host
+between the launches. ``opf.compile(mod, target="cuda")`` builds one on the machine's GPU
+(:func:`~opfusion.backend.cuda.runtime.cuda_device`); on the interpreter device
+(``GPUExecutor(model, InterpretedDevice())``) the same executor runs on any machine."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from ..target import Target, as_target
 from ..tir.interp import run as run_loop_ir
 from .executor import ExecStep, ValueInfo
 from .lower_group import LoweredGroup
+from .memory_plan import PlannedStep, plan_memory
 
 
 class GPUModel:
@@ -87,6 +95,148 @@ class GPUModel:
         return [arrays[v] for v in self.outputs]
 
 
+#: Byte alignment of every value in device memory (what cudaMalloc guarantees, and enough
+#: for any vector load).
+DEVICE_ALIGNMENT = 256
+
+
+class GPUExecutor:
+    """A :class:`GPUModel` on a device, ready to run (see the module docstring)."""
+
+    def __init__(self, model: GPUModel, device: Any) -> None:
+        from ..backend.cuda.runtime import Arg
+
+        self.model = model
+        self.device = device
+        values = model.values
+        groups = {code.name: code for code in model.source.groups}
+        # Each group's global temporaries are values of their own, written and read by its
+        # step only, so that the plan gives them memory just while it runs.
+        self._temps: list[list[int]] = []
+        nbytes: dict[int, int] = {}
+        planned: list[PlannedStep] = []
+        extra = len(values)
+        temp_types: dict[int, tuple[tuple[int, ...], str]] = {}
+        for step in model.steps:
+            temps = []
+            code = groups.get(step.group.name)
+            for shape, dtype in (code.temporaries if code is not None else ()):
+                temp_types[extra] = (tuple(shape), dtype)
+                nbytes[extra] = _nbytes(shape, dtype)
+                temps.append(extra)
+                extra += 1
+            self._temps.append(temps)
+            planned.append(PlannedStep(tuple(step.reads), tuple(step.writes) + tuple(temps)))
+        for index, info in enumerate(values):
+            if info.constant is None and info.input_index is None:
+                nbytes[index] = _nbytes(info.type.shape, info.type.dtype)
+        plan = plan_memory(planned, nbytes, keep=model.outputs)
+        # Layout: constants, inputs, then the plan's blocks.
+        offset = 0
+        self._where: dict[int, Arg] = {}
+        for index, info in enumerate(values):
+            if info.constant is not None or info.input_index is not None:
+                shape = tuple(int(d) for d in info.type.shape)
+                self._where[index] = Arg(offset, shape, info.type.dtype)
+                offset = _align(offset + _nbytes(shape, info.type.dtype))
+        block_start = []
+        for size in plan.block_sizes:
+            block_start.append(offset)
+            offset = _align(offset + size)
+        for value, block in plan.block_of.items():
+            shape, dtype = (temp_types[value] if value in temp_types else
+                            (tuple(int(d) for d in values[value].type.shape),
+                             values[value].type.dtype))
+            self._where[value] = Arg(block_start[block] + plan.byte_offset(value), shape, dtype)
+        self.nbytes = offset
+        #: Device bytes of the intermediates and temporaries: planned, and one buffer each.
+        self.workspace_bytes = plan.total_bytes
+        self.naive_bytes = sum(nbytes.values())
+        device.allocate(self.nbytes)
+        for index, info in enumerate(values):
+            if info.constant is not None:
+                device.upload(self._where[index].offset,
+                              np.ascontiguousarray(info.constant, dtype=info.type.dtype))
+        device.load(model.source, {g.name: g.prim_func for g in model.kernels
+                                   if g.prim_func is not None})
+
+    def run(self, *inputs: Any) -> list[np.ndarray]:
+        """The model's outputs for ``inputs``: NumPy arrays in the model's input order, or
+        one mapping of them by input name."""
+        self._upload_inputs(inputs)
+        for number, step in enumerate(self.model.steps):
+            self._run_step(number, step)
+        self.device.synchronize()
+        return [self.device.download(self._where[v].offset, self._where[v].shape,
+                                     self._where[v].dtype) for v in self.model.outputs]
+
+    def profile(self, *inputs: np.ndarray) -> list[tuple[str, float]]:
+        """``(group, milliseconds)`` for each step of one run (device timers: CUDA events on
+        a GPU)."""
+        self._upload_inputs(inputs)
+        times = []
+        for number, step in enumerate(self.model.steps):
+            start = self.device.timer()
+            self._run_step(number, step)
+            times.append((step.group.name, self.device.elapsed_ms(start)))
+        return times
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        return self.run(*inputs)
+
+    def _upload_inputs(self, inputs: Sequence[Any]) -> None:
+        names = self.model.input_names
+        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+            feeds = inputs[0]
+            missing = [n for n in names if n not in feeds]
+            if missing:
+                raise OpfusionError(f"no value for input(s) {', '.join(missing)}")
+            inputs = [feeds[n] for n in names]
+        if len(inputs) != len(names):
+            raise OpfusionError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
+                                f"got {len(inputs)}")
+        for index, info in enumerate(self.model.values):
+            if info.input_index is None:
+                continue
+            array = np.ascontiguousarray(inputs[info.input_index], dtype=info.type.dtype)
+            want = self._where[index].shape
+            if tuple(array.shape) != want:
+                raise OpfusionError(f"input {names[info.input_index]} must have shape "
+                                    f"{list(want)}, got {list(array.shape)}")
+            self.device.upload(self._where[index].offset, array)
+
+    def _run_step(self, number: int, step: ExecStep) -> None:
+        group = step.group
+        if group.prim_func is None:  # a NumPy reference between the launches
+            self.device.synchronize()
+            reads = [self.device.download(self._where[v].offset, self._where[v].shape,
+                                          self._where[v].dtype) for v in step.reads]
+            assert group.reference_function is not None
+            result = evaluate(group.reference_function, reads)
+            results = list(result) if isinstance(result, tuple) else [result]
+            for value, array in zip(step.writes, results):
+                self.device.upload(self._where[value].offset,
+                                   np.ascontiguousarray(array, dtype=self._where[value].dtype))
+            return
+        args = [self._where[v] for v in (*step.reads, *step.writes, *self._temps[number])]
+        code = next(c for c in self.model.source.groups if c.name == group.name)
+        for index, launch in enumerate(code.launches):
+            self.device.launch(group.name, index, launch.symbol, launch.grid, launch.block,
+                               args)
+
+    def close(self) -> None:
+        """Give the device memory back."""
+        self.device.release()
+
+
+def _nbytes(shape: Any, dtype: str) -> int:
+    return int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _align(offset: int) -> int:
+    return -(-offset // DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT
+
+
 def build_gpu_model(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
                     target: str | Target = "cuda", opt_level: int | None = None,
                     fusion: str | None = None) -> GPUModel:
@@ -119,4 +269,5 @@ def interpret_inputs(model: GPUModel, seed: int = 0) -> Sequence[np.ndarray]:
     return [random_array(rng, info.type.shape, info.type.dtype) for info in ordered]
 
 
-__all__ = ["GPUModel", "build_gpu_model", "interpret_inputs"]
+__all__ = ["DEVICE_ALIGNMENT", "GPUExecutor", "GPUModel", "build_gpu_model",
+           "interpret_inputs"]

@@ -274,27 +274,46 @@ def _run_launches(func: S.PrimFunc, lists: list[list[Any]]) -> None:
     from .launch import split_launches
 
     temps, launches = split_launches(func)
-    buffers = [*func.params, *temps]
     args = lists + [[math.nan if E.is_float(t.dtype) else _UNINIT_INT] * t.size for t in temps]
     for number, launch in enumerate(launches):
-        namespace = _namespace()
-        source = launch_to_python(func, buffers, launch.body)
-        exec(compile(source, f"<tir {func.name} launch {number}>", "exec"), namespace)
-        kernel = namespace["kernel"]
-        gx, gy, gz = launch.grid
-        tx, ty, tz = launch.block
-        races = _RaceTracker(f"kernel {func.name}, launch {number}")
-        for block in itertools.product(range(gz), range(gy), range(gx)):
-            shared: dict[str, list[Any]] = {}
-            races.phase = 0
-            threads = []
-            for t in itertools.product(range(tz), range(ty), range(tx)):
-                index = {"blockIdx.x": block[2], "blockIdx.y": block[1],
-                         "blockIdx.z": block[0], "threadIdx.x": t[2], "threadIdx.y": t[1],
-                         "threadIdx.z": t[0]}
-                read, write = races.accessors(block, t)
-                threads.append(kernel(*args, index, shared, read, write))
-            _run_block(func.name, number, threads, races)
+        _run_one_launch(func, [*func.params, *temps], number, launch, args)
+
+
+def run_launch(func: S.PrimFunc, number: int, *arrays: np.ndarray) -> None:
+    """Run launch ``number`` of ``func`` alone (as a GPU runtime launches each kernel) on
+    NumPy arrays: one per parameter, then one per global temporary
+    (:func:`opfusion.tir.launch.split_launches`), written in place."""
+    from .launch import split_launches
+
+    temps, launches = split_launches(func)
+    buffers = [*func.params, *temps]
+    if not 0 <= number < len(launches):
+        raise EvaluationError(f"{func.name} has {len(launches)} launches, not {number + 1}")
+    lists = _as_lists(func.name, buffers, arrays)
+    _run_one_launch(func, buffers, number, launches[number], lists)
+    _write_back(arrays, lists)
+
+
+def _run_one_launch(func: S.PrimFunc, buffers: list[E.Buffer], number: int, launch: Any,
+                    args: list[list[Any]]) -> None:
+    namespace = _namespace()
+    source = launch_to_python(func, buffers, launch.body)
+    exec(compile(source, f"<tir {func.name} launch {number}>", "exec"), namespace)
+    kernel = namespace["kernel"]
+    gx, gy, gz = launch.grid
+    tx, ty, tz = launch.block
+    races = _RaceTracker(f"kernel {func.name}, launch {number}")
+    for block in itertools.product(range(gz), range(gy), range(gx)):
+        shared: dict[str, list[Any]] = {}
+        races.phase = 0
+        threads = []
+        for t in itertools.product(range(tz), range(ty), range(tx)):
+            index = {"blockIdx.x": block[2], "blockIdx.y": block[1],
+                     "blockIdx.z": block[0], "threadIdx.x": t[2], "threadIdx.y": t[1],
+                     "threadIdx.z": t[0]}
+            read, write = races.accessors(block, t)
+            threads.append(kernel(*args, index, shared, read, write))
+        _run_block(func.name, number, threads, races)
 
 
 class _RaceTracker:
@@ -382,13 +401,28 @@ def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
     """Run ``func`` on NumPy arrays (one per parameter, in order), writing outputs in place.
     A function with loops bound to GPU indices runs as a GPU would (see the module
     docstring)."""
-    if len(arrays) != len(func.params):
+    from .launch import binds_threads
+
+    lists = _as_lists(func.name, func.params, arrays)
+    if binds_threads(func.body):
+        _run_launches(func, lists)
+    else:
+        namespace = _namespace()
+        exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
+        namespace["kernel"](*lists)
+    _write_back(arrays, lists)
+
+
+def _as_lists(name: str, buffers: Sequence[E.Buffer], arrays: Sequence[np.ndarray]
+              ) -> list[list[Any]]:
+    """The arrays as flat lists, each checked against its buffer's shape and dtype."""
+    if len(arrays) != len(buffers):
         raise EvaluationError(
-            f"{func.name} takes {len(func.params)} arrays "
-            f"({', '.join(b.name for b in func.params)}), got {len(arrays)}"
+            f"{name} takes {len(buffers)} arrays "
+            f"({', '.join(b.name for b in buffers)}), got {len(arrays)}"
         )
     lists = []
-    for buf, arr in zip(func.params, arrays):
+    for buf, arr in zip(buffers, arrays):
         if not isinstance(arr, np.ndarray):
             raise EvaluationError(f"argument {buf.name} must be a NumPy array")
         if tuple(arr.shape) != buf.shape or arr.dtype != np.dtype(buf.dtype):
@@ -397,14 +431,10 @@ def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:
                 f"{arr.dtype}{list(arr.shape)}"
             )
         lists.append(arr.ravel().tolist())
-    from .launch import binds_threads
+    return lists
 
-    if binds_threads(func.body):
-        _run_launches(func, lists)
-    else:
-        namespace = _namespace()
-        exec(compile(to_python(func), f"<tir {func.name}>", "exec"), namespace)
-        namespace["kernel"](*lists)
+
+def _write_back(arrays: Sequence[np.ndarray], lists: list[list[Any]]) -> None:
     for arr, values in zip(arrays, lists):
         arr[...] = np.asarray(values, dtype=np.float64 if arr.dtype.kind == "f" else None
                               ).astype(arr.dtype).reshape(arr.shape)

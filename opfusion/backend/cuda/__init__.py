@@ -7,11 +7,14 @@
 - toolchain: :mod:`.nvrtc` (NVRTC through ``cuda-python``: PTX or a cubin, with no GPU
   needed to compile).
 
-Running the kernels needs an NVIDIA GPU and its driver, which this backend does not load
-yet: :meth:`CUDABackend.load` and :meth:`CUDABackend.build_kernel` raise
-:class:`~opfusion.errors.DeviceError`. Every schedule can still be checked on any machine,
-since the loop-IR interpreter runs thread-bound loops as a GPU does
-(:mod:`opfusion.tir.interp`)."""
+- runtime: :mod:`.runtime` (a device: the CUDA driver through ``cuda-python``, or the
+  loop-IR interpreter standing in for a GPU); whole models run in
+  :class:`opfusion.compiler.gpu.GPUExecutor` (``opf.compile(mod, target="cuda")``).
+
+Single kernels are not loaded one by one (:meth:`CUDABackend.load` and
+:meth:`CUDABackend.build_kernel`, ``opf.build``, raise :class:`~opfusion.errors.DeviceError`).
+Every schedule can be checked on any machine, since the loop-IR interpreter runs
+thread-bound loops as a GPU does (:mod:`opfusion.tir.interp`)."""
 
 from __future__ import annotations
 
@@ -52,9 +55,10 @@ class CUDABackend(Backend):
         raise DeviceError(self._no_runtime())
 
     def _no_runtime(self) -> str:
-        return (f"target {self.target}: opfusion compiles CUDA kernels (backend.generate, "
-                "backend.build) but cannot run them yet; check a GPU schedule with "
-                "opfusion.tir.interp.run, which runs thread-bound loops as a GPU does")
+        return (f"target {self.target}: CUDA kernels run as whole models "
+                "(opf.compile(mod, target='cuda'), a GPUExecutor), not one by one; check a "
+                "single GPU schedule with opfusion.tir.interp.run, which runs thread-bound "
+                "loops as a GPU does")
 
 
 BACKEND = CUDABackend

@@ -1,0 +1,253 @@
+"""Devices a GPU model runs on: an NVIDIA GPU through the CUDA driver, or the loop-IR
+interpreter standing in for one.
+
+A :class:`Device` holds one memory allocation per model (the static memory plan lives in
+it), copies arrays in and out at byte offsets, loads a model's kernels and launches them
+with pointers into that memory. The executor (:class:`opfusion.compiler.gpu.GPUExecutor`)
+sees only this interface, so everything it does (the plan, the arguments of each launch,
+the order of the launches, the copies) is tested on machines without a GPU, with
+:class:`InterpretedDevice`.
+
+:class:`CUDADevice` is the driver API through ``cuda-python`` (``cuda.bindings.driver``):
+``cuInit``, the device's primary context, ``cuModuleLoadData`` of an NVRTC cubin for the
+device's own architecture, ``cuMemAlloc``, ``cuMemcpyHtoD``/``DtoH``, ``cuLaunchKernel``
+and events for profiles. It needs a GPU and its driver (``libcuda``): without them,
+:func:`cuda_device` raises :class:`~opfusion.errors.DeviceError` saying what is missing.
+Loading the kernels runs native code on the GPU, as loading any compiled model does."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...errors import DeviceError
+from ...tir.interp import run_launch
+from ...tir.stmt import PrimFunc
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One buffer argument of a launch: where it lives in the model's memory, and what it
+    holds."""
+
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+class Device(ABC):
+    """Memory, kernels and launches of one model on one device (see the module docstring)."""
+
+    @abstractmethod
+    def allocate(self, nbytes: int) -> None:
+        """Take ``nbytes`` of device memory: the model's one allocation."""
+
+    @abstractmethod
+    def upload(self, offset: int, array: np.ndarray) -> None:
+        """Copy ``array`` (C-contiguous) to byte ``offset`` of the allocation."""
+
+    @abstractmethod
+    def download(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """A new array with the elements at byte ``offset`` of the allocation."""
+
+    @abstractmethod
+    def load(self, source: Any, funcs: dict[str, PrimFunc]) -> None:
+        """Load the model's kernels: ``source`` (a :class:`~.emitter.CUDASource`) and the
+        PrimFunc of each group by name."""
+
+    @abstractmethod
+    def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], args: Sequence[Arg]) -> None:
+        """Launch kernel ``symbol`` (launch ``number`` of ``group``) on ``args``."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until every launch so far is done."""
+
+    def timer(self) -> Any:
+        """Something :meth:`elapsed_ms` can measure launches from (wall time here)."""
+        self.synchronize()
+        return time.perf_counter()
+
+    def elapsed_ms(self, start: Any) -> float:
+        self.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the memory back (the executor's last use)."""
+
+
+class InterpretedDevice(Device):
+    """A GPU stood in for by the loop-IR interpreter: memory is host bytes, and a launch runs
+    the PrimFunc's launch block by block and thread by thread, with data races checked
+    (:mod:`opfusion.tir.interp`). Slow: small models only."""
+
+    name = "loop-IR interpreter (no GPU)"
+
+    def __init__(self) -> None:
+        self.memory = np.zeros(0, np.uint8)
+        self.funcs: dict[str, PrimFunc] = {}
+        self.launches = 0
+
+    def allocate(self, nbytes: int) -> None:
+        self.memory = np.zeros(nbytes, np.uint8)
+
+    def upload(self, offset: int, array: np.ndarray) -> None:
+        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        self.memory[offset:offset + data.size] = data
+
+    def download(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        return self._view(Arg(offset, shape, dtype)).copy()
+
+    def load(self, source: Any, funcs: dict[str, PrimFunc]) -> None:
+        self.funcs = dict(funcs)
+
+    def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], args: Sequence[Arg]) -> None:
+        arrays = [self._view(a).copy() for a in args]
+        run_launch(self.funcs[group], number, *arrays)
+        for arg, array in zip(args, arrays):
+            self._view(arg)[...] = array
+        self.launches += 1
+
+    def synchronize(self) -> None:
+        pass
+
+    def release(self) -> None:
+        self.memory = np.zeros(0, np.uint8)
+
+    def _view(self, arg: Arg) -> np.ndarray:
+        raw = self.memory[arg.offset:arg.offset + arg.nbytes]
+        return raw.view(np.dtype(arg.dtype)).reshape(arg.shape)
+
+
+class CUDADevice(Device):
+    """An NVIDIA GPU through the CUDA driver API (see the module docstring)."""
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.cu = _driver()
+        cu = self.cu
+        _check(cu, cu.cuInit(0)[0], "cuInit")
+        err, self.device = cu.cuDeviceGet(ordinal)
+        _check(cu, err, f"cuDeviceGet({ordinal})")
+        err, self.context = cu.cuDevicePrimaryCtxRetain(self.device)
+        _check(cu, err, "cuDevicePrimaryCtxRetain")
+        _check(cu, cu.cuCtxSetCurrent(self.context)[0], "cuCtxSetCurrent")
+        attr = cu.CUdevice_attribute
+        err, major = cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device)
+        _check(cu, err, "cuDeviceGetAttribute")
+        err, minor = cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device)
+        _check(cu, err, "cuDeviceGetAttribute")
+        self.arch = f"sm_{major}{minor}"
+        err, name = cu.cuDeviceGetName(128, self.device)
+        self.name = name.split(b"\0", 1)[0].decode(errors="replace") if not err else "GPU"
+        self.pointer = None
+        self.module = None
+        self.functions: dict[str, Any] = {}
+
+    def allocate(self, nbytes: int) -> None:
+        err, self.pointer = self.cu.cuMemAlloc(max(nbytes, 1))
+        _check(self.cu, err, f"cuMemAlloc({nbytes})")
+
+    def _address(self, offset: int) -> Any:
+        return self.cu.CUdeviceptr(int(self.pointer) + offset)
+
+    def upload(self, offset: int, array: np.ndarray) -> None:
+        data = np.ascontiguousarray(array)
+        (err,) = self.cu.cuMemcpyHtoD(self._address(offset), data.ctypes.data, data.nbytes)
+        _check(self.cu, err, "cuMemcpyHtoD")
+
+    def download(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        (err,) = self.cu.cuMemcpyDtoH(out.ctypes.data, self._address(offset), out.nbytes)
+        _check(self.cu, err, "cuMemcpyDtoH")
+        return out
+
+    def load(self, source: Any, funcs: dict[str, PrimFunc]) -> None:
+        from .nvrtc import compile_cuda
+
+        image = compile_cuda(str(source), self.arch)
+        err, self.module = self.cu.cuModuleLoadData(image)
+        _check(self.cu, err, "cuModuleLoadData")
+        for group in source.groups:
+            for launch in group.launches:
+                err, fn = self.cu.cuModuleGetFunction(self.module, launch.symbol.encode())
+                _check(self.cu, err, f"cuModuleGetFunction({launch.symbol})")
+                self.functions[launch.symbol] = fn
+
+    def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], args: Sequence[Arg]) -> None:
+        # kernelParams: an array of pointers, each to one argument's value (a pointer).
+        values = [np.array([int(self.pointer) + a.offset], dtype=np.uint64) for a in args]
+        params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
+        (err,) = self.cu.cuLaunchKernel(self.functions[symbol], *grid, *block, 0, 0,
+                                        params.ctypes.data, 0)
+        _check(self.cu, err, f"cuLaunchKernel({symbol})")
+
+    def synchronize(self) -> None:
+        _check(self.cu, self.cu.cuCtxSynchronize()[0], "cuCtxSynchronize")
+
+    def timer(self) -> Any:
+        err, start = self.cu.cuEventCreate(0)
+        _check(self.cu, err, "cuEventCreate")
+        _check(self.cu, self.cu.cuEventRecord(start, 0)[0], "cuEventRecord")
+        return start
+
+    def elapsed_ms(self, start: Any) -> float:
+        err, stop = self.cu.cuEventCreate(0)
+        _check(self.cu, err, "cuEventCreate")
+        _check(self.cu, self.cu.cuEventRecord(stop, 0)[0], "cuEventRecord")
+        _check(self.cu, self.cu.cuEventSynchronize(stop)[0], "cuEventSynchronize")
+        err, ms = self.cu.cuEventElapsedTime(start, stop)
+        _check(self.cu, err, "cuEventElapsedTime")
+        self.cu.cuEventDestroy(start)
+        self.cu.cuEventDestroy(stop)
+        return float(ms)
+
+    def release(self) -> None:
+        if self.pointer is not None:
+            self.cu.cuMemFree(self.pointer)
+            self.pointer = None
+        if self.module is not None:
+            self.cu.cuModuleUnload(self.module)
+            self.module = None
+
+
+def cuda_device(ordinal: int = 0) -> CUDADevice:
+    """The GPU ``ordinal`` through the CUDA driver, or a DeviceError saying why not."""
+    try:
+        return CUDADevice(ordinal)
+    except DeviceError:
+        raise
+    except Exception as err:  # the bindings load libcuda on first use
+        raise DeviceError(f"no CUDA driver to run on: {err}") from None
+
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise DeviceError("running on a GPU needs cuda-python: pip install 'opfusion[cuda]'"
+                          ) from None
+    return driver
+
+
+def _check(cu: Any, err: Any, what: str) -> None:
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise DeviceError(f"{what} failed: {err}; is there an NVIDIA GPU with its driver "
+                          "(libcuda) on this machine?")
+
+
+__all__ = ["Arg", "CUDADevice", "Device", "InterpretedDevice", "cuda_device"]
