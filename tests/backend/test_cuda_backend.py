@@ -180,6 +180,7 @@ def _reference(mod, params, inputs):
 @pytest.mark.parametrize("name, extra", [
     ("mlp", {}), ("transformer_encoder", {}),
     ("shufflenet_v2", {"image_shape": (3, 16, 16)}),
+    ("mobilenet_v2", {"image_shape": (3, 16, 16)}),  # depthwise and 1x1, residual adds
 ])
 def test_small_workloads_run_on_the_interpreted_device(name, extra):
     mod, params = testing.WORKLOADS[name](**{**testing.SMALL_WORKLOAD_ARGS[name], **extra})
