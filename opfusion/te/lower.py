@@ -28,8 +28,9 @@ GPU schedules: a loop bound to a block or thread index keeps its full extent (a 
 stays an ``if``: a launch's size is a constant), and a stage with scope "shared" is computed
 for the whole block: its region is relaxed over every loop bound to a thread index, and a
 barrier comes before its computation (the previous iteration's readers are done) and after
-it (its values are visible to every thread). A guard on a thread-bound loop's variable goes
-around the innermost statement rather than the loop's body, which may hold barriers.
+it (its values are visible to every thread). In a nest that computes shared stages, guards
+go around the stores they protect rather than around loops, which hold barriers every
+thread must reach.
 
 Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
 
@@ -466,48 +467,35 @@ class _Lowering:
                 local = None if kid in self.arg_buffers else kinfo.buffer
                 emitted.setdefault(pos, []).append((local, kid_stmt))
         nest = _NestBuilder(info, kinds, emitted)
-        if any((local is not None and local.scope == "shared") or _has_barrier(kid)
-               for kids in emitted.values() for local, kid in kids):
-            return self._emit_around_barriers(info, nest, body, store_idx, r)
+        # Shared stages computed in this nest put barriers in its loops, which every thread
+        # must reach: its guards then go around the stores they protect, never around a loop.
+        at_stores = any((local is not None and local.scope == "shared") or _has_barrier(kid)
+                        for kids in emitted.values() for local, kid in kids)
         if isinstance(body, Reduce):
             source = self._to_buffers(body.source)
             acc = E.BufferLoad(info.buffer, store_idx)
-            init = S.BufferStore(info.buffer, body.combiner.identity, store_idx)
-            update = S.BufferStore(info.buffer, body.combiner.combine(acc, source), store_idx)
+            init: S.Stmt = S.BufferStore(info.buffer, body.combiner.identity, store_idx)
+            update: S.Stmt = S.BufferStore(info.buffer, body.combiner.combine(acc, source),
+                                           store_idx)
             inner = list(range(r, len(leaves)))
             spatial_inner = [p for p in inner if not leaves[p].is_reduce]
-            outer_conds, inner_conds = nest.split_conditions(r)
+            if at_stores:
+                outer_conds: list[E.PrimExpr] = []
+                inner_conds: list[tuple[E.PrimExpr, bool]] = []
+                init = _guard([c for c, red in info.conditions if not red], init)
+                update = _guard([c for c, _ in info.conditions], update)
+            else:
+                outer_conds, inner_conds = nest.split_conditions(r)
             init_nest = _fresh_loops(nest.build(spatial_inner,
                                                 [c for c, red in inner_conds if not red],
                                                 init, attach=False))
             update_nest = nest.build(inner, [c for c, _ in inner_conds], update)
             return nest.build(list(range(r)), outer_conds, S.SeqStmt([init_nest, update_nest]))
-        store = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
-        return nest.build(list(range(len(leaves))), [c for c, _ in info.conditions], store)
-
-
-    def _emit_around_barriers(self, info: _StageInfo, nest: _NestBuilder, body: E.PrimExpr,
-                              store_idx: list[E.PrimExpr], r: int) -> S.Stmt:
-        """The stage's nest when shared stages computed in it put barriers in its loops:
-        every guard goes around the store it protects, never around a loop (a guard on a
-        thread's index around a barrier would leave the other threads waiting)."""
-        assert info.buffer is not None
-        leaves = info.stage.leaf_iter_vars
-        if not isinstance(body, Reduce):
-            store = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
-            return nest.build(list(range(len(leaves))), [],
-                              _guard([c for c, _ in info.conditions], store))
-        acc = E.BufferLoad(info.buffer, store_idx)
-        init = S.BufferStore(info.buffer, body.combiner.identity, store_idx)
-        update = S.BufferStore(info.buffer,
-                               body.combiner.combine(acc, self._to_buffers(body.source)),
-                               store_idx)
-        inner = list(range(r, len(leaves)))
-        spatial_inner = [p for p in inner if not leaves[p].is_reduce]
-        init_guard = _guard([c for c, red in info.conditions if not red], init)
-        init_nest = _fresh_loops(nest.build(spatial_inner, [], init_guard, attach=False))
-        update_nest = nest.build(inner, [], _guard([c for c, _ in info.conditions], update))
-        return nest.build(list(range(r)), [], S.SeqStmt([init_nest, update_nest]))
+        store: S.Stmt = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
+        conds = [c for c, _ in info.conditions]
+        if at_stores:
+            store, conds = _guard(conds, store), []
+        return nest.build(list(range(len(leaves))), conds, store)
 
 
 def _same(a: E.PrimExpr, b: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr]:
@@ -585,12 +573,7 @@ class _NestBuilder:
         for cond in conds:
             d = self.depth(cond)
             slot = slot_of.get(d - 1, 0) if d > 0 else 0
-            if slot > 0 and self.kinds[positions[slot - 1]].is_thread_binding:
-                # Not around the thread loop's body, which may hold barriers every thread
-                # of the block must reach: around the innermost statement instead.
-                placed.setdefault(len(positions), []).append(cond)
-                continue
-            if slot > 0:
+            if slot > 0 and not self.kinds[positions[slot - 1]].is_thread_binding:
                 # A guard on the innermost variable it uses narrows that loop instead: the
                 # guard covered that loop's whole body, so skipping iterations is the same.
                 p = positions[slot - 1]
