@@ -34,7 +34,6 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target, as_target
-from ..tir.interp import run as run_loop_ir
 from .executor import ExecStep, ValueInfo
 from .lower_group import LoweredGroup
 from .memory_plan import PlannedStep, plan_memory
@@ -65,34 +64,13 @@ class GPUModel:
         ``sm_XY`` gives a cubin, ``compute_XY`` PTX."""
         return compile_cuda(self.source.code, arch or self.target.cuda_arch)
 
-    def interpret(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Run the model with every kernel in the loop-IR interpreter, block by block and
-        thread by thread as a GPU runs it (slow: small models and shapes only)."""
-        if len(inputs) != len(self.input_names):
-            raise OpfusionError(f"the model takes {len(self.input_names)} inputs "
-                                f"({', '.join(self.input_names)}), got {len(inputs)}")
-        arrays: dict[int, np.ndarray] = {}
-        for index, info in enumerate(self.values):
-            if info.constant is not None:
-                arrays[index] = np.asarray(info.constant)
-            elif info.input_index is not None:
-                arrays[index] = np.ascontiguousarray(inputs[info.input_index],
-                                                     dtype=info.type.dtype)
-        for step in self.steps:
-            reads = [arrays[v] for v in step.reads]
-            group = step.group
-            if group.prim_func is None:
-                assert group.reference_function is not None
-                result = evaluate(group.reference_function, reads)
-                results = list(result) if isinstance(result, tuple) else [result]
-            else:
-                results = [np.empty(tuple(int(d) for d in self.values[v].type.shape),
-                                    self.values[v].type.dtype) for v in step.writes]
-                run_loop_ir(group.prim_func, *[np.array(r, order="C") for r in reads],
-                            *results)
-            for value, array in zip(step.writes, results):
-                arrays[value] = np.asarray(array)
-        return [arrays[v] for v in self.outputs]
+    def interpret(self, *inputs: Any) -> list[np.ndarray]:
+        """Run the model on the interpreter device (every launch in the loop-IR interpreter,
+        block by block and thread by thread, as a GPU runs it; slow: small models only)."""
+        from ..backend.cuda.runtime import InterpretedDevice
+
+        executor = GPUExecutor(self, InterpretedDevice())
+        return executor.run(*inputs)
 
 
 #: Byte alignment of every value in device memory (what cudaMalloc guarantees, and enough
