@@ -236,3 +236,20 @@ def test_light_model_kernels_compile_with_nvrtc(name):
     for arch in ("compute_80", "compute_90"):
         ptx = model.compile(arch)
         assert ptx.count(b".entry") == sum(len(g.launches) for g in model.source.groups)
+
+
+@needs_nvrtc
+def test_cubins_are_cached_with_their_digest(tmp_path, monkeypatch):
+    from opfusion.backend.cuda.nvrtc import compile_cuda_cached
+
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+    first = compile_cuda_cached(source, "sm_80")
+    (entry,) = (tmp_path / "kernels" / "cuda").glob("*.cubin")
+    assert compile_cuda_cached(source, "sm_80") == first  # a hit
+    entry.write_bytes(b"not a cubin")  # damaged: its digest no longer matches
+    assert compile_cuda_cached(source, "sm_80") == first  # compiled again, not loaded
+    assert entry.read_bytes() == first
+    from opfusion.backend.cpu.toolchain import cache_info
+
+    assert cache_info(tmp_path / "kernels").entries >= 1  # counted against the limit

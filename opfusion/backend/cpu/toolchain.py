@@ -452,14 +452,15 @@ class CacheInfo:
 def _entries(directory: Path) -> dict[Path, list[tuple[Path, os.stat_result]]]:
     """Files of the cache grouped by entry (the path without suffix); temporaries excluded."""
     groups: dict[Path, list[tuple[Path, os.stat_result]]] = {}
-    for folder in (directory, directory / "artifacts"):
+    for folder in (directory, directory / "artifacts", directory / "cuda"):
         try:
             names = sorted(os.listdir(folder))
         except OSError:
             continue
         for name in names:
             path = folder / name
-            if name.endswith(".tmp") or path.suffix not in (".so", ".c", ".sha256"):
+            if name.endswith(".tmp") or path.suffix not in (".so", ".c", ".sha256", ".cubin",
+                                                            ".ptx"):
                 continue
             try:
                 stat = path.stat()
@@ -497,7 +498,7 @@ def remove_stale_temporaries(directory: Path | None = None,
     directory = cache_dir() if directory is None else directory
     cutoff = time.time() - max_age
     removed = 0
-    for folder in (directory, directory / "artifacts"):
+    for folder in (directory, directory / "artifacts", directory / "cuda"):
         try:
             names = os.listdir(folder)
         except OSError:

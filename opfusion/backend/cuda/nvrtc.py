@@ -8,6 +8,7 @@ way on machines without one. ``arch`` is ``sm_XY`` (a cubin: machine code for th
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -72,6 +73,36 @@ def compile_cuda(source: str, arch: str, name: str = "opfusion.cu") -> bytes:
         nvrtc.nvrtcDestroyProgram(program)
 
 
+#: Bump when what the cache stores for a key changes.
+_CACHE_FORMAT = "opfusion-cuda-1"
+
+
+def compile_cuda_cached(source: str, arch: str) -> bytes:
+    """:func:`compile_cuda`, through the kernel cache: ``<kernel cache>/cuda/<key>.cubin``
+    (``.ptx``), the key hashing the source, the architecture, the options and NVRTC's
+    version, each file with its SHA-256 beside it. An entry whose digest is missing or
+    wrong is compiled again, never loaded."""
+    from ..cpu.toolchain import cache_dir, has_recorded_digest, store_library, touch
+
+    major, minor = nvrtc_version()
+    digest = hashlib.sha256()
+    for part in (_CACHE_FORMAT, source, arch, " ".join(BASE_OPTIONS), f"{major}.{minor}"):
+        digest.update(part.encode())
+        digest.update(b"\0\1\0")
+    suffix = ".cubin" if arch.startswith("sm_") else ".ptx"
+    path = cache_dir() / "cuda" / (digest.hexdigest()[:40] + suffix)
+    if has_recorded_digest(path):
+        touch(path)
+        return path.read_bytes()
+    image = compile_cuda(source, arch)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store_library(path, image)
+    except OSError:
+        pass  # an unwritable cache costs the next process a compile, nothing else
+    return image
+
+
 def _bindings() -> Any:
     try:
         from cuda.bindings import nvrtc
@@ -106,4 +137,4 @@ def _check(nvrtc: Any, err: Any, what: str) -> None:
         raise BuildError(f"{what} failed: {err}")
 
 
-__all__ = ["compile_cuda", "nvrtc_available", "nvrtc_version"]
+__all__ = ["compile_cuda", "compile_cuda_cached", "nvrtc_available", "nvrtc_version"]

@@ -176,9 +176,9 @@ class CUDADevice(Device):
         return out
 
     def load(self, source: Any, funcs: dict[str, PrimFunc]) -> None:
-        from .nvrtc import compile_cuda
+        from .nvrtc import compile_cuda_cached
 
-        image = compile_cuda(str(source), self.arch)
+        image = compile_cuda_cached(str(source), self.arch)
         err, self.module = self.cu.cuModuleLoadData(image)
         _check(self.cu, err, "cuModuleLoadData")
         for group in source.groups:
