@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import OpfusionError
+from ..errors import DeviceError, OpfusionError
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target, as_target
@@ -277,6 +277,10 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
         raise OpfusionError(f"tune needs trials >= 0 and batch >= 1, not {trials} and {batch}")
     start = time.monotonic()
     resolved = as_target(target)
+    if resolved.device != "cpu":
+        raise DeviceError(f"target {resolved}: tuning measures candidates on the CPU only so "
+                          "far; the GPU rules' knobs are declared (backend.config_space) but "
+                          "no runner measures on a GPU yet")
     tasks = extract_tasks(mod, params, resolved, opt_level, fusion)
     store = _records(records)
     own_runner = isinstance(runner, str)

@@ -170,6 +170,8 @@ def test_opf_compile_for_cuda_needs_a_driver():
             opf.compile(_dense_relu(4, 4, 4), target="cuda")
     with pytest.raises(DeviceError):
         get_backend(CUDA).load("", [])
+    with pytest.raises(DeviceError, match="tuning measures candidates on the CPU only"):
+        opf.tune(_dense_relu(4, 4, 4), target="cuda", trials=1)
 
 
 def _reference(mod, params, inputs):
