@@ -8,7 +8,8 @@ one block per row (the leading axes fused, ``blockIdx.x``), each thread taking e
 - a stage along the row (softmax's exponentials, a blocked sum's partials) in shared memory,
   its elements spread over the threads the same way;
 - a per-row reduction (the maximum, a sum) that is long enough is split by
-  :meth:`~opfusion.te.Schedule.rfactor` into one partial per thread in shared memory, then
+  :meth:`~opfusion.te.Schedule.rfactor` into one partial per thread in shared memory, those
+  by the first warp's threads into one per lane (with more than a warp of threads), then
   folded by each thread into a register of its own; a short one is folded by each thread
   directly.
 
@@ -24,6 +25,9 @@ from .... import te
 from ....target import Target
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .default import arrange_elementwise
+
+#: Threads of a warp (the second level of a split reduction).
+WARP = 32
 
 
 class GPURowsRule(ScheduleRule):
@@ -96,12 +100,15 @@ def arrange_rows(s: te.Schedule, output: Any, threads: int, shared_bytes: int) -
         op = stage.op
         reduce_axis = op.reduce_axis
         if len(reduce_axis) == 1 and int(reduce_axis[0].dom.extent) >= 2 * threads:
-            partial = s.rfactor(op.output(0), threads)
-            part_stage = s[partial]
-            part_stage.set_scope("shared")
-            if row is not None:
-                part_stage.compute_at(owner, row)
-            part_stage.bind(part_stage.op.axis[-1], "threadIdx.x")
+            # a partial per thread, then (from more than a warp of them) a partial per lane
+            # of one warp, so that each thread's own fold reads a warp's worth, not all
+            for parts in (threads, WARP) if threads > WARP else (threads,):
+                partial = s.rfactor(op.output(0), parts)
+                part_stage = s[partial]
+                part_stage.set_scope("shared")
+                if row is not None:
+                    part_stage.compute_at(owner, row)
+                part_stage.bind(part_stage.op.axis[-1], "threadIdx.x")
         if row is not None:
             s[stage.op.output(0)].compute_at(owner, row)
     return True
