@@ -1,7 +1,9 @@
 """The CUDA backend without a GPU: every GPU schedule (the default one and the products'
 shared-memory tiles, any config of their spaces) checked against the reference in the
-loop-IR interpreter, which runs blocks and threads as a GPU does; the CUDA C it emits; NVRTC
-builds of every light model's kernels for sm_80 and sm_90 (PTX), when NVRTC is installed."""
+loop-IR interpreter, which runs blocks and threads as a GPU does; the executor on the
+interpreter device; the CUDA C it emits; NVRTC builds of every light model's and transformer
+block's kernels for sm_80 and sm_90 (PTX), when NVRTC is installed; and, on a machine with
+an NVIDIA GPU only, those models run on it against the reference."""
 
 import numpy as np
 import pytest
@@ -225,14 +227,24 @@ def test_nvrtc_compiles_and_reports_errors():
         compile_cuda("", "sm_90; rm -rf /")
 
 
-@needs_nvrtc
-@pytest.mark.slow
-@pytest.mark.parametrize("name", testing.LIGHT_MODEL_NAMES)
-def test_light_model_kernels_compile_with_nvrtc(name):
+def _onnx_model(name):
+    """A light model or a transformer block (BERT layer, GPT block) as an IRModule."""
     onnx = pytest.importorskip("onnx")
     from opfusion.frontend import from_onnx
 
-    mod, params = from_onnx(onnx.load(str(testing.light_model(name))))
+    path = (testing.transformer_model(name) if name in testing.TRANSFORMER_MODEL_NAMES
+            else testing.light_model(name))
+    return from_onnx(onnx.load(str(path)))
+
+
+MODELS = [*testing.LIGHT_MODEL_NAMES, *testing.TRANSFORMER_MODEL_NAMES]
+
+
+@needs_nvrtc
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_model_kernels_compile_with_nvrtc(name):
+    mod, params = _onnx_model(name)
     model = build_gpu_model(mod, params, CUDA)
     assert not model.reference_steps
     for arch in ("compute_80", "compute_90"):
@@ -255,3 +267,28 @@ def test_cubins_are_cached_with_their_digest(tmp_path, monkeypatch):
     from opfusion.backend.cpu.toolchain import cache_info
 
     assert cache_info(tmp_path / "kernels").entries >= 1  # counted against the limit
+
+
+def _gpu_reason() -> str | None:
+    try:
+        cuda_device()
+    except DeviceError as err:
+        return f"no NVIDIA GPU: {err}"
+    return None
+
+
+NO_GPU = _gpu_reason()
+
+
+@pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_models_on_the_gpu_match_the_reference(name):
+    mod, params = _onnx_model(name)
+    exe = opf.compile(mod, params=params, target="cuda")
+    inputs = interpret_inputs(exe.model)
+    got = exe.run(*inputs)
+    testing.assert_close(got[0], _reference(mod, params, inputs), 1e-4)
+    assert [group for group, _ in exe.profile(*inputs)] == [s.group.name
+                                                             for s in exe.model.steps]
+    exe.close()
