@@ -592,20 +592,17 @@ class _NestBuilder:
             p = positions[i]
             if attach:
                 kids = self.emitted.get(p, [])
-                if kids:
-                    made: list[S.Stmt] = []
-                    for local, kid in kids:
-                        if local is not None and local.scope == "shared":
-                            # readers of the last iteration done; this one's values published
-                            if not made or not isinstance(made[-1], S.Barrier):
-                                made.append(S.Barrier())
-                            made += [kid, S.Barrier()]
-                        else:
-                            made.append(kid)
-                    stmt = S.SeqStmt([*made, stmt])
-                    for local, _ in reversed(kids):
-                        if local is not None:
-                            stmt = S.Allocate(local, stmt)
+                shared = [local is not None and local.scope == "shared" for local, _ in kids]
+                for k in range(len(kids) - 1, -1, -1):
+                    local, kid = kids[k]
+                    parts = [kid]
+                    if shared[k]:  # its values published to the block's threads
+                        parts.append(S.Barrier())
+                        if k == 0 or not shared[k - 1]:  # the last iteration's readers done
+                            parts.insert(0, S.Barrier())
+                    stmt = S.SeqStmt([*parts, stmt])
+                    if local is not None:
+                        stmt = S.Allocate(local, stmt)
             stmt = _guard(placed.get(i + 1, []), stmt)
             var = self.info.loop_vars.get(self.leaves[p])
             if var is not None:
