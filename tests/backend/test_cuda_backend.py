@@ -133,6 +133,27 @@ def test_rows_one_block_per_row(shape, rows_op):
         assert "shared" in text and "sync_threads()" in text  # partial maxima per thread
 
 
+@pytest.mark.parametrize("case", [
+    (1, 2, 5, 7, 8, None),                # no bias, rows and keys short of a warp
+    (2, 3, 9, 40, 16, (1, 1, 9, 40)),     # a bias per query and key (a causal mask's form)
+    (1, 2, 3, 300, 8, (1, 1, 1, 300)),    # a padding mask; long rows split by rfactor
+])
+def test_attention_one_block_per_query_row(case):
+    batch, heads, queries, keys, depth, bias_shape = case
+    q = Var("q", TensorType((batch, heads, queries, depth), "float32"))
+    k = Var("k", TensorType((batch, heads, depth, keys), "float32"))
+    v = Var("v", TensorType((batch, heads, keys, depth), "float32"))
+    params = [q, k, v]
+    if bias_shape is None:
+        bias = opf.const(np.float32(0))
+    else:
+        bias = Var("bias", TensorType(bias_shape, "float32"))
+        params.append(bias)
+    group = _check_group(Function(params, op.nn.attention(q, k, v, bias, scale=0.3)))
+    assert group.schedule_config["rule"] == "gpu_rows"
+    assert len(get_backend(CUDA).generate([group.prim_func]).groups[0].launches) == 1
+
+
 def test_every_rows_config_computes_the_reference():
     x = Var("x", TensorType((3, 130), "float32"))
     func = Function([x], op.nn.softmax(x, axis=-1))

@@ -9,7 +9,8 @@ gpu_matmul     nn.dense, nn.matmul, nn.batch_matmul        block_rows, block_col
 gpu_conv2d     nn.conv2d (NCHW)                            block_channels, thread_channels,
                                                            threads_x, thread_pixels, k_step,
                                                            shared
-gpu_rows       nn.softmax, nn.log_softmax, nn.layer_norm   threads
+gpu_rows       nn.softmax, nn.log_softmax, nn.layer_norm,  threads
+               nn.attention (a block per query row)
 gpu_default    any group no rule takes (the fallback)      threads
 =============  ==========================================  ===================================
 

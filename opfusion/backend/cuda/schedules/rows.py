@@ -1,5 +1,6 @@
-"""GPU rows (nn.softmax, nn.log_softmax, nn.layer_norm along the last axis): one block per
-row, its threads across the row.
+"""GPU rows (nn.softmax, nn.log_softmax, nn.layer_norm along the last axis, and nn.attention
+as :mod:`opfusion.topi.gpu` computes it: rows of scores per query): one block per row, its
+threads across the row.
 
 The group's result (the normalized rows, or an elementwise epilogue of them) is computed by
 one block per row (the leading axes fused, ``blockIdx.x``), each thread taking every
@@ -34,7 +35,7 @@ class GPURowsRule(ScheduleRule):
     """One block per row: see the module docstring."""
 
     name = "gpu_rows"
-    ops = ("nn.softmax", "nn.log_softmax", "nn.layer_norm")
+    ops = ("nn.softmax", "nn.log_softmax", "nn.layer_norm", "nn.attention")
 
     def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
         if tuple(output.shape) != tuple(anchor.shape) or len(anchor.shape) < 1:
@@ -48,7 +49,9 @@ class GPURowsRule(ScheduleRule):
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         space = self.space(anchor, output, target)
         assert space is not None
-        width = int(anchor.shape[-1])
+        # the longest row any stage computes (attention's scores run along the keys)
+        width = max(int(op.output(0).shape[-1]) for op in te.post_dfs_order([anchor.op])
+                    if isinstance(op, te.ComputeOp) and len(op.output(0).shape) == anchor.ndim)
         threads = 32
         while threads < 256 and threads * 4 < width:  # about four elements per thread
             threads *= 2
