@@ -464,7 +464,7 @@ class Executor:
                     and value.strides == strides and value.flags.aligned:
                 arrays.append(value)
             else:
-                arrays.append(_checked_input(name, value, shape, dtype))
+                arrays.append(checked_input(name, value, shape, dtype))
         return arrays
 
     # -- inspection ----------------------------------------------------------------------------
@@ -724,7 +724,7 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _checked_input(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
+def checked_input(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
                    ) -> np.ndarray:
     """``value`` as a C-contiguous, aligned array of ``shape`` and ``dtype`` (a copy when it
     is not contiguous); InputError naming the input when it cannot be."""

@@ -34,7 +34,7 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target, as_target
-from .executor import ExecStep, ValueInfo
+from .executor import ExecStep, ValueInfo, checked_input, ordered_feeds
 from .lower_group import LoweredGroup
 from .memory_plan import PlannedStep, plan_memory
 
@@ -171,25 +171,18 @@ class GPUExecutor:
         return self.run(*inputs)
 
     def _upload_inputs(self, inputs: Sequence[Any]) -> None:
-        names = self.model.input_names
-        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
-            feeds = inputs[0]
-            missing = [n for n in names if n not in feeds]
-            if missing:
-                raise OpfusionError(f"no value for input(s) {', '.join(missing)}")
-            inputs = [feeds[n] for n in names]
-        if len(inputs) != len(names):
-            raise OpfusionError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
-                                f"got {len(inputs)}")
+        """Check the run's inputs as the CPU executor does (names, count, shape, dtype: an
+        InputError naming the input) and copy them to their places on the device."""
+        feeds = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], Mapping) else inputs
+        ordered = ordered_feeds(feeds, self.model.input_names)
         for index, info in enumerate(self.model.values):
             if info.input_index is None:
                 continue
-            array = np.ascontiguousarray(inputs[info.input_index], dtype=info.type.dtype)
-            want = self._where[index].shape
-            if tuple(array.shape) != want:
-                raise OpfusionError(f"input {names[info.input_index]} must have shape "
-                                    f"{list(want)}, got {list(array.shape)}")
-            self.device.upload(self._where[index].offset, array)
+            where = self._where[index]
+            array = checked_input(self.model.input_names[info.input_index],
+                                   ordered[info.input_index], where.shape,
+                                   np.dtype(where.dtype))
+            self.device.upload(where.offset, array)
 
     def _run_step(self, number: int, step: ExecStep) -> None:
         group = step.group

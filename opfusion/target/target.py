@@ -18,6 +18,7 @@ the target; nothing else assumes it."""
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -186,7 +187,11 @@ class Target:
         """The GPU architecture code is compiled for: ``-arch=sm_XY``, else ``sm_80``."""
         if self.device != "cuda":
             raise TargetError(f"target {self} is not a CUDA target")
-        return self.options.get("arch", DEFAULT_CUDA_ARCH)
+        arch = self.options.get("arch", DEFAULT_CUDA_ARCH)
+        if not re.fullmatch(r"sm_[0-9]{2,3}[a-z]?", arch):
+            raise TargetError(f"target {self}: -arch={arch} is not a GPU architecture such "
+                              "as sm_80 or sm_90")
+        return arch
 
     @property
     def max_threads_per_block(self) -> int:

@@ -221,6 +221,8 @@ def test_small_workloads_run_on_the_interpreted_device(name, extra):
     assert [name for name, _ in exe.profile(*inputs)] == [s.group.name for s in model.steps]
     feeds = dict(zip(model.input_names, inputs))  # the same executor again, by input name
     testing.assert_close(exe.run(feeds)[0], got[0], 0)
+    with pytest.raises(opf.errors.OpfusionError, match="must be float32"):
+        exe.run(*[np.asarray(a, "float64") for a in inputs])
     exe.close()
 
 
@@ -246,6 +248,8 @@ def test_nvrtc_compiles_and_reports_errors():
         compile_cuda('extern "C" __global__ void k() { undefined_name = 1; }', "compute_80")
     with pytest.raises(BuildError, match="architecture"):
         compile_cuda("", "sm_90; rm -rf /")
+    with pytest.raises(BuildError, match="not a GPU architecture"):
+        assert Target("cuda -arch=sm_90;rm").cuda_arch
 
 
 def _onnx_model(name):
