@@ -68,13 +68,25 @@ def lower_call(call: Call, params: list[Var], name: str = "kernel") -> tuple[Pri
     return lower(s, [holders[p] for p in params] + outs, name=name), outs
 
 
+#: The target whose lowering :func:`check_compute` checks too: every op check also runs the
+#: op as one fused group through the GPU's compute and schedule rules, in the interpreter
+#: (blocks, threads, barriers and data races checked).
+GPU_TARGET = "cuda"
+
+
 def check_compute(builder: Callable[..., Expr], *arrays: Any, rtol: float = 1e-5,
                   compiled: bool = False, **attrs: Any) -> None:
-    """Assert that the TE compute of ``builder``'s op matches the NumPy reference."""
+    """Assert that the TE compute of ``builder``'s op matches the NumPy reference, with a
+    plain schedule (in the interpreter, or ``compiled`` by the C compiler) and as a fused
+    group scheduled for a GPU (:data:`GPU_TARGET`; in the interpreter, not with
+    ``compiled``, whose point is the C compiler's own semantics)."""
     from ..testing import assert_close
 
     call, params, values = call_over_arrays(builder, arrays, attrs)
     want = evaluate(IRModule.from_expr(Function(params, call)), values)
+    if not compiled:
+        gpu = _run_as_group(call, params, values, GPU_TARGET)
+        assert_close(gpu if isinstance(call.checked_type, TupleType) else gpu[0], want, rtol)
     func, outs = lower_call(call, params)
     results = [np.empty(tuple(int(d) for d in o.shape), dtype=o.dtype) for o in outs]
     if compiled:
@@ -87,3 +99,24 @@ def check_compute(builder: Callable[..., Expr], *arrays: Any, rtol: float = 1e-5
         run(func, *values, *results)
     got = tuple(results) if isinstance(call.checked_type, TupleType) else results[0]
     assert_close(got, want, rtol)
+
+
+def _run_as_group(call: Call, params: list[Var], values: list[np.ndarray], target: str
+                  ) -> tuple[np.ndarray, ...]:
+    """``call`` as one fused group lowered for ``target`` by its backend's rules, run by the
+    interpreter."""
+    from ..backend import get_backend
+    from ..compiler.lower_group import lower_primitive_function
+    from ..ir.types import TensorType
+    from ..tir.interp import run
+    from ..transform.infer_type import InferType
+
+    func = InferType()(IRModule.from_expr(Function(params, call)))["main"]
+    group = lower_primitive_function(func, "group", get_backend(target))
+    if group.prim_func is None:
+        raise OpfusionError(f"{call.op.name} has no TE compute to lower")
+    types = group.output_types
+    results = [np.empty(tuple(int(d) for d in t.shape), dtype=t.dtype) for t in types
+               if isinstance(t, TensorType)]
+    run(group.prim_func, *values, *[np.array(c) for c in group.constants], *results)
+    return tuple(results)
