@@ -18,7 +18,7 @@ from opfusion.compiler.gpu import GPUExecutor, build_gpu_model, interpret_inputs
 from opfusion.compiler.lower_group import lower_primitive_function
 from opfusion.errors import BuildError, CompileError, DeviceError
 from opfusion.ir.evaluate import evaluate
-from opfusion.ir.expr import Function, Var
+from opfusion.ir.expr import Function, Tuple, Var
 from opfusion.ir.types import TensorType
 from opfusion.target import Target
 from opfusion.tir.interp import run
@@ -224,6 +224,21 @@ def test_small_workloads_run_on_the_interpreted_device(name, extra):
     with pytest.raises(opf.errors.OpfusionError, match="must be float32"):
         exe.run(*[np.asarray(a, "float64") for a in inputs])
     exe.close()
+
+
+def test_groups_of_several_launches_and_tuple_results_on_the_interpreted_device():
+    # The mean is four launches (blocked partial sums, tail, total, quotient) sharing three
+    # global temporaries, which the executor's plan places; the model returns two results.
+    x = Var("x", TensorType((3, 50), "float32"))
+    centred = op.subtract(x, op.mean(x, axis=[1], keepdims=True))
+    func = Function([x], Tuple([op.nn.relu(centred), op.max(x, axis=[1])]))
+    model = build_gpu_model(func, target=CUDA)
+    assert max(len(g.launches) for g in model.source.groups) > 1
+    assert any(g.temporaries for g in model.source.groups)
+    data = np.random.default_rng(4).standard_normal((3, 50)).astype("float32")
+    got = GPUExecutor(model, InterpretedDevice()).run(data)
+    for result, want in zip(got, evaluate(func, [data])):
+        testing.assert_close(result, want, 1e-5)
 
 
 def test_host_steps_run_between_the_launches():
