@@ -217,6 +217,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    if args.target is not None and args.target.device == "cuda":
+        return _compile_for_gpu(args)
     output = Path(args.output) if args.output else Path(args.model).with_suffix(".opf")
     with showing_progress(args.verbose) as progress:
         times = progress.times
@@ -255,6 +257,43 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if source:
         _print(f"  C source   {source} ({lines} lines)")
     _print(f"run it with: opfusion run {output}")
+    return 0
+
+
+def _compile_for_gpu(args: argparse.Namespace) -> int:
+    """``opfusion compile --target cuda``: the model's CUDA source (``.cu``) and its NVRTC
+    build for the target's architecture (``.cubin``), written beside each other; needs no
+    GPU."""
+    from collections import Counter
+
+    from .compiler.gpu import build_gpu_model
+
+    if args.records is not None:
+        raise OpfusionError("--records: tuning records are for CPU targets (no runner measures "
+                            "on a GPU yet)")
+    output = Path(args.output) if args.output else Path(args.model).with_suffix(".cu")
+    with showing_progress(args.verbose) as progress:
+        mod, params = load_onnx(args.model, args.shape, args.verbose, progress=progress)
+        progress.stage("lowering for the GPU")
+        model = build_gpu_model(mod, params, args.target, args.opt_level, args.fusion)
+        arch = args.target.cuda_arch
+        progress.stage(f"NVRTC ({arch})")
+        image = model.compile(arch)
+    source, binary = output.with_suffix(".cu"), output.with_suffix(".cubin")
+    source.write_text(model.source.code)
+    binary.write_bytes(image)
+    rules = Counter((k.schedule_config or {"rule": "gpu_default"})["rule"]
+                    for k in model.kernels if k.prim_func is not None)
+    launches = sum(len(g.launches) for g in model.source.groups)
+    seconds = args.startup + time.perf_counter() - args.started
+    _print(f"compiled {args.model} -> {source}, {binary}")
+    _print(f"  target     {args.target} (CUDA C, NVRTC for {arch})")
+    _print(f"  kernels    {len(model.kernels)} in {launches} launches; "
+           + ", ".join(f"{rule} {count}" for rule, count in sorted(rules.items())))
+    if model.reference_steps:
+        _print(f"  on host    {', '.join(model.reference_steps)} (NumPy reference kernels)")
+    _print(f"  time       {seconds:.2f} s")
+    _print("run it on a GPU with opf.compile(mod, target=...) (a GPUExecutor)")
     return 0
 
 
@@ -604,7 +643,8 @@ def _compile_options(parser: argparse.ArgumentParser, optional: bool = False) ->
                         help=f"fusion strategy (default tvm). {described}")
     parser.add_argument("--target", type=_target, default=None, metavar="TARGET",
                         help="the machine to compile for, e.g. 'c' (this CPU, the default), "
-                             "'c -mattr=+avx2,+fma' (any AVX2 CPU), 'llvm -mcpu=znver4'")
+                             "'c -mattr=+avx2,+fma' (any AVX2 CPU), 'llvm -mcpu=znver4', "
+                             "'cuda -arch=sm_90' (compile writes CUDA C and a cubin)")
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:

@@ -168,6 +168,21 @@ def test_compile_takes_a_target(files, cache, tmp_path):
     assert "0  y  float32[1, 4]" in run  # the output by its name in the model, kept in the file
 
 
+def test_compile_for_cuda_writes_the_source_and_a_cubin(files, cache, tmp_path):
+    from opfusion.backend.cuda.nvrtc import nvrtc_available
+
+    if nvrtc_available() is not None:
+        pytest.skip(f"NVRTC: {nvrtc_available()}")
+    out = opfusion("compile", files / "tiny.onnx", "-o", tmp_path / "tiny.cu", "--target",
+                   "cuda -arch=sm_80", cwd=tmp_path, cache=cache).stdout
+    assert "kernels    5 in " in out and "gpu_conv2d 1" in out and "gpu_rows 1" in out
+    assert '__global__' in (tmp_path / "tiny.cu").read_text()
+    assert (tmp_path / "tiny.cubin").stat().st_size > 0
+    result = opfusion("compile", files / "tiny.onnx", "--target", "cuda", "--records",
+                      tmp_path / "r.json", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "tuning records are for CPU targets")
+
+
 def test_a_bad_target_is_one_line(files, tmp_path):
     result = opfusion("compile", files / "tiny.onnx", "--target", "c -mcpu=pentium9",
                       cwd=tmp_path, check=False)
