@@ -332,3 +332,20 @@ def test_models_on_the_gpu_match_the_reference(name):
     assert [group for group, _ in exe.profile(*inputs)] == [s.group.name
                                                              for s in exe.model.steps]
     exe.close()
+
+
+def test_launches_beyond_the_gpus_limits_are_refused():
+    from opfusion.backend.cuda.emitter import check_launch
+    from opfusion.tir import expr as E
+    from opfusion.tir import stmt as S
+    from opfusion.tir.launch import Launch
+
+    store = S.Evaluate(E.IntImm(0))
+    check_launch("ok", Launch(store, (2**31 - 1, 65535, 65535), (1024, 1, 1)), CUDA)
+    with pytest.raises(BuildError, match="grid of 70000 along y"):
+        check_launch("k", Launch(store, (1, 70000, 1), (32, 1, 1)), CUDA)
+    with pytest.raises(BuildError, match="2048 threads per block"):
+        check_launch("k", Launch(store, (1, 1, 1), (1024, 2, 1)), CUDA)
+    tile = E.Buffer("tile", (20000,), "float32", "shared")
+    with pytest.raises(BuildError, match="80000 bytes of shared memory"):
+        check_launch("k", Launch(S.Allocate(tile, store), (1, 1, 1), (32, 1, 1)), CUDA)

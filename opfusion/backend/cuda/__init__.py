@@ -42,7 +42,7 @@ class CUDABackend(Backend):
                  ) -> CUDASource:
         """One CUDA source for the kernels of ``funcs`` and the launches of each (a model's
         native entry is the CPU's: the host side of a GPU model is not built yet)."""
-        return cuda_module(funcs, header)
+        return cuda_module(funcs, header, self.target)
 
     def build(self, source: CUDASource | str) -> bytes:
         """The cubin of ``source`` for the target's architecture (NVRTC)."""

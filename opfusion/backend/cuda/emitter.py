@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from ...errors import BuildError
 from ...tir import expr as E
@@ -143,9 +146,39 @@ class CUDASource:
         return self.code
 
 
-def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None) -> CUDASource:
+#: CUDA's limits on a launch's grid (x, y, z) and block (x, y, z) sizes.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+
+
+def check_launch(name: str, launch: Launch, target: Any) -> None:
+    """A BuildError naming kernel ``name`` when ``launch`` exceeds what a GPU of ``target``
+    can launch: grid and block sizes, threads per block, static shared memory."""
+    for what, sizes, limits in (("grid", launch.grid, MAX_GRID),
+                                ("block", launch.block, MAX_BLOCK)):
+        for axis, size, limit in zip("xyz", sizes, limits):
+            if size > limit:
+                raise BuildError(f"kernel {name!r}: a {what} of {size} along {axis} is more "
+                                 f"than CUDA's {limit}; the schedule must tile it further")
+    if launch.threads_per_block > target.max_threads_per_block:
+        raise BuildError(f"kernel {name!r}: {launch.threads_per_block} threads per block; "
+                         f"{target} allows {target.max_threads_per_block}")
+    shared = sum(stmt.buffer.size * np.dtype(stmt.buffer.dtype).itemsize
+                 for stmt in S.walk_stmts(launch.body)
+                 if isinstance(stmt, S.Allocate) and stmt.buffer.scope == "shared")
+    if shared > target.max_shared_memory_per_block:
+        raise BuildError(f"kernel {name!r}: {shared} bytes of shared memory; {target} allows "
+                         f"{target.max_shared_memory_per_block} per block")
+
+
+def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None,
+                target: Any = None) -> CUDASource:
     """One CUDA source holding every launch of every PrimFunc of ``funcs`` (kernel symbols
-    made unique and C-safe from the PrimFuncs' names)."""
+    made unique and C-safe from the PrimFuncs' names), each launch checked against the
+    limits of ``target`` (a CUDA :class:`~opfusion.target.Target`; default ``cuda``)."""
+    from ...target import Target
+
+    target = target or Target("cuda")
     names = NameTable()
     helpers: dict[str, str] = {}
     bodies: list[str] = []
@@ -156,6 +189,7 @@ def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None) -> CUDAS
         buffers = [*func.params, *temps]
         made = []
         for number, launch in enumerate(launches):
+            check_launch(func.name, launch, target)
             symbol = names.fresh(func.name if len(launches) == 1 else f"{func.name}_{number}")
             part = S.PrimFunc(symbol, buffers, launch.body)
             emitter = CUDAEmitter(part, symbol, launch)
@@ -187,4 +221,5 @@ def _check_dtypes(func: S.PrimFunc) -> None:
                 "done yet): compile the model in float32")
 
 
-__all__ = ["PRELUDE", "CUDAEmitter", "CUDASource", "GroupCode", "KernelLaunch", "cuda_module"]
+__all__ = ["MAX_BLOCK", "MAX_GRID", "PRELUDE", "CUDAEmitter", "CUDASource", "GroupCode",
+           "KernelLaunch", "check_launch", "cuda_module"]

@@ -95,7 +95,8 @@ def _takes(anchor: Any, output: Any) -> bool:
     batch = 1
     for d in anchor.shape[:-2]:
         batch *= int(d)
-    return batch <= MAX_GRID_Z
+    # the row tiles go on blockIdx.y (at most 65535 of them, even for tiles of 16 rows)
+    return batch <= MAX_GRID_Z and -(-int(anchor.shape[-2]) // 16) <= MAX_GRID_Z
 
 
 def arrange_product(s: te.Schedule, anchor: Any, output: Any, block_rows: int,
