@@ -90,7 +90,7 @@ class GPUExecutor:
         groups = {code.name: code for code in model.source.groups}
         # Each group's global temporaries are values of their own, written and read by its
         # step only, so that the plan gives them memory just while it runs.
-        self._temps: list[list[int]] = []
+        step_temps: list[list[int]] = []
         nbytes: dict[int, int] = {}
         planned: list[PlannedStep] = []
         extra = len(values)
@@ -103,7 +103,7 @@ class GPUExecutor:
                 nbytes[extra] = _nbytes(shape, dtype)
                 temps.append(extra)
                 extra += 1
-            self._temps.append(temps)
+            step_temps.append(temps)
             planned.append(PlannedStep(tuple(step.reads), tuple(step.writes) + tuple(temps)))
         for index, info in enumerate(values):
             if info.constant is None and info.input_index is None:
@@ -135,6 +135,13 @@ class GPUExecutor:
             if info.constant is not None:
                 device.upload(self._where[index].offset,
                               np.ascontiguousarray(info.constant, dtype=info.type.dtype))
+        # Each kernel step's launches and their arguments (reads, writes, temporaries), fixed
+        # by the plan: a run only walks this list.
+        self._launches = [
+            None if step.group.prim_func is None else (
+                groups[step.group.name].launches,
+                [self._where[v] for v in (*step.reads, *step.writes, *temps)])
+            for step, temps in zip(model.steps, step_temps)]
         device.load(model.source, {g.name: g.prim_func for g in model.kernels
                                    if g.prim_func is not None})
 
@@ -197,9 +204,8 @@ class GPUExecutor:
                 self.device.upload(self._where[value].offset,
                                    np.ascontiguousarray(array, dtype=self._where[value].dtype))
             return
-        args = [self._where[v] for v in (*step.reads, *step.writes, *self._temps[number])]
-        code = next(c for c in self.model.source.groups if c.name == group.name)
-        for index, launch in enumerate(code.launches):
+        launches, args = self._launches[number]
+        for index, launch in enumerate(launches):
             self.device.launch(group.name, index, launch.symbol, launch.grid, launch.block,
                                args)
 
@@ -239,13 +245,11 @@ def build_gpu_model(mod: IRModule | Function, params: Mapping[str, Any] | None =
 
 
 def interpret_inputs(model: GPUModel, seed: int = 0) -> Sequence[np.ndarray]:
-    """Standard-normal inputs (small non-negative integers for integer ones) for ``model``."""
-    from .compile import random_array
+    """Standard-normal inputs (small non-negative integers for integer ones) for ``model``:
+    :func:`opfusion.compiler.compile.random_inputs`, which reads only the model's values."""
+    from .compile import random_inputs
 
-    rng = np.random.default_rng(seed)
-    ordered = sorted((v for v in model.values if v.input_index is not None),
-                     key=lambda v: v.input_index)
-    return [random_array(rng, info.type.shape, info.type.dtype) for info in ordered]
+    return random_inputs(model, seed)  # type: ignore[arg-type]
 
 
 __all__ = ["DEVICE_ALIGNMENT", "GPUExecutor", "GPUModel", "build_gpu_model",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...schedule_rule import RuleRegistry
 from .conv2d import GPUConv2dRule, arrange_conv2d
-from .default import GPUDefaultRule, arrange_elementwise, bind_flat
+from .default import GPUDefaultRule, accumulator_and_owner, arrange_elementwise, bind_flat
 from .matmul import GPUMatmulRule, arrange_product
 from .rows import GPURowsRule, arrange_rows
 
@@ -32,5 +32,5 @@ RULES.register(GPURowsRule())
 RULES.set_fallback(GPUDefaultRule())
 
 __all__ = ["RULES", "GPUConv2dRule", "GPUDefaultRule", "GPUMatmulRule", "GPURowsRule",
-           "arrange_conv2d", "arrange_elementwise", "arrange_product", "arrange_rows",
-           "bind_flat"]
+           "accumulator_and_owner", "arrange_conv2d", "arrange_elementwise", "arrange_product",
+           "arrange_rows", "bind_flat"]

@@ -25,7 +25,7 @@ from typing import Any
 from .... import te
 from ....target import Target
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
-from .default import arrange_elementwise
+from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z, cooperative_copy
 
 
@@ -87,19 +87,14 @@ class GPUConv2dRule(ScheduleRule):
                        int(config["thread_channels"]), int(config["threads_x"]),
                        int(config["thread_pixels"]), int(config["k_step"]),
                        bool(config["shared"]))
-        arrange_elementwise(s, 256)
+        arrange_elementwise(s, DEFAULT_THREADS)
 
 
 def arrange_conv2d(s: te.Schedule, anchor: Any, output: Any, block_channels: int,
                    thread_channels: int, threads_x: int, thread_pixels: int, k_step: int,
                    shared: bool) -> None:
     """The tiling of the module docstring with explicit knobs."""
-    if output.op is anchor.op:
-        acc = s.cache_write(anchor, "local")
-        owner = s[anchor]
-    else:
-        acc = anchor
-        owner = s[output]
+    acc, owner = accumulator_and_owner(s, anchor, output)
     n, o, y, x = owner.op.axis
     channels = int(o.dom.extent)
     bo, oi = owner.split(o, factor=block_channels)

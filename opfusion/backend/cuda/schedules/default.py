@@ -54,6 +54,15 @@ def arrange_elementwise(s: te.Schedule, threads: int) -> None:
         bind_flat(stage, list(op.axis), threads)
 
 
+def accumulator_and_owner(s: te.Schedule, anchor: Any, output: Any) -> tuple[Any, te.Stage]:
+    """The accumulating tensor of a tiled rule and the stage whose tiles own it: the group's
+    epilogue, or, when the anchor is the result, the anchor's stage computing from a local
+    copy (``cache_write``), so that the accumulation stays in registers until the store."""
+    if output.op is anchor.op:
+        return s.cache_write(anchor, "local"), s[anchor]
+    return anchor, s[output]
+
+
 def bind_flat(stage: te.Stage, axes: list[te.IterVar], threads: int) -> None:
     """Fuse ``axes`` (data axes, outermost first) and bind them to blocks of ``threads``."""
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .... import te
 from ....target import Target
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleRule
-from .default import arrange_elementwise
+from ..emitter import MAX_GRID
+from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 
-#: The batch blocks a launch may have along ``blockIdx.z`` (CUDA's limit).
-MAX_GRID_Z = 65535
+#: The blocks a launch may have along ``blockIdx.y`` and ``blockIdx.z`` (CUDA's limit).
+MAX_GRID_Z = MAX_GRID[2]
 
 
 class GPUMatmulRule(ScheduleRule):
@@ -41,7 +44,7 @@ class GPUMatmulRule(ScheduleRule):
             return None
         limit = target.max_threads_per_block
         shared_bytes = target.max_shared_memory_per_block
-        itemsize = 8 if anchor.dtype == "float64" else 4
+        itemsize = np.dtype(anchor.dtype).itemsize
 
         def fits(c: dict[str, KnobValue]) -> bool:
             threads = (int(c["block_rows"]) // int(c["thread_rows"])) * (
@@ -81,7 +84,7 @@ class GPUMatmulRule(ScheduleRule):
                         int(config["block_cols"]), int(config["thread_rows"]),
                         int(config["thread_cols"]), int(config["k_step"]),
                         bool(config["shared"]))
-        arrange_elementwise(s, 256)
+        arrange_elementwise(s, DEFAULT_THREADS)
 
 
 def _takes(anchor: Any, output: Any) -> bool:
@@ -103,12 +106,7 @@ def arrange_product(s: te.Schedule, anchor: Any, output: Any, block_rows: int,
                     block_cols: int, thread_rows: int, thread_cols: int, k_step: int,
                     shared: bool) -> None:
     """The tiling of the module docstring with explicit knobs."""
-    if output.op is anchor.op:
-        acc = s.cache_write(anchor, "local")  # accumulate in registers, then store
-        owner = s[anchor]
-    else:
-        acc = anchor
-        owner = s[output]
+    acc, owner = accumulator_and_owner(s, anchor, output)
     *batch, i, j = owner.op.axis
     io, ii = owner.split(i, factor=block_rows)
     jo, ji = owner.split(j, factor=block_cols)
@@ -137,7 +135,7 @@ def arrange_product(s: te.Schedule, anchor: Any, output: Any, block_rows: int,
 
 def _operands(acc: Any) -> list[Any]:
     """The tensors the product reads (its two operands, placeholders or computed)."""
-    return [t for t in acc.op.input_tensors][:2]
+    return list(acc.op.input_tensors)[:2]
 
 
 def cooperative_copy(stage: te.Stage, threads_y: int, threads_x: int) -> None:
@@ -148,8 +146,7 @@ def cooperative_copy(stage: te.Stage, threads_y: int, threads_x: int) -> None:
     past the owner's extent, which skip the owner's barriers."""
     axes = list(stage.op.axis)
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    rounds, inside = stage.split(fused, factor=threads_y * threads_x)
+    _, inside = stage.split(fused, factor=threads_y * threads_x)  # the rounds, serial
     ty, tx = stage.split(inside, factor=threads_x)
     stage.bind(ty, "threadIdx.y")
     stage.bind(tx, "threadIdx.x")
-    del rounds

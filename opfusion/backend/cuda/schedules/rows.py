@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .... import te
 from ....target import Target
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
-from .default import arrange_elementwise
+from .default import DEFAULT_THREADS, arrange_elementwise
 
 #: Threads of a warp (the second level of a split reduction).
 WARP = 32
@@ -61,7 +63,7 @@ class GPURowsRule(ScheduleRule):
               config: Config) -> None:
         if not arrange_rows(s, output, int(config["threads"]),
                             target.max_shared_memory_per_block):
-            arrange_elementwise(s, 256)
+            arrange_elementwise(s, DEFAULT_THREADS)
 
 
 def arrange_rows(s: te.Schedule, output: Any, threads: int, shared_bytes: int) -> bool:
@@ -78,7 +80,7 @@ def arrange_rows(s: te.Schedule, output: Any, threads: int, shared_bytes: int) -
             plan.append((stage, "scalar"))
         elif shape[:-1] == rows and len(shape) == len(rows) + 1:
             plan.append((stage, "row"))
-            used += shape[-1] * _itemsize(stage.op.output(0).dtype)
+            used += shape[-1] * np.dtype(stage.op.output(0).dtype).itemsize
         else:
             return False
         if stage.relations or stage.iter_var_attrs or stage.attach_type != "root":
@@ -88,11 +90,10 @@ def arrange_rows(s: te.Schedule, output: Any, threads: int, shared_bytes: int) -
     owner = s[output]
     *lead, last = owner.op.axis
     row = owner.fuse(*lead) if len(lead) > 1 else (lead[0] if lead else None)
-    outer, inner = owner.split(last, factor=threads)
+    _, inner = owner.split(last, factor=threads)  # the outer part: rounds, serial
     if row is not None:
         owner.bind(row, "blockIdx.x")
     owner.bind(inner, "threadIdx.x")
-    del outer
     for stage, kind in plan:
         if kind == "row":
             stage.set_scope("shared")
@@ -122,7 +123,3 @@ def _spread(stage: te.Stage, threads: int) -> None:
     last = stage.op.axis[-1]
     _, inner = stage.split(last, factor=threads)
     stage.bind(inner, "threadIdx.x")
-
-
-def _itemsize(dtype: str) -> int:
-    return 8 if dtype in ("float64", "int64", "uint64") else 4
