@@ -5,9 +5,13 @@
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
 torch side is torchvision's resnet50 when torchvision is installed) and an elementwise chain
 over 64M float32 elements (``relu(x * 1.5 + 0.25) * sigmoid(x)``: one read and one write of
-256 MB each at best), whose bandwidth bound is printed from the GPU's memory clock and bus
-width. opfusion's time is its launches alone (``GPUExecutor.execute``: inputs already on the
-device), torch's the same (tensors on the GPU); each is the median of ``--repeat`` timed
+256 MB each at best), whose bandwidth bound is those bytes over the bandwidth of a measured
+1 GiB device-to-device copy. Both of opfusion's results are checked (the chain against NumPy,
+resnet50 against the NumPy reference interpreter). For resnet50 torch is timed with its
+defaults (cuDNN convolutions in TF32 on the tensor cores) and in plain float32 (``fp32``
+rows, ``allow_tf32`` off), which is the arithmetic opfusion's kernels do. opfusion's time is
+its launches alone (``GPUExecutor.execute``: inputs already on the device), torch's the same
+(tensors on the GPU); each is the median of ``--repeat`` timed
 runs after warm-up, measured with CUDA events (opfusion) and ``torch.cuda.Event`` (torch),
 all in this one process. Without an NVIDIA GPU and its driver it says so and exits."""
 
@@ -24,30 +28,35 @@ from opfusion import op, testing
 from opfusion.backend.cuda.runtime import cuda_device
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
 from opfusion.errors import DeviceError
-from opfusion.ir.expr import Function, Var
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function, Var, const
 from opfusion.ir.types import TensorType
 
 CHAIN_ELEMENTS = 64 * 1024 * 1024
 
 
-def bandwidth_bound_ms(device, nbytes: int) -> float | None:
-    """Milliseconds to move ``nbytes`` at the GPU's peak memory bandwidth (DDR: two
-    transfers per clock), from the driver's attributes."""
+def copy_bandwidth_gbs(device, nbytes: int = 1 << 30, repeat: int = 10) -> float:
+    """The GPU's measured memory bandwidth: a device-to-device copy of ``nbytes``, counting
+    the bytes read and the bytes written (the ceiling an elementwise kernel can reach)."""
     cu = device.cu
-    attr = cu.CUdevice_attribute
-    err, clock_khz = cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE,
-                                             device.device)
-    err2, bus_bits = cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH,
-                                             device.device)
-    if err != cu.CUresult.CUDA_SUCCESS or err2 != cu.CUresult.CUDA_SUCCESS or not clock_khz:
-        return None
-    bytes_per_second = 2 * clock_khz * 1e3 * bus_bits / 8
-    return nbytes / bytes_per_second * 1e3
+    err, src = cu.cuMemAlloc(nbytes)
+    err2, dst = cu.cuMemAlloc(nbytes)
+    if err != cu.CUresult.CUDA_SUCCESS or err2 != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemAlloc of two {nbytes >> 20} MiB buffers failed")
+    try:
+        times = []
+        for _ in range(repeat + 2):
+            start = device.timer()
+            cu.cuMemcpyDtoD(dst, src, nbytes)
+            times.append(device.elapsed_ms(start))
+        return 2 * nbytes / (statistics.median(times[2:]) * 1e-3) / 1e9
+    finally:
+        cu.cuMemFree(src)
+        cu.cuMemFree(dst)
 
 
-def time_opfusion(exe: GPUExecutor, inputs, repeat: int) -> float:
-    exe.run(*inputs)  # uploads the inputs; warm-up
-    exe.execute()
+def time_opfusion(exe: GPUExecutor, repeat: int) -> float:
+    exe.execute()  # warm-up (the inputs are already on the device)
     times = []
     for _ in range(repeat):
         start = exe.device.timer()
@@ -74,31 +83,52 @@ def time_torch(fn, args, repeat: int) -> float:
     return statistics.median(times)
 
 
-def torch_peers(fn, args, repeat: int) -> dict[str, float]:
-    """Eager and torch.compile times of ``fn``, where torch has CUDA."""
+def torch_peers(fn, args, repeat: int, tf32_rows: bool = False) -> dict[str, float]:
+    """Eager and torch.compile times of ``fn``, where torch has CUDA. With ``tf32_rows``
+    each is timed twice: with torch's defaults (cuDNN convolutions in TF32 on tensor cores)
+    and in plain float32 arithmetic (``allow_tf32`` off), which is what opfusion computes."""
     try:
         import torch
     except ImportError:
         return {}
     if not torch.cuda.is_available():
         return {}
-    out = {"torch eager": time_torch(fn, args, repeat)}
+    runs = {"torch eager": fn}
     try:
         compiled = torch.compile(fn)
-        out["torch.compile"] = time_torch(compiled, args, repeat)
+        start = time.perf_counter()
+        with torch.no_grad():
+            compiled(*args)
+        torch.cuda.synchronize()
+        print(f"  torch.compile took {time.perf_counter() - start:.1f} s")
+        runs["torch.compile"] = compiled
     except Exception as err:  # no triton or a compiler error: report, go on
         print(f"  torch.compile failed: {type(err).__name__}: {err}")
+    out = {}
+    for name, run in runs.items():
+        out[name] = time_torch(run, args, repeat)
+    if tf32_rows:
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            for name, run in runs.items():
+                out[f"{name} fp32"] = time_torch(run, args, repeat)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
     return out
 
 
-def chain_rows(device, repeat: int) -> None:
+def chain_rows(device, repeat: int, bandwidth: float) -> None:
     x = Var("x", TensorType((CHAIN_ELEMENTS,), "float32"))
-    body = op.multiply(op.nn.relu(op.add(op.multiply(x, op.const(1.5)), op.const(0.25))),
-                       op.sigmoid(x))
+    scale, shift = const(np.float32(1.5)), const(np.float32(0.25))
+    body = op.multiply(op.nn.relu(op.add(op.multiply(x, scale), shift)), op.sigmoid(x))
     exe = GPUExecutor(build_gpu_model(Function([x], body), target=f"cuda -arch={device.arch}"),
                       device)
     data = np.random.default_rng(0).standard_normal(CHAIN_ELEMENTS).astype("float32")
-    results = {"opfusion": time_opfusion(exe, [data], repeat)}
+    (got,) = exe.run(data)
+    want = np.maximum(data * 1.5 + 0.25, 0) / (1 + np.exp(-data))
+    error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    results = {"opfusion": time_opfusion(exe, repeat)}
     try:
         import torch
 
@@ -108,27 +138,47 @@ def chain_rows(device, repeat: int) -> None:
                 lambda t: torch.relu(t * 1.5 + 0.25) * torch.sigmoid(t), [tx], repeat))
     except ImportError:
         pass
-    bound = bandwidth_bound_ms(device, 2 * data.nbytes)
-    report("elementwise chain, 64M float32", results, bound)
+    bound = 2 * data.nbytes / (bandwidth * 1e9) * 1e3
+    report(f"elementwise chain, 64M float32 (max error {error:.1e} of the largest output)",
+           results, bound)
     exe.close()
 
 
-def resnet_rows(device, batch: int, repeat: int) -> None:
+def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int) -> None:
+    start = time.perf_counter()
     mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
+    print(f"\n  resnet50 workload (random weights, calibrated) in "
+          f"{time.perf_counter() - start:.1f} s")
     start = time.perf_counter()
     model = build_gpu_model(mod, params, f"cuda -arch={device.arch}")
     exe = GPUExecutor(model, device)
-    print(f"  resnet50: {len(model.kernels)} kernels, compiled in "
-          f"{time.perf_counter() - start:.1f} s")
+    launches = sum(len(g.launches) for g in model.source.groups)
+    print(f"  resnet50: {len(model.kernels)} kernels, {launches} launches, built and "
+          f"compiled in {time.perf_counter() - start:.1f} s")
     data = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype("float32")
-    results = {"opfusion": time_opfusion(exe, [data], repeat)}
+    (got,) = exe.run(data)
+    if check:
+        start = time.perf_counter()
+        names = [p.name_hint for p in mod["main"].params if p.name_hint not in params]
+        want = evaluate(mod, {names[0]: data, **params})
+        error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        print(f"  max error {error:.1e} of the largest output against the NumPy reference "
+              f"({time.perf_counter() - start:.0f} s)")
+    results = {"opfusion": time_opfusion(exe, repeat)}
+    if profile:
+        times = exe.profile(data)
+        total = sum(ms for _, ms in times)
+        print(f"  slowest groups (of {total:.2f} ms with a sync per group):")
+        for name, ms in sorted(times, key=lambda t: -t[1])[:profile]:
+            print(f"    {ms:8.3f} ms  {name}")
     try:
         import torch
         import torchvision
 
         if torch.cuda.is_available():
             net = torchvision.models.resnet50().eval().cuda()
-            results.update(torch_peers(net, [torch.from_numpy(data).cuda()], repeat))
+            results.update(torch_peers(net, [torch.from_numpy(data).cuda()], repeat,
+                                       tf32_rows=True))
     except ImportError:
         print("  (torch or torchvision missing: no peers for resnet50)")
     report(f"resnet50, batch {batch}", results, None)
@@ -140,24 +190,31 @@ def report(title: str, results: dict[str, float], bound: float | None) -> None:
     base = results["opfusion"]
     for name, ms in results.items():
         ratio = "" if name == "opfusion" else f"  opfusion/this {base / ms:.2f}x"
-        print(f"  {name:<14} {ms:9.3f} ms{ratio}")
+        print(f"  {name:<22} {ms:9.3f} ms{ratio}")
     if bound is not None:
-        print(f"  bandwidth bound {bound:.3f} ms; opfusion at {base / bound:.2f}x of it")
+        print(f"  bandwidth bound {bound:.3f} ms (measured copy); opfusion at "
+              f"{base / bound:.2f}x of it")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the resnet50 comparison with the NumPy reference")
+    parser.add_argument("--profile", type=int, default=12, metavar="N",
+                        help="print resnet50's N slowest groups (0: none)")
     args = parser.parse_args()
     try:
         device = cuda_device()
     except DeviceError as err:
         print(f"no GPU to measure on: {err}")
         return 0
-    print(f"device: {device.name} ({device.arch})")
-    chain_rows(device, args.repeat)
-    resnet_rows(device, args.batch, args.repeat)
+    bandwidth = copy_bandwidth_gbs(device)
+    print(f"device: {device.name} ({device.arch}); device-to-device copy "
+          f"{bandwidth:.0f} GB/s (read + write)")
+    chain_rows(device, args.repeat, bandwidth)
+    resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile)
     return 0
 
 

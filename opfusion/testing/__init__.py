@@ -18,7 +18,7 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Expr, Function, Var
 from ..ir.module import IRModule
 from ..ir.types import TensorType
-from .light import LIGHT_MODEL_NAMES, light_model, shipped_light_model
+from .light import LIGHT_MODEL_NAMES, light_model, light_model_tolerance, shipped_light_model
 from .transformer import TRANSFORMER_MODEL_NAMES, transformer_model
 from .vision import VISION_MODEL_NAMES, vision_model
 from .workloads import (
@@ -36,7 +36,8 @@ from .workloads import (
 __all__ = [
     "LIGHT_MODEL_NAMES", "SMALL_WORKLOAD_ARGS", "TRANSFORMER_MODEL_NAMES", "VISION_MODEL_NAMES",
     "WORKLOADS",
-    "assert_close", "eval_op", "light_model", "mlp", "mobilenet_v2", "resnet", "run_in_threads",
+    "assert_close", "eval_op", "light_model", "light_model_tolerance", "mlp", "mobilenet_v2",
+    "resnet", "run_in_threads",
     "run_onnx_node", "shipped_light_model", "shufflenet_v2", "squeezenet",
     "transformer_encoder", "transformer_model", "vision_model", "workload_input",
 ]

@@ -36,6 +36,21 @@ LIGHT_MODEL_NAMES: tuple[str, ...] = (
     "squeezenet", "vgg19", "zfnet512",
 )
 
+# Deep random networks amplify float32 rounding differences (another summation order in a
+# convolution) layer by layer: ONNX Runtime itself differs from the reference interpreter by
+# 1.3-2.2e-4 (resnet50) and 2.9e-5 (vgg19) of the output's largest value on these copies; on
+# inception_v2 ONNX Runtime, opfusion in NCHW and in NCHW16c each range from 1e-5 to 1.1e-4
+# over four input seeds, and on an H200 opfusion's CUDA kernels differ by 1.4e-4 on vgg19
+# (its 25088-long dense sums in another order). These get the tolerance ONNX Runtime would
+# need; every other light model is held to 1e-4 of its output's largest value.
+LIGHT_MODEL_TOLERANCE: dict[str, float] = {"resnet50": 3e-4, "vgg19": 2e-4, "inception_v2": 2e-4}
+
+
+def light_model_tolerance(name: str) -> float:
+    """The relative tolerance a light model's outputs are compared with (see above)."""
+    return LIGHT_MODEL_TOLERANCE.get(name, 1e-4)
+
+
 # Bump when the generated weights change, so stale copies in a cache are not reused.
 FORMAT_VERSION = "v2"
 # Standard-normal inputs the calibration averages over: enough to centre a unit that holds one

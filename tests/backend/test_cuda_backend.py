@@ -328,7 +328,8 @@ def test_models_on_the_gpu_match_the_reference(name):
     exe = opf.compile(mod, params=params, target="cuda")
     inputs = interpret_inputs(exe.model)
     got = exe.run(*inputs)
-    testing.assert_close(got[0], _reference(mod, params, inputs), 1e-4)
+    rtol = testing.light_model_tolerance(name)  # deep random networks: see its docstring
+    testing.assert_close(got[0], _reference(mod, params, inputs), rtol)
     assert [group for group, _ in exe.profile(*inputs)] == [s.group.name
                                                              for s in exe.model.steps]
     exe.close()
