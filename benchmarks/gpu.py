@@ -24,7 +24,9 @@ import time
 
 import numpy as np
 
+import opfusion as opf
 from opfusion import op, testing
+from opfusion.autotune.measure import MeasureOptions
 from opfusion.backend.cuda.runtime import cuda_device
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
 from opfusion.errors import DeviceError
@@ -118,17 +120,21 @@ def torch_peers(fn, args, repeat: int, tf32_rows: bool = False) -> dict[str, flo
     return out
 
 
-def chain_rows(device, repeat: int, bandwidth: float) -> None:
+def chain_rows(device, repeat: int, bandwidth: float, sweep: bool) -> None:
     x = Var("x", TensorType((CHAIN_ELEMENTS,), "float32"))
     scale, shift = const(np.float32(1.5)), const(np.float32(0.25))
-    body = op.multiply(op.nn.relu(op.add(op.multiply(x, scale), shift)), op.sigmoid(x))
-    exe = GPUExecutor(build_gpu_model(Function([x], body), target=f"cuda -arch={device.arch}"),
-                      device)
+    func = Function([x], op.multiply(op.nn.relu(op.add(op.multiply(x, scale), shift)),
+                                     op.sigmoid(x)))
+    target = f"cuda -arch={device.arch}"
     data = np.random.default_rng(0).standard_normal(CHAIN_ELEMENTS).astype("float32")
-    (got,) = exe.run(data)
     want = np.maximum(data * 1.5 + 0.25, 0) / (1 + np.exp(-data))
+    exe = GPUExecutor(build_gpu_model(func, target=target), device)
+    (got,) = exe.run(data)
     error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
     results = {"opfusion": time_opfusion(exe, repeat)}
+    exe.close()
+    if sweep:
+        chain_sweep(device, func, target)
     try:
         import torch
 
@@ -141,36 +147,67 @@ def chain_rows(device, repeat: int, bandwidth: float) -> None:
     bound = 2 * data.nbytes / (bandwidth * 1e9) * 1e3
     report(f"elementwise chain, 64M float32 (max error {error:.1e} of the largest output)",
            results, bound)
-    exe.close()
 
 
-def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int) -> None:
+def chain_sweep(device, func, target: str) -> None:
+    """Every config of the default schedule (threads, elements per thread) on the chain,
+    through the GPU runner (checked against the reference, timed with events). The
+    tuner does not choose these knobs (groups without an anchor have no task), so they are
+    measured here to choose the heuristic."""
+    from opfusion.autotune.gpu_runner import GPURunner
+    from opfusion.autotune.measure import generate_candidates, task_data
+    from opfusion.autotune.task import Task, task_key
+    from opfusion.backend import get_backend
+    from opfusion.compiler.compile import fused_module
+    from opfusion.target import as_target
+
+    resolved = as_target(target)
+    fused = fused_module(opf.IRModule.from_expr(func), None, resolved, None, None)
+    (group,) = [f for f in opf.ir.post_order(fused["main"].body)
+                if isinstance(f, Function) and f is not fused["main"]]
+    rule = get_backend(resolved).rules().fallback
+    space = rule.space(None, None, resolved)
+    task = Task(task_key(group, resolved), group, resolved, 1, rule.name, space,
+                rule.default_config(None, None, resolved), ())
+    results = GPURunner(device).run(task_data(task), generate_candidates(task, list(space)),
+                                    MeasureOptions(repeat=5))
+    print("  chain, every default-schedule config (ms):")
+    for result in sorted(results, key=lambda r: r.seconds or 1e9):
+        shown = f"{result.seconds * 1e3:8.3f}" if result.ok else result.error
+        print(f"    {shown}  {dict(result.config.items())}")
+
+
+def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
+                tune_seconds: float, records: str | None) -> None:
     start = time.perf_counter()
     mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
     print(f"\n  resnet50 workload (random weights, calibrated) in "
           f"{time.perf_counter() - start:.1f} s")
-    start = time.perf_counter()
-    model = build_gpu_model(mod, params, f"cuda -arch={device.arch}")
-    exe = GPUExecutor(model, device)
-    launches = sum(len(g.launches) for g in model.source.groups)
-    print(f"  resnet50: {len(model.kernels)} kernels, {launches} launches, built and "
-          f"compiled in {time.perf_counter() - start:.1f} s")
-    data = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype("float32")
-    (got,) = exe.run(data)
+    target = f"cuda -arch={device.arch}"
+    (image,) = [p for p in mod["main"].params if p.name_hint not in params]
+    data = np.random.default_rng(0).standard_normal(
+        [int(d) for d in image.type_annotation.shape]).astype("float32")
+    want = None
     if check:
         start = time.perf_counter()
-        names = [p.name_hint for p in mod["main"].params if p.name_hint not in params]
-        want = evaluate(mod, {names[0]: data, **params})
-        error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        print(f"  max error {error:.1e} of the largest output against the NumPy reference "
-              f"({time.perf_counter() - start:.0f} s)")
-    results = {"opfusion": time_opfusion(exe, repeat)}
-    if profile:
-        times = exe.profile(data)
-        total = sum(ms for _, ms in times)
-        print(f"  slowest groups (of {total:.2f} ms with a sync per group):")
-        for name, ms in sorted(times, key=lambda t: -t[1])[:profile]:
-            print(f"    {ms:8.3f} ms  {name}")
+        want = evaluate(mod, {image.name_hint: data, **params})
+        print(f"  NumPy reference in {time.perf_counter() - start:.0f} s")
+    results = {"opfusion": opfusion_row(device, mod, params, target, data, want, repeat,
+                                        profile, None)}
+    if tune_seconds:
+        start = time.perf_counter()
+        tuned = opf.tune(mod, params, target=target, trials=100000, seconds=tune_seconds,
+                         records=records, options=MeasureOptions(repeat=3))
+        print(f"  tuned {len(tuned.tasks)} tasks with {sum(t.trials for t in tuned.tasks)} "
+              f"candidates in {time.perf_counter() - start:.0f} s; per task (default -> "
+              "best, ms):")
+        for task in tuned.tasks:
+            if task.default_seconds and task.best_seconds:
+                print(f"    {task.task.name:<40} x{task.task.weight}  "
+                      f"{task.default_seconds * 1e3:8.3f} -> {task.best_seconds * 1e3:8.3f}  "
+                      f"{task.best_config}")
+        results["opfusion tuned"] = opfusion_row(device, mod, params, target, data, want,
+                                                 repeat, profile, tuned.records)
     try:
         import torch
         import torchvision
@@ -182,7 +219,32 @@ def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int) -> N
     except ImportError:
         print("  (torch or torchvision missing: no peers for resnet50)")
     report(f"resnet50, batch {batch}", results, None)
+
+
+def opfusion_row(device, mod, params, target: str, data, want, repeat: int, profile: int,
+                 records) -> float:
+    """Build resnet50 for the GPU (with ``records``' configs when given), check it against
+    ``want``, time it and print its slowest groups."""
+    start = time.perf_counter()
+    model = build_gpu_model(mod, params, target, records=records)
+    exe = GPUExecutor(model, device)
+    launches = sum(len(g.launches) for g in model.source.groups)
+    label = "tuned" if records is not None else "default configs"
+    print(f"  resnet50 ({label}): {len(model.kernels)} kernels, {launches} launches, built "
+          f"and compiled in {time.perf_counter() - start:.1f} s")
+    (got,) = exe.run(data)
+    if want is not None:
+        error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        print(f"  max error {error:.1e} of the largest output against the NumPy reference")
+    ms = time_opfusion(exe, repeat)
+    if profile:
+        times = exe.profile(data)
+        total = sum(t for _, t in times)
+        print(f"  slowest groups (of {total:.2f} ms with a sync per group):")
+        for name, t in sorted(times, key=lambda t: -t[1])[:profile]:
+            print(f"    {t:8.3f} ms  {name}")
     exe.close()
+    return ms
 
 
 def report(title: str, results: dict[str, float], bound: float | None) -> None:
@@ -192,8 +254,8 @@ def report(title: str, results: dict[str, float], bound: float | None) -> None:
         ratio = "" if name == "opfusion" else f"  opfusion/this {base / ms:.2f}x"
         print(f"  {name:<22} {ms:9.3f} ms{ratio}")
     if bound is not None:
-        print(f"  bandwidth bound {bound:.3f} ms (measured copy); opfusion at "
-              f"{base / bound:.2f}x of it")
+        print(f"  bandwidth bound {bound:.3f} ms (measured copy); "
+              + ", ".join(f"{name} at {ms / bound:.2f}x of it" for name, ms in results.items()))
 
 
 def main() -> int:
@@ -204,6 +266,11 @@ def main() -> int:
                         help="skip the resnet50 comparison with the NumPy reference")
     parser.add_argument("--profile", type=int, default=12, metavar="N",
                         help="print resnet50's N slowest groups (0: none)")
+    parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
+                        help="also tune resnet50's groups on the GPU for about this long and "
+                             "time the tuned model")
+    parser.add_argument("--records", default=None,
+                        help="where the tuning records go (default: kept in memory)")
     args = parser.parse_args()
     try:
         device = cuda_device()
@@ -213,8 +280,9 @@ def main() -> int:
     bandwidth = copy_bandwidth_gbs(device)
     print(f"device: {device.name} ({device.arch}); device-to-device copy "
           f"{bandwidth:.0f} GB/s (read + write)")
-    chain_rows(device, args.repeat, bandwidth)
-    resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile)
+    chain_rows(device, args.repeat, bandwidth, bool(args.tune))
+    resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile, args.tune,
+                args.records)
     return 0
 
 

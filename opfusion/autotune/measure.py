@@ -51,6 +51,10 @@ class Candidate:
     flags: tuple[str, ...] = ()
     prim_func: Any = None
     error: str | None = None
+    #: For a GPU target: the generated :class:`~opfusion.backend.cuda.emitter.CUDASource`
+    #: (``source`` is its text) and the group's constants, which a runner uploads.
+    kernel: Any = None
+    constants: tuple[np.ndarray, ...] = ()
 
 
 @dataclass
@@ -140,9 +144,13 @@ def _generate(task: Task, config: Config, backend: Any) -> Candidate:
     try:
         group = lower_primitive_function(task.func, f"tune_{task.key[:12]}", backend, config)
         with task.target:
-            source, parts = backend.generate([group.prim_func])
+            generated = backend.generate([group.prim_func])
     except OpfusionError as err:
         return Candidate(config, error=f"build: {err}")
+    if task.target.device != "cpu":  # CUDA: compiled and measured by a GPURunner
+        return Candidate(config, generated.code, prim_func=group.prim_func, kernel=generated,
+                         constants=tuple(group.constants))
+    source, parts = generated
     from ..backend.cpu.toolchain import target_flags  # the CPU backend's: C is what we tune
 
     part = parts[0]

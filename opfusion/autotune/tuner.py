@@ -264,7 +264,8 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
     Measures at most ``trials`` new candidates (and stops after the round that passes
     ``seconds`` of wall time, when given), appending every result to ``records`` (a JSON-lines
     path, created when missing; a :class:`TuningRecords`; None keeps them in memory).
-    ``runner`` is ``"local"`` (a worker process on this machine), ``"ray"`` (a
+    ``runner`` is ``"local"`` (a worker process on this machine; for a CUDA target, this
+    machine's GPU through a :class:`~opfusion.autotune.gpu_runner.GPURunner`), ``"ray"`` (a
     :class:`~opfusion.autotune.ray_runner.RayRunner` on ``ray.init()``'s cluster) or a
     :class:`Runner`. ``options`` say how candidates are timed and checked; ``opt_level``
     and ``fusion`` must be those the model will be compiled with (they decide the groups).
@@ -277,14 +278,10 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
         raise OpfusionError(f"tune needs trials >= 0 and batch >= 1, not {trials} and {batch}")
     start = time.monotonic()
     resolved = as_target(target)
-    if resolved.device != "cpu":
-        raise DeviceError(f"target {resolved}: tuning measures candidates on the CPU only so "
-                          "far; the GPU rules' knobs are declared (backend.config_space) but "
-                          "no runner measures on a GPU yet")
+    active = make_runner(runner, resolved)  # a GPU target without a GPU fails here, early
     tasks = extract_tasks(mod, params, resolved, opt_level, fusion)
     store = _records(records)
     own_runner = isinstance(runner, str)
-    active = make_runner(runner)
     state = _Tuning(tasks, [TaskSearch(t, seed + i) for i, t in enumerate(tasks)], store,
                     active, options or MeasureOptions(), target_key(resolved), batch, workers,
                     [0] * len(tasks), [0.0] * len(tasks))
@@ -311,10 +308,20 @@ def _records(records: str | TuningRecords | None) -> TuningRecords:
     return TuningRecords.load(records, create=True)
 
 
-def make_runner(runner: str | Runner) -> Runner:
-    """``"local"`` or ``"ray"`` as a runner (a Runner is returned as it is)."""
+def make_runner(runner: str | Runner, target: Target | None = None) -> Runner:
+    """``"local"`` or ``"ray"`` as a runner for ``target`` (a Runner is returned as it is).
+    For a CUDA target, ``"local"`` is this machine's GPU (a
+    :class:`~opfusion.autotune.gpu_runner.GPURunner`; a DeviceError without one)."""
     if isinstance(runner, Runner):
         return runner
+    if target is not None and target.device == "cuda":
+        if runner != "local":
+            raise DeviceError(f"target {target}: GPU candidates are measured on this "
+                              f"machine's GPU (runner='local'), not with runner {runner!r}")
+        from ..backend.cuda.runtime import cuda_device
+        from .gpu_runner import GPURunner
+
+        return GPURunner(cuda_device())
     if runner == "local":
         return LocalRunner()
     if runner == "ray":
@@ -348,7 +355,7 @@ def _search(state: _Tuning, trials: int, seconds: float | None, start: float,
     """Rounds until the trials or the time are spent or every space is measured: first one
     round per task (heaviest first), then by priority."""
     first = list(range(len(state.tasks)))
-    while state.trials < trials:
+    while state.trials < trials and state.tasks:  # (a model with nothing to tune has none)
         if seconds is not None and time.monotonic() - start >= seconds:
             break
         if first:

@@ -89,7 +89,7 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
     resolved = as_target(target)
     backend = get_backend(resolved)  # refuses a target no backend compiles for, before work
     if resolved.device == "cuda":
-        return _compile_for_gpu(mod, resolved, params, opt_level, fusion)
+        return _compile_for_gpu(mod, resolved, params, opt_level, fusion, records)
     check_num_threads(num_threads)
     tuned = _tuning_records(records)
     if isinstance(mod, SymbolicModule):
@@ -117,7 +117,7 @@ def compile(mod: IRModule | Function | SymbolicModule,  # noqa: A001
 
 
 def _compile_for_gpu(mod: Any, target: Target, params: Mapping[str, Any] | None,
-                     opt_level: int | None, fusion: str | None) -> Any:
+                     opt_level: int | None, fusion: str | None, records: Any) -> Any:
     """A :class:`~opfusion.compiler.gpu.GPUExecutor` on this machine's GPU (a DeviceError
     without one, before any work)."""
     from ..backend.cuda.runtime import cuda_device
@@ -127,7 +127,8 @@ def _compile_for_gpu(mod: Any, target: Target, params: Mapping[str, Any] | None,
         raise DeviceError(f"target {target}: a model for a GPU needs static shapes (pass "
                           "shape= to from_onnx); symbolic and staged models run on the CPU")
     device = cuda_device()
-    return GPUExecutor(build_gpu_model(mod, params, target, opt_level, fusion), device)
+    return GPUExecutor(build_gpu_model(mod, params, target, opt_level, fusion, records),
+                       device)
 
 
 def fused_module(mod: IRModule, params: Mapping[str, Any] | None, target: Target,

@@ -224,10 +224,11 @@ def _align(offset: int) -> int:
 
 def build_gpu_model(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
                     target: str | Target = "cuda", opt_level: int | None = None,
-                    fusion: str | None = None) -> GPUModel:
+                    fusion: str | None = None, records: Any = None) -> GPUModel:
     """``mod`` optimized, fused and lowered for the GPU ``target`` (see the module
-    docstring)."""
-    from .compile import _ExecutorBuilder, fused_module
+    docstring); ``records`` (``opf.tune``'s, for the same target) give each group its best
+    measured config, else the rule's heuristic decides."""
+    from .compile import _ExecutorBuilder, _tuning_records, fused_module
 
     resolved = as_target(target)
     if resolved.device != "cuda":
@@ -238,7 +239,7 @@ def build_gpu_model(mod: IRModule | Function, params: Mapping[str, Any] | None =
         mod = IRModule.from_expr(mod)
     mod = fused_module(mod, params, resolved, opt_level, fusion)
     with resolved:
-        builder = _ExecutorBuilder(mod["main"], backend)
+        builder = _ExecutorBuilder(mod["main"], backend, _tuning_records(records))
     return GPUModel(resolved, builder.values, builder.steps,
                     [group for _, group in builder.kernels], builder.outputs,
                     builder.input_names)

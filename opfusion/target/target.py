@@ -77,8 +77,12 @@ register_target_kind(TargetKind("llvm", "cpu", _CPU_OPTIONS, "the CPU backend, T
 #: Hopper too.
 DEFAULT_CUDA_ARCH = "sm_80"
 
-register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores"),
-                                "CUDA C for an NVIDIA GPU (-arch=sm_90)"))
+#: Multiprocessors of the largest GPU of each architecture (A100, A10/RTX 30, L4/RTX 40,
+#: H100 and H200 SXM): what a schedule must give work to, unless ``-sms=N`` says otherwise.
+CUDA_MULTIPROCESSORS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
+
+register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores", "sms"),
+                                "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132)"))
 
 
 def target_kinds() -> list[str]:
@@ -192,6 +196,16 @@ class Target:
             raise TargetError(f"target {self}: -arch={arch} is not a GPU architecture such "
                               "as sm_80 or sm_90")
         return arch
+
+    @property
+    def multiprocessors(self) -> int:
+        """The GPU's streaming multiprocessors (``-sms=N``; else the largest GPU of the
+        architecture's): a launch of fewer blocks leaves some idle."""
+        text = self.options.get("sms")
+        if text is not None:
+            return _positive(text, "sms", str(self), int)
+        arch = self.cuda_arch
+        return CUDA_MULTIPROCESSORS.get(arch.rstrip("abcdefghijklmnopqrstuvwxyz"), 108)
 
     @property
     def max_threads_per_block(self) -> int:

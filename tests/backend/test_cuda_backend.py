@@ -21,6 +21,7 @@ from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function, Tuple, Var
 from opfusion.ir.types import TensorType
 from opfusion.target import Target
+from opfusion.target.target import TargetError
 from opfusion.tir.interp import run
 
 CUDA = Target("cuda -arch=sm_90")
@@ -95,17 +96,20 @@ def _conv(batch, channels, out_channels, size, kernel, stride, pad, groups):
     return Function([x, w, b], op.nn.relu(op.nn.bias_add(conv, b)))
 
 
-@pytest.mark.parametrize("case", [
-    (1, 5, 6, 9, 3, 2, 1, 1),     # stride 2, channels short of a block
-    (1, 4, 4, 8, 3, 1, 1, 4),     # depthwise
-    (2, 6, 4, 7, 1, 1, 0, 2),     # grouped 1x1, two images
-    (1, 3, 40, 11, 7, 2, 3, 1),   # a 7x7 stem
-    (1, 24, 36, 10, 3, 1, 2, 1),  # padding 2, the larger default tile
+@pytest.mark.parametrize("case, shared", [
+    ((1, 5, 6, 9, 3, 2, 1, 1), True),     # stride 2, channels short of a block
+    ((1, 4, 4, 8, 3, 1, 1, 4), True),     # depthwise
+    ((2, 6, 4, 7, 1, 1, 0, 2), True),     # grouped 1x1, two images
+    ((1, 3, 40, 11, 7, 2, 3, 1), True),   # a 7x7 stem
+    ((1, 24, 36, 10, 3, 1, 2, 1), True),  # padding 2, the wide-window tile
+    ((1, 24, 36, 10, 1, 1, 0, 1), False),  # pointwise: tall register tiles
+    ((1, 24, 36, 20, 3, 2, 1, 1), False),  # strided: one-warp blocks
 ])
-def test_convolution_tiles_with_the_default_config(case):
+def test_convolution_tiles_with_the_default_config(case, shared):
     group = _check_group(_conv(*case))
     assert group.schedule_config["rule"] == "gpu_conv2d"
-    assert "shared" in str(group.prim_func)
+    assert group.schedule_config["knobs"]["shared"] == shared
+    assert ("shared" in str(group.prim_func)) == shared
 
 
 def test_every_sampled_config_of_the_convolution_space_computes_the_reference():
@@ -164,18 +168,38 @@ def test_every_rows_config_computes_the_reference():
 
 
 @pytest.mark.parametrize("threads", [64, 1024])
-def test_default_schedule_one_thread_per_element(threads):
+@pytest.mark.parametrize("elements", [0, 1, 8])
+def test_default_schedule_elements_per_thread(threads, elements):
     x = Var("x", TensorType((3, 50, 7), "float32"))
     func = Function([x], op.sum(op.sigmoid(x), axis=[1]))
-    group = _check_group(func, {"threads": threads})
-    assert group.schedule_config == {"rule": "gpu_default", "knobs": {"threads": threads}}
+    knobs = {"threads": threads, "elements": elements}
+    group = _check_group(func, knobs)
+    assert group.schedule_config == {"rule": "gpu_default", "knobs": knobs}
+    y = Var("y", TensorType((3, 1001), "float32"))  # blocks of 64 x 8 and a tail
+    _check_group(Function([y], op.nn.relu(op.add(y, op.sigmoid(y)))), knobs)
+
+
+def test_large_elementwise_stages_take_several_elements_per_thread():
+    from opfusion.backend.cuda.schedules.default import LARGE_ELEMENTS, LARGE_EXTENT
+
+    x = Var("x", TensorType((LARGE_EXTENT + 300,), "float32"))
+    func = Function([x], op.sigmoid(x))
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    group = lower_primitive_function(mod["main"], "sigmoid", get_backend(CUDA))
+    (code,) = get_backend(CUDA).generate([group.prim_func]).groups
+    (launch,) = code.launches
+    per_block = 256 * LARGE_ELEMENTS
+    assert launch.block == (256, 1, 1)
+    assert launch.grid == (-(-(LARGE_EXTENT + 300) // per_block), 1, 1)
+    assert "#pragma unroll" in get_backend(CUDA).generate([group.prim_func]).code
 
 
 def test_cuda_source_has_a_kernel_per_launch():
     func = _dense_relu(37, 70, 45)
     mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
-    group = lower_primitive_function(mod["main"], "dense_relu", get_backend(CUDA))
-    source = get_backend(CUDA).generate([group.prim_func])
+    small = Target("cuda -sms=4")  # a GPU of 4 multiprocessors: 4 blocks of 32 x 32 fill it
+    group = lower_primitive_function(mod["main"], "dense_relu", get_backend(small))
+    source = get_backend(small).generate([group.prim_func])
     text = source.code
     assert 'extern "C" __global__ void __launch_bounds__(256) dense_relu(' in text
     assert "__shared__ float" in text and "__syncthreads();" in text
@@ -193,8 +217,11 @@ def test_opf_compile_for_cuda_needs_a_driver():
             opf.compile(_dense_relu(4, 4, 4), target="cuda")
     with pytest.raises(DeviceError):
         get_backend(CUDA).load("", [])
-    with pytest.raises(DeviceError, match="tuning measures candidates on the CPU only"):
-        opf.tune(_dense_relu(4, 4, 4), target="cuda", trials=1)
+    if NO_GPU is not None:
+        with pytest.raises(DeviceError, match="CUDA driver"):
+            opf.tune(_dense_relu(4, 4, 4), target="cuda", trials=1)
+    with pytest.raises(DeviceError, match="runner='local'"):
+        opf.tune(_dense_relu(4, 4, 4), target="cuda", trials=1, runner="ray")
 
 
 def _reference(mod, params, inputs):
@@ -333,6 +360,20 @@ def test_models_on_the_gpu_match_the_reference(name):
     assert [group for group, _ in exe.profile(*inputs)] == [s.group.name
                                                              for s in exe.model.steps]
     exe.close()
+
+
+def test_product_tiles_shrink_until_every_multiprocessor_has_a_block():
+    func = _dense_relu(37, 70, 45)
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    for spec, tile in (("cuda -sms=1", 64), ("cuda -sms=4", 32), ("cuda -arch=sm_90", 16)):
+        target = Target(spec)
+        group = lower_primitive_function(mod["main"], "dense_relu", get_backend(target))
+        assert group.schedule_config["knobs"]["block_rows"] == tile, spec
+    assert Target("cuda -arch=sm_90").multiprocessors == 132
+    assert Target("cuda -arch=sm_90a").multiprocessors == 132
+    assert Target("cuda").multiprocessors == 108
+    with pytest.raises(TargetError, match="-sms=0"):
+        assert Target("cuda -sms=0").multiprocessors
 
 
 def test_launches_beyond_the_gpus_limits_are_refused():

@@ -14,7 +14,7 @@ a block reads the same weights, so each is fetched from global memory once per b
 input is read from global memory (through the caches): neighbouring threads read
 neighbouring pixels.
 
-Knobs: ``block_channels`` (8-64), ``thread_channels`` (1, 2, 4), ``threads_x`` (8-64),
+Knobs: ``block_channels`` (8-128), ``thread_channels`` (1-8), ``threads_x`` (8-64),
 ``thread_pixels`` (1, 2, 4), ``k_step`` (4, 8, 16), ``shared``; a point must give blocks of
 32 to 1024 threads whose weight tile fits shared memory."""
 
@@ -53,8 +53,8 @@ class GPUConv2dRule(ScheduleRule):
 
         fits.__doc__ = "blocks of 32 to the target's threads whose weight tile fits"
         return ConfigSpace(self.name, [
-            Knob("block_channels", (8, 16, 32, 64), "output channels per block"),
-            Knob("thread_channels", (1, 2, 4), "output channels of each thread's tile"),
+            Knob("block_channels", (8, 16, 32, 64, 128), "output channels per block"),
+            Knob("thread_channels", (1, 2, 4, 8), "output channels of each thread's tile"),
             Knob("threads_x", (8, 16, 32, 64), "threads along the pixels"),
             Knob("thread_pixels", (1, 2, 4), "consecutive pixels of each thread's tile"),
             Knob("k_step", (4, 8, 16), "input channels per shared-memory stage"),
@@ -64,17 +64,11 @@ class GPUConv2dRule(ScheduleRule):
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         space = self.space(anchor, output, target)
         assert space is not None
-        channels = int(anchor.shape[1])
-        pixels = int(anchor.shape[2]) * int(anchor.shape[3])
-        if channels <= 16 or pixels <= 64:  # stems and the last, small stages
-            tile = {"block_channels": 16, "thread_channels": 2, "threads_x": 32,
-                    "thread_pixels": 1}
-        else:
-            tile = {"block_channels": 32, "thread_channels": 4, "threads_x": 32,
-                    "thread_pixels": 2}
-        # The weights of 8 input channels in shared memory, fewer for wide windows (an
-        # 11x11 one), none when even 4 do not fit.
-        for k_step, shared in ((8, True), (4, True), (8, False)):
+        tile = _default_tile(anchor)
+        # The weights of k_step input channels in shared memory when the tile asks for it:
+        # fewer for wide windows (an 11x11 one), none when even 4 do not fit.
+        steps = ((tile.pop("k_step"), tile.pop("shared")), (4, True), (8, False))
+        for k_step, shared in steps:
             try:
                 return space.config(**tile, k_step=k_step, shared=shared)
             except ScheduleError:
@@ -88,6 +82,46 @@ class GPUConv2dRule(ScheduleRule):
                        int(config["thread_pixels"]), int(config["k_step"]),
                        bool(config["shared"]))
         arrange_elementwise(s, DEFAULT_THREADS)
+
+
+def _default_tile(anchor: Any) -> dict[str, Any]:
+    """The heuristic's knobs for a convolution, by its kind, from ``opf.tune`` on an H200
+    (ResNet-50 at batch 32, about 13 candidates per convolution) and the whole model timed
+    with each heuristic (``benchmarks/gpu.py``; batch-32 times):
+
+    - the stem (few input channels, a 7x7 window): blocks of 8 channels x 16 pixels
+      (2.09 ms -> 1.18 in the tuner);
+    - pointwise convolutions: tall register tiles (8 channels x 2 pixels) without shared
+      memory (a thread's 8 weights of one input channel are 8 loads either way); 3 of the 6
+      mid-sized ones tuned to this shape, e.g. 0.68 ms -> 0.30;
+    - strided convolutions: one-warp blocks of 8 channels (the 1x1 ones tuned to it, 2.80 ms
+      -> 0.65; the model's 3x3 ones ran as fast as with the tile below, 2.8 and 3.4 ms);
+    - the rest: 32 channels x 64 pixels, 4 x 2 per thread, weights in shared memory. A
+      64 x 64 tile of 4 pixels per thread, the best for a 1x1 layer, made the 3x3 ones of
+      14x14 slower (1.65 ms -> 2.56), so it is not the default.
+    Layers of 64 pixels or fewer (ResNet's last stage) and of 16 channels or fewer keep the
+    small tile."""
+    data = anchor.op.input_tensors[0]
+    _, ry, rx = anchor.op.reduce_axis
+    window = int(ry.dom.extent) * int(rx.dom.extent)
+    in_channels = int(data.shape[1])
+    channels = int(anchor.shape[1])
+    pixels = int(anchor.shape[2]) * int(anchor.shape[3])
+    strided = int(data.shape[2]) >= 2 * int(anchor.shape[2])
+    if in_channels <= 4:  # a stem: few input channels, a wide window
+        return {"block_channels": 8, "thread_channels": 4, "threads_x": 16,
+                "thread_pixels": 1, "k_step": 8, "shared": True}
+    if channels <= 16 or pixels <= 64:  # narrow layers and the last, small stages
+        return {"block_channels": 16, "thread_channels": 2, "threads_x": 32,
+                "thread_pixels": 1, "k_step": 8, "shared": True}
+    if strided:
+        return {"block_channels": 8, "thread_channels": 8, "threads_x": 32,
+                "thread_pixels": 2, "k_step": 8, "shared": False}
+    if window == 1:
+        return {"block_channels": 64, "thread_channels": 8, "threads_x": 16,
+                "thread_pixels": 2, "k_step": 8, "shared": False}
+    return {"block_channels": 32, "thread_channels": 4, "threads_x": 32, "thread_pixels": 2,
+            "k_step": 8, "shared": True}
 
 
 def arrange_conv2d(s: te.Schedule, anchor: Any, output: Any, block_channels: int,
@@ -108,12 +142,18 @@ def arrange_conv2d(s: te.Schedule, anchor: Any, output: Any, block_channels: int
     owner.bind(bp, "blockIdx.x")
     owner.bind(ty, "threadIdx.y")
     owner.bind(tx, "threadIdx.x")
+    # The register tile's loops unrolled: the accumulators stay in registers only when
+    # every index into them is a constant.
+    owner.unroll(ro)
+    owner.unroll(rx)
     stage = s[acc]
     stage.compute_at(owner, tx)
     _, ao, _, ax = stage.op.axis
     rc, ry, rxk = stage.op.reduce_axis
     rco, rci = stage.split(rc, factor=k_step)
     stage.reorder(rco, rci, ry, rxk, ao, ax)
+    stage.unroll(ao)
+    stage.unroll(ax)
     if not shared:
         return
     reads = s[acc].op.input_tensors
