@@ -11,7 +11,7 @@ from opfusion import op
 from opfusion.autotune.gpu_runner import GPURunner
 from opfusion.autotune.measure import MeasureOptions, generate_candidates, task_data
 from opfusion.autotune.task import extract_tasks
-from opfusion.backend.cuda.runtime import InterpretedDevice, cuda_device
+from opfusion.backend.cuda.runtime import InterpretedDevice, gpu_unavailable
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
 from opfusion.errors import DeviceError
 from opfusion.ir.evaluate import evaluate
@@ -84,15 +84,7 @@ def test_a_fault_fails_that_candidate_and_stops_measuring_on_the_broken_context(
                for r in results[1:])
 
 
-def _gpu_reason() -> str | None:
-    try:
-        cuda_device()
-    except DeviceError as err:
-        return f"no NVIDIA GPU: {err}"
-    return None
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.skipif(gpu_unavailable() is not None, reason=str(gpu_unavailable()))
 def test_tuning_on_the_gpu():
     func = _dense_relu()
     result = opf.tune(func, target=TARGET, trials=8, records=None, options=QUICK)

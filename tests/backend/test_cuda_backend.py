@@ -12,7 +12,7 @@ import opfusion as opf
 from opfusion import op, testing
 from opfusion.backend import get_backend
 from opfusion.backend.cuda.nvrtc import compile_cuda, nvrtc_available
-from opfusion.backend.cuda.runtime import InterpretedDevice, cuda_device
+from opfusion.backend.cuda.runtime import InterpretedDevice, cuda_device, gpu_unavailable
 from opfusion.backend.cuda.schedules import RULES
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model, interpret_inputs
 from opfusion.compiler.lower_group import lower_primitive_function
@@ -336,15 +336,7 @@ def test_cubins_are_cached_with_their_digest(tmp_path, monkeypatch):
     assert cache_info(tmp_path / "kernels").entries >= 1  # counted against the limit
 
 
-def _gpu_reason() -> str | None:
-    try:
-        cuda_device()
-    except DeviceError as err:
-        return f"no NVIDIA GPU: {err}"
-    return None
-
-
-NO_GPU = _gpu_reason()
+NO_GPU = gpu_unavailable()
 
 
 @pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))

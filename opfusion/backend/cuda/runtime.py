@@ -156,8 +156,15 @@ class CUDADevice(Device):
         self.pointer = None
         self.module = None
         self.functions: dict[str, Any] = {}
+        # Each launch's kernelParams (an array of pointers, each to one argument's value),
+        # built once per distinct argument list: a model launches the same lists every run.
+        self._params: dict[tuple[Arg, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def allocate(self, nbytes: int) -> None:
+        self._params.clear()
+        if self.pointer is not None:  # a second model on this device: the first's is done
+            self.cu.cuMemFree(self.pointer)
+            self.pointer = None
         err, self.pointer = self.cu.cuMemAlloc(max(nbytes, 1))
         _check(self.cu, err, f"cuMemAlloc({nbytes})")
 
@@ -189,11 +196,13 @@ class CUDADevice(Device):
 
     def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
                block: tuple[int, int, int], args: Sequence[Arg]) -> None:
-        # kernelParams: an array of pointers, each to one argument's value (a pointer).
-        values = [np.array([int(self.pointer) + a.offset], dtype=np.uint64) for a in args]
-        params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
+        key = tuple(args)
+        if key not in self._params:
+            values = np.array([int(self.pointer) + a.offset for a in args], dtype=np.uint64)
+            pointers = values.ctypes.data + 8 * np.arange(len(args), dtype=np.uint64)
+            self._params[key] = (values, pointers)  # values stay alive while pointed to
         (err,) = self.cu.cuLaunchKernel(self.functions[symbol], *grid, *block, 0, 0,
-                                        params.ctypes.data, 0)
+                                        self._params[key][1].ctypes.data, 0)
         _check(self.cu, err, f"cuLaunchKernel({symbol})")
 
     def synchronize(self) -> None:
@@ -217,12 +226,14 @@ class CUDADevice(Device):
         return float(ms)
 
     def release(self) -> None:
+        self._params.clear()
         if self.pointer is not None:
             self.cu.cuMemFree(self.pointer)
             self.pointer = None
         if self.module is not None:
             self.cu.cuModuleUnload(self.module)
             self.module = None
+            self.functions.clear()
 
 
 def cuda_device(ordinal: int = 0) -> CUDADevice:
@@ -233,6 +244,17 @@ def cuda_device(ordinal: int = 0) -> CUDADevice:
         raise
     except Exception as err:  # the bindings load libcuda on first use
         raise DeviceError(f"no CUDA driver to run on: {err}") from None
+
+
+def gpu_unavailable() -> str | None:
+    """None when :func:`cuda_device` opens a GPU here, else why not (for a skip or a
+    message)."""
+    try:
+        device = cuda_device()
+    except DeviceError as err:
+        return f"no NVIDIA GPU: {err}"
+    device.release()
+    return None
 
 
 def _driver() -> Any:
@@ -250,4 +272,5 @@ def _check(cu: Any, err: Any, what: str) -> None:
                           "(libcuda) on this machine?")
 
 
-__all__ = ["Arg", "CUDADevice", "Device", "InterpretedDevice", "cuda_device"]
+__all__ = ["Arg", "CUDADevice", "Device", "InterpretedDevice", "cuda_device",
+           "gpu_unavailable"]
