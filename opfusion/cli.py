@@ -734,7 +734,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tune", parents=[common], help="search the kernels' schedule knobs, keep the records",
         description="Tune the schedule knobs of every fused group of an ONNX model: "
                     "candidates are built, then measured one at a time in a worker process "
-                    "and checked against the reference interpreter; every result is "
+                    "(on the GPU for --target cuda...) and checked against the reference "
+                    "interpreter; every result is "
                     "appended to the records (a second run with the same file continues). "
                     "Compile with the records: opfusion compile MODEL.onnx --records FILE.")
     tune_.add_argument("model", metavar="MODEL.onnx")

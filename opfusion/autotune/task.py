@@ -62,8 +62,11 @@ class Task:
 
 def target_key(target: Target) -> str:
     """The records' name for ``target``: its explicit features (``c -mcpu=... -mattr=...``,
-    the same text on any machine) and its core count, which the schedules' task counts
-    depend on."""
+    the same text on any machine) and, for a CPU, its core count, which the schedules' task
+    counts depend on. A GPU target's schedules do not depend on the host's cores, so records
+    tuned on one machine apply on any other with the same GPU target (``cuda -arch=sm_90``)."""
+    if target.device != "cpu":
+        return str(target.explicit())
     return f"{target.explicit()} cores={target.num_cores}"
 
 

@@ -44,6 +44,7 @@ def test_tuning_for_a_gpu_records_checked_configs_that_compile_uses():
     records = result.records.records
     assert records and all(r.ok and r.runner == "gpu" and r.rule == "gpu_matmul"
                            for r in records)
+    assert {r.target for r in records} == {TARGET}  # not the host's cores: any host applies
     model = build_gpu_model(func, target=TARGET, records=result.records)
     (group,) = model.kernels
     assert group.schedule_config == task.best_config.to_dict()
