@@ -143,12 +143,14 @@ def measure_candidate(device: Any, data: TaskData, candidate: Candidate,
             poison = np.nan if np.dtype(arg.dtype).kind == "f" else 0
             device.upload(arg.offset, np.full(arg.shape, poison, arg.dtype))
         device.load(candidate.kernel, {code.name: candidate.prim_func})
+        launches = [device.prepare(code.name, number, launch.symbol, launch.grid,
+                                   launch.block, args)
+                    for number, launch in enumerate(code.launches)]
 
         def call(times: int = 1) -> None:
             for _ in range(times):
-                for number, launch in enumerate(code.launches):
-                    device.launch(code.name, number, launch.symbol, launch.grid,
-                                  launch.block, args)
+                for launch in launches:
+                    launch()
 
         def check(when: str) -> None:
             device.synchronize()

@@ -29,7 +29,7 @@ import numpy as np
 from ..backend import get_backend
 from ..backend.cuda.emitter import CUDASource
 from ..backend.cuda.nvrtc import compile_cuda
-from ..errors import OpfusionError
+from ..errors import DeviceError, OpfusionError
 from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.module import IRModule
@@ -144,6 +144,14 @@ class GPUExecutor:
             for step, temps in zip(model.steps, step_temps)]
         device.load(model.source, {g.name: g.prim_func for g in model.kernels
                                    if g.prim_func is not None})
+        # Each kernel step's launches as prepared calls (the device works out each launch's
+        # arguments once): a run walks this list, with no per-launch bookkeeping.
+        self._calls: list[list[Any] | None] | None = [
+            None if entry is None else [
+                device.prepare(step.group.name, index, launch.symbol, launch.grid,
+                               launch.block, entry[1])
+                for index, launch in enumerate(entry[0])]
+            for step, entry in zip(model.steps, self._launches)]
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs``: NumPy arrays in the model's input order, or
@@ -204,13 +212,14 @@ class GPUExecutor:
                 self.device.upload(self._where[value].offset,
                                    np.ascontiguousarray(array, dtype=self._where[value].dtype))
             return
-        launches, args = self._launches[number]
-        for index, launch in enumerate(launches):
-            self.device.launch(group.name, index, launch.symbol, launch.grid, launch.block,
-                               args)
+        if self._calls is None:
+            raise DeviceError("this GPU executor was closed: compile the model again")
+        for call in self._calls[number]:  # type: ignore[union-attr]
+            call()
 
     def close(self) -> None:
-        """Give the device memory back."""
+        """Give the device memory back (the executor cannot run after)."""
+        self._calls = None
         self.device.release()
 
 

@@ -179,6 +179,8 @@ def test_a_model_runs_through_the_driver_calls(monkeypatch, tmp_path):
     assert [name for name, ms in exe.profile(*inputs)] == [s.group.name for s in model.steps]
     exe.close()
     assert fake.buffers == {} and device._params == {}
+    with pytest.raises(DeviceError, match="closed"):
+        exe.execute()
 
 
 def test_a_second_model_on_the_device_frees_the_first_ones_memory(monkeypatch, tmp_path):

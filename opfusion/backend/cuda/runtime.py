@@ -17,9 +17,10 @@ Loading the kernels runs native code on the GPU, as loading any compiled model d
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,14 @@ class Device(ABC):
     def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
                block: tuple[int, int, int], args: Sequence[Arg]) -> None:
         """Launch kernel ``symbol`` (launch ``number`` of ``group``) on ``args``."""
+
+    def prepare(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
+                block: tuple[int, int, int], args: Sequence[Arg]) -> Callable[[], None]:
+        """A call that makes :meth:`launch`'s launch, with everything about it worked out
+        once (a model runs the same launches every time); valid until the memory is
+        released."""
+        return functools.partial(self.launch, group, number, symbol, grid, block,
+                                 tuple(args))
 
     @abstractmethod
     def synchronize(self) -> None:
@@ -196,14 +205,24 @@ class CUDADevice(Device):
 
     def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
                block: tuple[int, int, int], args: Sequence[Arg]) -> None:
+        self.prepare(group, number, symbol, grid, block, args)()
+
+    def prepare(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
+                block: tuple[int, int, int], args: Sequence[Arg]) -> Callable[[], None]:
         key = tuple(args)
         if key not in self._params:
             values = np.array([int(self.pointer) + a.offset for a in args], dtype=np.uint64)
             pointers = values.ctypes.data + 8 * np.arange(len(args), dtype=np.uint64)
             self._params[key] = (values, pointers)  # values stay alive while pointed to
-        (err,) = self.cu.cuLaunchKernel(self.functions[symbol], *grid, *block, 0, 0,
-                                        self._params[key][1].ctypes.data, 0)
-        _check(self.cu, err, f"cuLaunchKernel({symbol})")
+        params = int(self._params[key][1].ctypes.data)
+        function, launch_kernel, cu = self.functions[symbol], self.cu.cuLaunchKernel, self.cu
+
+        def call() -> None:  # kernelParams: pointers, each to one argument's value
+            (err,) = launch_kernel(function, *grid, *block, 0, 0, params, 0)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                _check(cu, err, f"cuLaunchKernel({symbol})")
+
+        return call
 
     def synchronize(self) -> None:
         _check(self.cu, self.cu.cuCtxSynchronize()[0], "cuCtxSynchronize")
