@@ -268,14 +268,13 @@ def _compile_for_gpu(args: argparse.Namespace) -> int:
 
     from .compiler.gpu import build_gpu_model
 
-    if args.records is not None:
-        raise OpfusionError("--records: tuning records are for CPU targets (no runner measures "
-                            "on a GPU yet)")
+    records = _tuning_records(args.records)  # opfusion tune --target cuda... on a GPU
     output = Path(args.output) if args.output else Path(args.model).with_suffix(".cu")
     with showing_progress(args.verbose) as progress:
         mod, params = load_onnx(args.model, args.shape, args.verbose, progress=progress)
         progress.stage("lowering for the GPU")
-        model = build_gpu_model(mod, params, args.target, args.opt_level, args.fusion)
+        model = build_gpu_model(mod, params, args.target, args.opt_level, args.fusion,
+                                records)
         arch = args.target.cuda_arch
         progress.stage(f"NVRTC ({arch})")
         image = model.compile(arch)
