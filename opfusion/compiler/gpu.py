@@ -34,7 +34,7 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target, as_target
-from .executor import ExecStep, ValueInfo, checked_input, ordered_feeds
+from .executor import ExecStep, InputError, ValueInfo, checked_input, ordered_feeds
 from .lower_group import LoweredGroup
 from .memory_plan import PlannedStep, plan_memory
 
@@ -154,8 +154,10 @@ class GPUExecutor:
             for step, entry in zip(model.steps, self._launches)]
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
-        """The model's outputs for ``inputs``: NumPy arrays in the model's input order, or
-        one mapping of them by input name."""
+        """The model's outputs for ``inputs``: arrays in the model's input order, or one
+        mapping of them by input name. An input may be a NumPy array (copied to the GPU) or
+        an array already in GPU memory (a PyTorch CUDA tensor, a CuPy array: anything with
+        ``__cuda_array_interface__``), copied on the GPU. The outputs are NumPy arrays."""
         self._upload_inputs(inputs)
         for number, step in enumerate(self.model.steps):
             self._run_step(number, step)
@@ -194,10 +196,13 @@ class GPUExecutor:
             if info.input_index is None:
                 continue
             where = self._where[index]
-            array = checked_input(self.model.input_names[info.input_index],
-                                   ordered[info.input_index], where.shape,
-                                   np.dtype(where.dtype))
-            self.device.upload(where.offset, array)
+            name, value = self.model.input_names[info.input_index], ordered[info.input_index]
+            address = device_address(name, value, where.shape, np.dtype(where.dtype))
+            if address is not None:
+                self.device.copy_from_device(where.offset, address, where.nbytes)
+                continue
+            self.device.upload(where.offset,
+                               checked_input(name, value, where.shape, np.dtype(where.dtype)))
 
     def _run_step(self, number: int, step: ExecStep) -> None:
         group = step.group
@@ -221,6 +226,39 @@ class GPUExecutor:
         """Give the device memory back (the executor cannot run after)."""
         self._calls = None
         self.device.release()
+
+
+def device_address(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
+                   ) -> int | None:
+    """The GPU address of input ``value`` when it is an array in GPU memory (it has
+    ``__cuda_array_interface__``), after checking its shape, dtype and layout (an
+    InputError naming the input otherwise); None for any other value."""
+    if not hasattr(type(value), "__cuda_array_interface__"):
+        return None
+    try:
+        interface = value.__cuda_array_interface__
+        got_shape = tuple(int(d) for d in interface["shape"])
+        got_dtype = np.dtype(interface["typestr"])
+        strides = interface.get("strides")
+        address = int(interface["data"][0])
+        masked = interface.get("mask") is not None
+    except Exception as err:  # a tensor that requires grad refuses; a malformed interface
+        raise InputError(f"input {name!r} is on the GPU but its __cuda_array_interface__ "
+                         f"cannot be read ({type(err).__name__}: {err}); pass a detached, "
+                         "contiguous array") from None
+    if got_shape != shape:
+        raise InputError(f"input {name!r} must have shape {shape}, got {got_shape}")
+    if got_dtype != dtype:
+        raise InputError(f"input {name!r} must be {dtype}, got {got_dtype}")
+    contiguous = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize
+                       for i in range(len(shape)))
+    if masked or (strides is not None and tuple(strides) != contiguous
+                  and int(np.prod(shape, dtype=np.int64)) > 1):
+        raise InputError(f"input {name!r} is not a contiguous array in GPU memory; call "
+                         ".contiguous() (PyTorch) or ascontiguousarray (CuPy) first")
+    if address == 0 and int(np.prod(shape, dtype=np.int64)) > 0:
+        raise InputError(f"input {name!r} has a null GPU address")
+    return address
 
 
 def _nbytes(shape: Any, dtype: str) -> int:

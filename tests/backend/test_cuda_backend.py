@@ -368,6 +368,19 @@ def test_product_tiles_shrink_until_every_multiprocessor_has_a_block():
         assert Target("cuda -sms=0").multiprocessors
 
 
+@pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
+def test_torch_tensors_on_the_gpu_are_inputs():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    func = _dense_relu(37, 70, 45)
+    exe = opf.compile(func, target="cuda")
+    inputs = interpret_inputs(exe.model)
+    on_gpu = [torch.from_numpy(a).cuda() for a in inputs]
+    testing.assert_close(exe.run(*on_gpu)[0], exe.run(*inputs)[0], 0.0)
+    exe.close()
+
+
 def test_launches_beyond_the_gpus_limits_are_refused():
     from opfusion.backend.cuda.emitter import check_launch
     from opfusion.tir import expr as E

@@ -12,7 +12,8 @@ import pytest
 
 from opfusion import op, testing
 from opfusion.backend.cuda.nvrtc import nvrtc_available
-from opfusion.backend.cuda.runtime import CUDADevice
+from opfusion.backend.cuda.runtime import CUDADevice, InterpretedDevice
+from opfusion.compiler.executor import InputError
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
 from opfusion.errors import DeviceError
 from opfusion.ir.evaluate import evaluate
@@ -99,6 +100,10 @@ class FakeDriver:
 
     def cuMemcpyDtoH(self, host, device, nbytes):  # noqa: N802
         ctypes.memmove(host, self._host(device, nbytes).ctypes.data, nbytes)
+        return (0,)
+
+    def cuMemcpyDtoD(self, device, source, nbytes):  # noqa: N802
+        self._host(device, nbytes)[...] = self._host(source, nbytes)
         return (0,)
 
     def cuModuleLoadData(self, image):  # noqa: N802
@@ -199,3 +204,57 @@ def test_a_failing_driver_call_is_a_device_error_naming_it(monkeypatch, tmp_path
                                                            None))
     with pytest.raises(DeviceError, match=r"cuMemAlloc\(\d+\) failed"):
         GPUExecutor(model, device)
+
+
+class _OnTheGPU:
+    """An array in (the stand-in's) GPU memory, as PyTorch and CuPy expose theirs."""
+
+    def __init__(self, fake: FakeDriver, array: np.ndarray, strides=None, typestr=None):
+        (_, self.address) = fake.cuMemAlloc(array.nbytes)
+        fake.cuMemcpyHtoD(self.address, np.ascontiguousarray(array).ctypes.data, array.nbytes)
+        self.shape, self.strides = array.shape, strides
+        self.typestr = typestr or array.dtype.str
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.address, False),
+                "strides": self.strides, "version": 3}
+
+
+class _RequiresGrad:
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+def test_inputs_already_on_the_gpu_are_copied_there(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
+    func = _model()
+    model = build_gpu_model(func, target="cuda -arch=sm_90")
+    device, fake = _device(monkeypatch, model)
+    exe = GPUExecutor(model, device)
+    rng = np.random.default_rng(4)
+    x, w = (rng.standard_normal(p.type_annotation.shape).astype("float32")
+            for p in func.params)
+    (got,) = exe.run(_OnTheGPU(fake, x), w)
+    testing.assert_close(got, evaluate(func, [x, w]), 1e-5)
+    (got,) = exe.run({"x": _OnTheGPU(fake, x), "w": _OnTheGPU(fake, w)})
+    testing.assert_close(got, evaluate(func, [x, w]), 1e-5)
+    with pytest.raises(InputError, match=r"input 'x' must have shape \(3, 20\)"):
+        exe.run(_OnTheGPU(fake, x.T.copy()), w)
+    with pytest.raises(InputError, match="input 'x' must be float32, got float64"):
+        exe.run(_OnTheGPU(fake, x.astype("float64")), w)
+    with pytest.raises(InputError, match="not a contiguous array in GPU memory"):
+        exe.run(_OnTheGPU(fake, x, strides=(4, 12)), w)
+    with pytest.raises(InputError, match="requires grad"):
+        exe.run(_RequiresGrad(), w)
+
+
+def test_the_interpreter_device_refuses_gpu_arrays():
+    func = _model()
+    model = build_gpu_model(func, target="cuda -arch=sm_90")
+    exe = GPUExecutor(model, InterpretedDevice())
+    x = np.zeros((3, 20), "float32")
+    fake = FakeDriver(model)
+    with pytest.raises(DeviceError, match="cannot read arrays in GPU memory"):
+        exe.run(_OnTheGPU(fake, x), np.zeros((12, 20), "float32"))

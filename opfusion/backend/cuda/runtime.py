@@ -56,6 +56,12 @@ class Device(ABC):
     def upload(self, offset: int, array: np.ndarray) -> None:
         """Copy ``array`` (C-contiguous) to byte ``offset`` of the allocation."""
 
+    def copy_from_device(self, offset: int, address: int, nbytes: int) -> None:
+        """Copy ``nbytes`` at GPU address ``address`` (another framework's array already on
+        the GPU) to byte ``offset`` of the allocation."""
+        raise DeviceError(f"{type(self).__name__} cannot read arrays in GPU memory: pass a "
+                          "NumPy array")
+
     @abstractmethod
     def download(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """A new array with the elements at byte ``offset`` of the allocation."""
@@ -184,6 +190,14 @@ class CUDADevice(Device):
         data = np.ascontiguousarray(array)
         (err,) = self.cu.cuMemcpyHtoD(self._address(offset), data.ctypes.data, data.nbytes)
         _check(self.cu, err, "cuMemcpyHtoD")
+
+    def copy_from_device(self, offset: int, address: int, nbytes: int) -> None:
+        # The array's producer may have queued its work on a stream of its own (PyTorch's
+        # are non-blocking): wait for every stream of the context before reading it.
+        self.synchronize()
+        (err,) = self.cu.cuMemcpyDtoD(self._address(offset), self.cu.CUdeviceptr(address),
+                                      nbytes)
+        _check(self.cu, err, "cuMemcpyDtoD")
 
     def download(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         out = np.empty(shape, dtype)
