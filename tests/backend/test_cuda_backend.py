@@ -169,14 +169,35 @@ def test_every_rows_config_computes_the_reference():
 
 @pytest.mark.parametrize("threads", [64, 1024])
 @pytest.mark.parametrize("elements", [0, 1, 8])
-def test_default_schedule_elements_per_thread(threads, elements):
+@pytest.mark.parametrize("vector", [1, 4])
+def test_default_schedule_elements_per_thread(threads, elements, vector):
     x = Var("x", TensorType((3, 50, 7), "float32"))
-    func = Function([x], op.sum(op.sigmoid(x), axis=[1]))
-    knobs = {"threads": threads, "elements": elements}
+    func = Function([x], op.sum(op.sigmoid(x), axis=[1]))  # a reduction: never vectors
+    knobs = {"threads": threads, "elements": elements, "vector": vector}
     group = _check_group(func, knobs)
     assert group.schedule_config == {"rule": "gpu_default", "knobs": knobs}
     y = Var("y", TensorType((3, 1001), "float32"))  # blocks of 64 x 8 and a tail
     _check_group(Function([y], op.nn.relu(op.add(y, op.sigmoid(y)))), knobs)
+    z = Var("z", TensorType((3, 1000), "float32"))  # rows of whole vectors
+    bias = Var("bias", TensorType((1000,), "float32"))  # broadcast: read in place
+    group = _check_group(Function([z, bias], op.multiply(op.add(z, bias), op.sigmoid(z))),
+                         knobs)
+    code = get_backend(CUDA).generate([group.prim_func]).code
+    assert code.count("reinterpret_cast<const float4*>") == (2 if vector == 4 else 0)
+
+
+@needs_nvrtc
+def test_vector_steps_are_16_byte_accesses():
+    z = Var("z", TensorType((64, 96), "float32"))
+    func = Function([z], op.nn.relu(op.sigmoid(z)))
+    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+    group = lower_primitive_function(mod["main"], "vectors", get_backend(CUDA),
+                                     {"threads": 128, "elements": 2, "vector": 4})
+    ptx = get_backend(CUDA).generate([group.prim_func]).code
+    from opfusion.backend.cuda.nvrtc import compile_cuda
+
+    text = compile_cuda(ptx, "compute_90").decode()
+    assert "ld.global.nc.v4.f32" in text and "st.global.v4.f32" in text
 
 
 def test_large_elementwise_stages_take_several_elements_per_thread():

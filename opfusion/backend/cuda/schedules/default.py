@@ -1,4 +1,4 @@
-"""The GPU default schedule: one thread per output element, for every group no rule takes.
+"""The GPU default schedule: elements spread over threads, for every group no rule takes.
 
 Each root stage (the group's result, and each reduction or other stage not inlined into it)
 is one launch: its data axes fused into one index, split into blocks of ``elements`` x
@@ -15,7 +15,14 @@ warps per block to hide latency, blocks small enough to spread over every multip
 where memory bandwidth is the limit, else 1). A GPU keeps its memory busy only with tens of
 KiB of loads in flight per multiprocessor, and one float per resident thread is 8 KiB: on
 an H200 a 64M-element chain took 0.213 ms with one element per thread (256 threads), 0.177
-with 4 and 0.174 with 8, against a copy bound of 0.128."""
+with 4 and 0.174 with 8, against a copy bound of 0.128. ``vector`` (1 or 4): with 4, each
+step is 4 consecutive elements of the innermost axis (when it holds whole vectors; else the
+stage keeps single elements): the inputs of the result's shape are read into registers
+with one 16-byte load, the 4 results computed there and stored with one 16-byte store
+(``float4``, :meth:`~opfusion.backend.cuda.emitter.CUDAEmitter._emit_vector_copy`);
+operands broadcast along the step are read in place. 1 by default: 4 is built and checked
+(the interpreter, NVRTC's PTX holds ``v4`` accesses) but not yet timed on a GPU, where it
+should close the chain's remaining 1.36x to the copy bound."""
 
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 
 #: Threads per block of the default schedule.
 DEFAULT_THREADS = 256
+#: float32 lanes of one 16-byte access (a CUDA ``float4``), the widest a thread can make.
+VECTOR_LANES = 4
 #: Elements per thread of large elementwise stages, and what "large" is: enough blocks of
 #: ``DEFAULT_THREADS * ELEMENTS`` elements to fill a big GPU several times over.
 LARGE_ELEMENTS = 8
@@ -46,27 +55,80 @@ class GPUDefaultRule(ScheduleRule):
                  "threads per block"),
             Knob("elements", (0, 1, 2, 4, 8),
                  "elements per thread, threads apart, unrolled (0: by the stage's size)"),
+            Knob("vector", (1, VECTOR_LANES),
+                 "consecutive elements per element step, moved with one 16-byte access"),
         ])
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
-        return self.space(anchor, output, target).config(threads=DEFAULT_THREADS, elements=0)
+        return self.space(anchor, output, target).config(threads=DEFAULT_THREADS, elements=0,
+                                                         vector=1)
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
               config: Config) -> None:
-        arrange_elementwise(s, int(config["threads"]), int(config["elements"]))
+        arrange_elementwise(s, int(config["threads"]), int(config["elements"]),
+                            int(config["vector"]))
 
 
-def arrange_elementwise(s: te.Schedule, threads: int, elements: int = 1) -> None:
+def arrange_elementwise(s: te.Schedule, threads: int, elements: int = 1,
+                        vector: int = 1) -> None:
     """Every root stage that no rule arranged: ``elements`` elements per thread (0: by the
-    stage's size; module docstring)."""
-    for stage in s.stages:
+    stage's size), each ``vector`` consecutive ones where the stage allows (module
+    docstring)."""
+    for stage in list(s.stages):
         op = stage.op
         if not isinstance(op, te.ComputeOp) or stage.attach_type != "root" or not op.axis:
             continue
         if stage.relations or stage.iter_var_attrs:
             continue  # a rule already arranged it
         per_thread = elements or _elements_for(op)
-        bind_flat(stage, list(op.axis), threads, per_thread)
+        if vector > 1 and _vectorizable(op, vector):
+            arrange_vectors(s, op.output(0), threads, per_thread, vector)
+        else:
+            bind_flat(stage, list(op.axis), threads, per_thread)
+
+
+def _vectorizable(op: te.ComputeOp, lanes: int) -> bool:
+    """Whether a stage's innermost axis splits into whole vectors of ``lanes`` (and it is no
+    reduction, whose stage is not a plain copy-out)."""
+    return not op.reduce_axis and int(op.axis[-1].dom.extent) % lanes == 0
+
+
+def arrange_vectors(s: te.Schedule, tensor: Any, threads: int, elements: int,
+                    lanes: int) -> None:
+    """``tensor``'s stage in steps of ``lanes`` consecutive elements: each thread reads the
+    inputs of a step that have the result's shape into registers with one vector load
+    (``cache_read`` to "local", vectorized), computes the ``lanes`` results into registers
+    (``cache_write``), and stores them with one vector store. Steps go ``threads`` apart
+    as in :func:`bind_flat`."""
+    local = s.cache_write(tensor, "local")
+    owner = s[tensor]
+    *outer_axes, last = owner.op.axis
+    last_outer, lane = owner.split(last, factor=lanes)
+    steps = owner.fuse(*outer_axes, last_outer) if outer_axes else last_outer
+    step_loop = _bind_steps(owner, steps, threads, elements)
+    owner.reorder(*owner.leaf_iter_vars[:-1], lane) if owner.leaf_iter_vars[-1] is not lane \
+        else None
+    owner.vectorize(lane)
+    s[local].compute_at(owner, step_loop)
+    s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
+    for source, readers in _full_inputs(s, tensor):
+        copy = s.cache_read(source, "local", readers)
+        s[copy].compute_at(owner, step_loop)
+        s[copy].vectorize(s[copy].op.axis[-1])
+
+
+def _full_inputs(s: te.Schedule, tensor: Any) -> list[tuple[Any, list[Any]]]:
+    """The group's inputs (placeholders) of ``tensor``'s shape, each with the stages that
+    read it: the operands a vector step reads whole (broadcast ones are read in place)."""
+    shape = tuple(tensor.shape)
+    found: dict[Any, list[Any]] = {}
+    for stage in s.stages:
+        for source in stage.op.input_tensors:
+            if isinstance(source.op, te.PlaceholderOp) and tuple(source.shape) == shape:
+                readers = found.setdefault(source, [])
+                if stage.op not in readers:
+                    readers.append(stage.op)
+    return list(found.items())
 
 
 def _elements_for(op: te.ComputeOp) -> int:
@@ -84,6 +146,27 @@ def accumulator_and_owner(s: te.Schedule, anchor: Any, output: Any) -> tuple[Any
     if output.op is anchor.op:
         return s.cache_write(anchor, "local"), s[anchor]
     return anchor, s[output]
+
+
+def _bind_steps(stage: te.Stage, fused: te.IterVar, threads: int, elements: int
+                ) -> te.IterVar:
+    """Bind ``fused`` to blocks of ``threads`` x ``elements`` steps (as :func:`bind_flat`)
+    and return the innermost loop of a thread's steps (where its registers live)."""
+    if int(fused.dom.extent) <= threads:
+        stage.bind(fused, "threadIdx.x")
+        return fused
+    outer, inner = stage.split(fused, factor=threads)
+    elements = min(elements, int(outer.dom.extent))
+    if elements > 1:
+        block, step = stage.split(outer, factor=elements)
+        stage.reorder(block, inner, step)
+        stage.bind(block, "blockIdx.x")
+        stage.bind(inner, "threadIdx.x")
+        stage.unroll(step)
+        return step
+    stage.bind(outer, "blockIdx.x")
+    stage.bind(inner, "threadIdx.x")
+    return inner
 
 
 def bind_flat(stage: te.Stage, axes: list[te.IterVar], threads: int,
