@@ -134,7 +134,7 @@ def chain_rows(device, repeat: int, bandwidth: float, sweep: bool) -> None:
     results = {"opfusion": time_opfusion(exe, repeat)}
     exe.close()
     if sweep:
-        chain_sweep(device, func, target)
+        chain_sweep(func, target)
     try:
         import torch
 
@@ -149,32 +149,16 @@ def chain_rows(device, repeat: int, bandwidth: float, sweep: bool) -> None:
            results, bound)
 
 
-def chain_sweep(device, func, target: str) -> None:
-    """Every config of the default schedule (threads, elements per thread) on the chain,
-    through the GPU runner (checked against the reference, timed with events). The
-    tuner does not choose these knobs (groups without an anchor have no task), so they are
-    measured here to choose the heuristic."""
-    from opfusion.autotune.gpu_runner import GPURunner
-    from opfusion.autotune.measure import generate_candidates, task_data
-    from opfusion.autotune.task import Task, task_key
-    from opfusion.backend import get_backend
-    from opfusion.compiler.compile import fused_module
-    from opfusion.target import as_target
-
-    resolved = as_target(target)
-    fused = fused_module(opf.IRModule.from_expr(func), None, resolved, None, None)
-    (group,) = [f for f in opf.ir.post_order(fused["main"].body)
-                if isinstance(f, Function) and f is not fused["main"]]
-    rule = get_backend(resolved).rules().fallback
-    space = rule.space(None, None, resolved)
-    task = Task(task_key(group, resolved), group, resolved, 1, rule.name, space,
-                rule.default_config(None, None, resolved), ())
-    results = GPURunner(device).run(task_data(task), generate_candidates(task, list(space)),
-                                    MeasureOptions(repeat=5))
-    print("  chain, every default-schedule config (ms):")
-    for result in sorted(results, key=lambda r: r.seconds or 1e9):
-        shown = f"{result.seconds * 1e3:8.3f}" if result.ok else result.error
-        print(f"    {shown}  {dict(result.config.items())}")
+def chain_sweep(func, target: str) -> None:
+    """Every config of the default schedule (threads, elements and vector steps per
+    thread) on the chain, through ``opf.tune`` on the GPU (each checked against the
+    reference, timed with events, back to back), to choose the heuristic."""
+    result = opf.tune(func, target=target, trials=1000, records=None, confirm=0,
+                      options=MeasureOptions(repeat=5))
+    records = sorted((r for r in result.records.records if r.ok), key=lambda r: r.seconds)
+    print(f"  chain, {len(records)} default-schedule configs (ms):")
+    for record in records:
+        print(f"    {record.seconds * 1e3:8.3f}  {record.knobs}")
 
 
 def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,

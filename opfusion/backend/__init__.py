@@ -66,6 +66,24 @@ class Backend(ABC):
         rule.apply(s, anchor, output, self.target, used)
         return None if rule is registry.fallback and config is None else used
 
+    #: Whether groups without an anchor (elementwise chains, pooling) are tuning tasks too:
+    #: their fallback rule's knobs matter on a GPU (threads, elements and vectors per
+    #: thread); the CPU's fallback has none worth a measurement.
+    tunes_fallback = False
+
+    def fallback_space(self, output: Any) -> Any:
+        """``(rule, space, default)`` of the fallback rule for a group without an anchor
+        whose result is ``output``, when this backend tunes it (:attr:`tunes_fallback`) and
+        the space has a choice; else None."""
+        registry = self.rules()
+        if not self.tunes_fallback or registry.fallback is None:
+            return None
+        rule = registry.fallback
+        space = rule.space(None, output, self.target)
+        if space is None or len(space) < 2:
+            return None
+        return rule, space, rule.default_config(None, output, self.target)
+
     def config_space(self, anchor: Any, output: Any, op_name: str | None) -> Any:
         """``(rule, space, default)`` for one fused group (arguments as for
         :meth:`schedule`): the schedule rule that takes it, its

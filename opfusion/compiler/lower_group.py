@@ -103,8 +103,9 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
 def schedule_space(func: Function, backend: Backend | None = None) -> Any:
     """``(rule, space, default config)`` of the schedule rule that would arrange the kernel
     of primitive function ``func`` (see :meth:`opfusion.backend.Backend.config_space`), or
-    None when no rule with knobs takes it (a lone operator without a TE compute, a group
-    without an anchor, several results): what a tuner may choose for this group."""
+    None when no rule with knobs takes it (a lone operator without a TE compute, several
+    results, a group without an anchor unless the backend tunes its fallback rule): what a
+    tuner may choose for this group."""
     calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
     if any(not isinstance(c.op, Op) or get_compute(c.op.name) is None for c in calls):
         return None
@@ -112,7 +113,9 @@ def schedule_space(func: Function, backend: Backend | None = None) -> Any:
     with backend.target:
         builder, _, anchor = _schedulable(func, "space")
         if anchor is None:
-            return None
+            if len(builder.outputs) != 1:
+                return None
+            return backend.fallback_space(builder.outputs[0])
         return backend.config_space(anchor[1], builder.outputs[0], anchor[0].op.name)
 
 

@@ -94,7 +94,21 @@ def test_tuning_on_the_gpu():
 
 
 def test_a_model_with_nothing_to_tune_tunes_nothing():
-    x = Var("x", TensorType((64,), "float32"))
-    result = opf.tune(Function([x], op.sigmoid(x)), target=TARGET, trials=4, records=None,
-                      runner=GPURunner(InterpretedDevice()))
+    x = Var("x", TensorType((64,), "float32"))  # on a CPU, an elementwise group has no knobs
+    result = opf.tune(Function([x], op.sigmoid(x)), target="c", trials=4, records=None)
     assert result.tasks == [] and result.trials == 0
+
+
+def test_elementwise_groups_are_tuned_on_a_gpu():
+    x = Var("x", TensorType((6, 40), "float32"))
+    func = Function([x], op.nn.relu(op.sigmoid(x)))
+    result = opf.tune(func, target=TARGET, trials=5, batch=5, records=None, confirm=0,
+                      runner=GPURunner(InterpretedDevice()), options=QUICK)
+    (task,) = result.tasks
+    assert task.task.rule == "gpu_default" and task.trials == 5 and task.failed == 0
+    model = build_gpu_model(func, target=TARGET, records=result.records)
+    (group,) = model.kernels
+    assert group.schedule_config == task.best_config.to_dict()
+    data = np.random.default_rng(2).standard_normal((6, 40)).astype("float32")
+    (got,) = GPUExecutor(model, InterpretedDevice()).run(data)
+    assert_close(got, evaluate(func, [data]), 1e-6)

@@ -31,6 +31,7 @@ class CUDABackend(Backend):
     """CUDA C for the GPU architecture of ``target`` (``cuda -arch=sm_90``)."""
 
     device = "cuda"
+    tunes_fallback = True
 
     def rules(self) -> Any:
         """The GPU schedule rules (:mod:`.schedules`)."""
