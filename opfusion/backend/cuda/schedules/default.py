@@ -106,8 +106,7 @@ def arrange_vectors(s: te.Schedule, tensor: Any, threads: int, elements: int,
     last_outer, lane = owner.split(last, factor=lanes)
     steps = owner.fuse(*outer_axes, last_outer) if outer_axes else last_outer
     step_loop = _bind_steps(owner, steps, threads, elements)
-    owner.reorder(*owner.leaf_iter_vars[:-1], lane) if owner.leaf_iter_vars[-1] is not lane \
-        else None
+    assert owner.leaf_iter_vars[-1] is lane  # the binding reorders only the steps' loops
     owner.vectorize(lane)
     s[local].compute_at(owner, step_loop)
     s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
@@ -150,7 +149,8 @@ def accumulator_and_owner(s: te.Schedule, anchor: Any, output: Any) -> tuple[Any
 
 def _bind_steps(stage: te.Stage, fused: te.IterVar, threads: int, elements: int
                 ) -> te.IterVar:
-    """Bind ``fused`` to blocks of ``threads`` x ``elements`` steps (as :func:`bind_flat`)
+    """Bind ``fused`` to blocks of ``threads`` threads, each taking ``elements`` steps
+    ``threads`` apart in an unrolled loop (fewer when the stage has fewer blocks' worth),
     and return the innermost loop of a thread's steps (where its registers live)."""
     if int(fused.dom.extent) <= threads:
         stage.bind(fused, "threadIdx.x")
@@ -174,17 +174,4 @@ def bind_flat(stage: te.Stage, axes: list[te.IterVar], threads: int,
     """Fuse ``axes`` (data axes, outermost first) and bind them to blocks of ``threads``
     threads, each computing ``elements`` elements ``threads`` apart in an unrolled loop
     (fewer when the stage has fewer blocks' worth)."""
-    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    if int(fused.dom.extent) <= threads:
-        stage.bind(fused, "threadIdx.x")
-        return
-    outer, inner = stage.split(fused, factor=threads)
-    elements = min(elements, int(outer.dom.extent))
-    if elements > 1:
-        block, step = stage.split(outer, factor=elements)
-        stage.reorder(block, inner, step)
-        stage.bind(block, "blockIdx.x")
-        stage.unroll(step)
-    else:
-        stage.bind(outer, "blockIdx.x")
-    stage.bind(inner, "threadIdx.x")
+    _bind_steps(stage, stage.fuse(*axes) if len(axes) > 1 else axes[0], threads, elements)
