@@ -192,9 +192,11 @@ def test_a_second_model_on_the_device_frees_the_first_ones_memory(monkeypatch, t
     monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
     model = build_gpu_model(_model(), target="cuda -arch=sm_90")
     device, fake = _device(monkeypatch, model)
-    GPUExecutor(model, device)
+    first = GPUExecutor(model, device)
     GPUExecutor(model, device)
     assert len(fake.buffers) == 1 and fake.loaded == 2
+    with pytest.raises(DeviceError, match="released or given to another model"):
+        first.execute()  # its memory is the second's now: refused, not run on it
 
 
 def test_a_failing_driver_call_is_a_device_error_naming_it(monkeypatch, tmp_path):

@@ -174,9 +174,12 @@ class CUDADevice(Device):
         # Each launch's kernelParams (an array of pointers, each to one argument's value),
         # built once per distinct argument list: a model launches the same lists every run.
         self._params: dict[tuple[Arg, ...], tuple[np.ndarray, np.ndarray]] = {}
+        # Counts allocations and releases: a prepared launch of an earlier one refuses to run.
+        self._generation = 0
 
     def allocate(self, nbytes: int) -> None:
         self._params.clear()
+        self._generation += 1
         if self.pointer is not None:  # a second model on this device: the first's is done
             self.cu.cuMemFree(self.pointer)
             self.pointer = None
@@ -228,10 +231,16 @@ class CUDADevice(Device):
             values = np.array([int(self.pointer) + a.offset for a in args], dtype=np.uint64)
             pointers = values.ctypes.data + 8 * np.arange(len(args), dtype=np.uint64)
             self._params[key] = (values, pointers)  # values stay alive while pointed to
-        params = int(self._params[key][1].ctypes.data)
+        arrays = self._params[key]
+        params = int(arrays[1].ctypes.data)
         function, launch_kernel, cu = self.functions[symbol], self.cu.cuLaunchKernel, self.cu
+        generation = self._generation
 
-        def call() -> None:  # kernelParams: pointers, each to one argument's value
+        # kernelParams: pointers, each to one argument's value; the call holds both arrays.
+        def call(_arrays: tuple[np.ndarray, np.ndarray] = arrays) -> None:
+            if self._generation != generation:
+                raise DeviceError(f"kernel {symbol}: the device memory it was prepared for "
+                                  "was released or given to another model")
             (err,) = launch_kernel(function, *grid, *block, 0, 0, params, 0)
             if err != cu.CUresult.CUDA_SUCCESS:
                 _check(cu, err, f"cuLaunchKernel({symbol})")
@@ -260,6 +269,7 @@ class CUDADevice(Device):
 
     def release(self) -> None:
         self._params.clear()
+        self._generation += 1
         if self.pointer is not None:
             self.cu.cuMemFree(self.pointer)
             self.pointer = None
