@@ -153,15 +153,18 @@ class GPUExecutor:
                 for index, launch in enumerate(entry[0])]
             for step, entry in zip(model.steps, self._launches)]
 
+        # A model whose steps are all kernels runs as one CUDA graph (captured on the first
+        # run; None until then, False where there is none: host steps, or a device without
+        # graphs).
+        self._graph: Any = None if all(c is not None for c in self._calls) else False
+
     def run(self, *inputs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs``: arrays in the model's input order, or one
         mapping of them by input name. An input may be a NumPy array (copied to the GPU) or
         an array already in GPU memory (a PyTorch CUDA tensor, a CuPy array: anything with
         ``__cuda_array_interface__``), copied on the GPU. The outputs are NumPy arrays."""
         self._upload_inputs(inputs)
-        for number, step in enumerate(self.model.steps):
-            self._run_step(number, step)
-        self.device.synchronize()
+        self._launch_all()
         return [self.device.download(self._where[v].offset, self._where[v].shape,
                                      self._where[v].dtype) for v in self.model.outputs]
 
@@ -169,8 +172,20 @@ class GPUExecutor:
         """Run every launch on the inputs already on the device (the last run's), leaving
         the results there: the kernels' time alone, for benchmarks against frameworks
         whose data stays on the GPU."""
-        for number, step in enumerate(self.model.steps):
-            self._run_step(number, step)
+        self._launch_all()
+
+    def _launch_all(self) -> None:
+        """Every step in order, as the model's CUDA graph where it has one, then wait."""
+        if self._calls is None:
+            raise DeviceError("this GPU executor was closed: compile the model again")
+        if self._graph is None:
+            calls = [call for step_calls in self._calls for call in step_calls or ()]
+            self._graph = self.device.capture(calls) or False
+        if self._graph:
+            self._graph()
+        else:
+            for number, step in enumerate(self.model.steps):
+                self._run_step(number, step)
         self.device.synchronize()
 
     def profile(self, *inputs: np.ndarray) -> list[tuple[str, float]]:

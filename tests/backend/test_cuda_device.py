@@ -46,6 +46,10 @@ class FakeDriver:
         self.next_address = 1 << 32
         self.launched: list[str] = []
         self.loaded = 0
+        self.capturing = None
+        self.captured: list = []
+        self.graph_launches = 0
+        self.graphs_destroyed = 0
         # symbol -> (the group's PrimFunc, launch number, its buffers' shapes and dtypes)
         self.kernels = {}
         funcs = {g.name: g.prim_func for g in model.kernels if g.prim_func is not None}
@@ -118,11 +122,20 @@ class FakeDriver:
         return (0, name.decode())
 
     def cuLaunchKernel(self, symbol, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # noqa: N802
-        func, number, buffers = self.kernels[symbol]
+        _, _, buffers = self.kernels[symbol]
         pointers = np.ctypeslib.as_array((ctypes.c_uint64 * len(buffers)).from_address(params))
+        # The driver copies the argument values when the launch is made (or captured).
+        values = [ctypes.c_uint64.from_address(int(p)).value for p in pointers]
+        if self.capturing is not None and stream == self.capturing:
+            self.captured.append((symbol, values))
+        else:
+            self._run(symbol, values)
+        return (0,)
+
+    def _run(self, symbol, values) -> None:
+        func, number, buffers = self.kernels[symbol]
         arrays = []
-        for pointer, (shape, dtype) in zip(pointers, buffers):
-            value = ctypes.c_uint64.from_address(int(pointer)).value
+        for value, (shape, dtype) in zip(values, buffers):
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             arrays.append(self._host(value, nbytes).view(dtype).reshape(shape))
         copies = [a.copy() for a in arrays]
@@ -130,6 +143,39 @@ class FakeDriver:
         for array, copy in zip(arrays, copies):
             array[...] = copy
         self.launched.append(symbol)
+
+    # -- graphs: launches on a capturing stream are recorded, a graph launch replays them --
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 2
+
+    def cuStreamCreate(self, flags):  # noqa: N802
+        return (0, "capture stream")
+
+    def cuStreamDestroy(self, stream):  # noqa: N802
+        return (0,)
+
+    def cuStreamBeginCapture(self, stream, mode):  # noqa: N802
+        self.capturing, self.captured = stream, []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):  # noqa: N802
+        graph, self.capturing = list(self.captured), None
+        return (0, graph)
+
+    def cuGraphInstantiate(self, graph, flags):  # noqa: N802
+        return (0, tuple(graph))
+
+    def cuGraphLaunch(self, executable, stream):  # noqa: N802
+        self.graph_launches += 1
+        for symbol, values in executable:
+            self._run(symbol, values)
+        return (0,)
+
+    def cuGraphExecDestroy(self, executable):  # noqa: N802
+        self.graphs_destroyed += 1
+        return (0,)
+
+    def cuGraphDestroy(self, graph):  # noqa: N802
         return (0,)
 
     def cuCtxSynchronize(self):  # noqa: N802
@@ -176,14 +222,16 @@ def test_a_model_runs_through_the_driver_calls(monkeypatch, tmp_path):
     rng = np.random.default_rng(3)
     inputs = [rng.standard_normal(p.type_annotation.shape).astype("float32")
               for p in func.params]
-    for _ in range(2):  # the second run reuses each launch's kernelParams
+    for _ in range(2):  # the first run captures the launches as a graph, both replay it
         (got,) = exe.run(*inputs)
         testing.assert_close(got, evaluate(func, inputs), 1e-5)
     launches = sum(len(code.launches) for code in model.source.groups)
-    assert len(fake.launched) == 2 * launches and len(device._params) == launches
+    assert fake.graph_launches == 2 and len(fake.launched) == 2 * launches
+    assert len(device._params) == launches
     assert [name for name, ms in exe.profile(*inputs)] == [s.group.name for s in model.steps]
+    assert len(fake.launched) == 3 * launches  # the profile launches one by one
     exe.close()
-    assert fake.buffers == {} and device._params == {}
+    assert fake.buffers == {} and device._params == {} and fake.graphs_destroyed == 1
     with pytest.raises(DeviceError, match="closed"):
         exe.execute()
 
@@ -260,3 +308,16 @@ def test_the_interpreter_device_refuses_gpu_arrays():
     fake = FakeDriver(model)
     with pytest.raises(DeviceError, match="cannot read arrays in GPU memory"):
         exe.run(_OnTheGPU(fake, x), np.zeros((12, 20), "float32"))
+
+
+def test_without_graphs_the_launches_run_one_by_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPFUSION_CACHE_DIR", str(tmp_path))
+    func = _model()
+    model = build_gpu_model(func, target="cuda -arch=sm_90")
+    device, fake = _device(monkeypatch, model)
+    monkeypatch.setattr(fake, "cuGraphInstantiate", lambda graph, flags: (1, None))
+    exe = GPUExecutor(model, device)
+    x, w = (np.ones(p.type_annotation.shape, "float32") for p in func.params)
+    (got,) = exe.run(x, w)
+    testing.assert_close(got, evaluate(func, [x, w]), 1e-5)
+    assert fake.graph_launches == 0 and len(fake.launched) == len(model.steps)

@@ -84,6 +84,11 @@ class Device(ABC):
         return functools.partial(self.launch, group, number, symbol, grid, block,
                                  tuple(args))
 
+    def capture(self, calls: Sequence[Callable[[], None]]) -> Callable[[], None] | None:
+        """One call that replays ``calls`` (prepared launches, in order) as a whole, or None
+        where the device has no such thing (the interpreter)."""
+        return None
+
     @abstractmethod
     def synchronize(self) -> None:
         """Wait until every launch so far is done."""
@@ -176,6 +181,10 @@ class CUDADevice(Device):
         self._params: dict[tuple[Arg, ...], tuple[np.ndarray, np.ndarray]] = {}
         # Counts allocations and releases: a prepared launch of an earlier one refuses to run.
         self._generation = 0
+        # The stream prepared launches go to: the legacy default stream (0), or the capture
+        # stream while capture() records a graph.
+        self._stream: Any = 0
+        self._graphs: list[tuple[Any, Any]] = []  # (graph, executable graph) to destroy
 
     def allocate(self, nbytes: int) -> None:
         self._params.clear()
@@ -241,11 +250,58 @@ class CUDADevice(Device):
             if self._generation != generation:
                 raise DeviceError(f"kernel {symbol}: the device memory it was prepared for "
                                   "was released or given to another model")
-            (err,) = launch_kernel(function, *grid, *block, 0, 0, params, 0)
+            (err,) = launch_kernel(function, *grid, *block, 0, self._stream, params, 0)
             if err != cu.CUresult.CUDA_SUCCESS:
                 _check(cu, err, f"cuLaunchKernel({symbol})")
 
         return call
+
+    def capture(self, calls: Sequence[Callable[[], None]]) -> Callable[[], None] | None:
+        """A CUDA graph of ``calls``: recorded once on a stream of its own
+        (``cuStreamBeginCapture``), instantiated, then each call is one ``cuGraphLaunch`` on
+        the default stream instead of a launch per kernel. None when the driver refuses
+        (the launches then run one by one, as before)."""
+        cu = self.cu
+        if not hasattr(cu, "cuStreamBeginCapture"):
+            return None
+        err, stream = cu.cuStreamCreate(0)  # blocking: ordered with the default stream
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        try:
+            mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            if cu.cuStreamBeginCapture(stream, mode)[0] != cu.CUresult.CUDA_SUCCESS:
+                return None
+            self._stream = stream
+            refused = False
+            try:
+                for call in calls:
+                    call()
+            except DeviceError:  # a launch the capture refused: run them one by one instead
+                refused = True
+            finally:
+                self._stream = 0
+                err, graph = cu.cuStreamEndCapture(stream)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                return None
+            if refused:
+                cu.cuGraphDestroy(graph)
+                return None
+            err, executable = cu.cuGraphInstantiate(graph, 0)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                cu.cuGraphDestroy(graph)
+                return None
+        finally:
+            cu.cuStreamDestroy(stream)
+        self._graphs.append((graph, executable))
+        generation, graph_launch = self._generation, cu.cuGraphLaunch
+
+        def replay() -> None:
+            if self._generation != generation:
+                raise DeviceError("a CUDA graph of this device's launches outlived its memory")
+            (err,) = graph_launch(executable, 0)
+            _check(cu, err, "cuGraphLaunch")
+
+        return replay
 
     def synchronize(self) -> None:
         _check(self.cu, self.cu.cuCtxSynchronize()[0], "cuCtxSynchronize")
@@ -270,6 +326,10 @@ class CUDADevice(Device):
     def release(self) -> None:
         self._params.clear()
         self._generation += 1
+        for graph, executable in self._graphs:
+            self.cu.cuGraphExecDestroy(executable)
+            self.cu.cuGraphDestroy(graph)
+        self._graphs.clear()
         if self.pointer is not None:
             self.cu.cuMemFree(self.pointer)
             self.pointer = None
