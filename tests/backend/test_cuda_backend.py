@@ -184,6 +184,9 @@ def test_default_schedule_elements_per_thread(threads, elements, vector):
                          knobs)
     code = get_backend(CUDA).generate([group.prim_func]).code
     assert code.count("reinterpret_cast<const float4*>") == (2 if vector == 4 else 0)
+    # A reduction and an elementwise result in one group, both reading the input.
+    u = Var("u", TensorType((4, 64), "float32"))
+    _check_group(Function([u], op.subtract(u, op.mean(u, axis=[1], keepdims=True))), knobs)
 
 
 @needs_nvrtc

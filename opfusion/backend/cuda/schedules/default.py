@@ -110,24 +110,30 @@ def arrange_vectors(s: te.Schedule, tensor: Any, threads: int, elements: int,
     owner.vectorize(lane)
     s[local].compute_at(owner, step_loop)
     s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
-    for source, readers in _full_inputs(s, tensor):
+    for source, readers in _full_inputs(s, local, tuple(tensor.shape)):
         copy = s.cache_read(source, "local", readers)
         s[copy].compute_at(owner, step_loop)
         s[copy].vectorize(s[copy].op.axis[-1])
 
 
-def _full_inputs(s: te.Schedule, tensor: Any) -> list[tuple[Any, list[Any]]]:
-    """The group's inputs (placeholders) of ``tensor``'s shape, each with the stages that
-    read it: the operands a vector step reads whole (broadcast ones are read in place)."""
-    shape = tuple(tensor.shape)
-    found: dict[Any, list[Any]] = {}
-    for stage in s.stages:
-        for source in stage.op.input_tensors:
-            if isinstance(source.op, te.PlaceholderOp) and tuple(source.shape) == shape:
-                readers = found.setdefault(source, [])
-                if stage.op not in readers:
-                    readers.append(stage.op)
-    return list(found.items())
+def _full_inputs(s: te.Schedule, local: Any, shape: tuple[Any, ...]
+                 ) -> list[tuple[Any, list[Any]]]:
+    """The group's inputs (placeholders) of the result's ``shape`` that ``local`` reads,
+    directly or through stages inlined into it, each with those readers: the operands a
+    vector step reads whole. Broadcast operands are read in place, and so is an input that
+    other stages (a reduction of the group) read too: they keep reading it from memory."""
+    readers_of: dict[Any, list[Any]] = {}
+    ops, index = [local.op], 0
+    while index < len(ops):  # the stages inlined into ``local``, breadth first
+        op = ops[index]
+        index += 1
+        for source in op.input_tensors:
+            if isinstance(source.op, te.PlaceholderOp):
+                if tuple(source.shape) == shape and op not in readers_of.setdefault(source, []):
+                    readers_of[source].append(op)
+            elif s[source].attach_type == "inline" and source.op not in ops:
+                ops.append(source.op)
+    return list(readers_of.items())
 
 
 def _elements_for(op: te.ComputeOp) -> int:
