@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Everything a GPU session checks, in one call (a lent GPU's time is short): the tests that
+# need a GPU, then benchmarks/gpu.py with tuning. Logs go to $OUT (the device tool's
+# folder that comes back) or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-logs}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export OPFUSION_CACHE_DIR="${OPFUSION_CACHE_DIR:-/tmp/opfusion-gpu-cache}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+# The GPU tests: every light model and both transformer blocks against the reference (as
+# CUDA graphs), inputs from torch tensors on the GPU, tuning on the GPU.
+timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
+  tests/backend/test_cuda_backend.py tests/autotune/test_gpu_runner.py \
+  -k "on_the_gpu or torch_tensors or needs_a_driver or tuning" 2>&1 | tee "$out/tests.log" | tail -8
+timeout 480 python3 benchmarks/gpu.py --tune "${1:-120}" --records "$out/records.json" 2>&1 \
+  | tee "$out/bench.log"
