@@ -1,6 +1,6 @@
 """opfusion on an NVIDIA GPU against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/gpu.py [--repeat 20] [--batch 32]
+    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--tune SECONDS [--records FILE]]
 
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
 torch side is torchvision's resnet50 when torchvision is installed) and an elementwise chain
@@ -252,7 +252,7 @@ def main() -> int:
                         help="print resnet50's N slowest groups (0: none)")
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="also tune resnet50's groups on the GPU for about this long and "
-                             "time the tuned model")
+                             "time the tuned model, and time every config of the chain's")
     parser.add_argument("--records", default=None,
                         help="where the tuning records go (default: kept in memory)")
     args = parser.parse_args()
