@@ -36,12 +36,10 @@ from typing import Any
 import numpy as np
 
 from ..compiler.executor import _relative_error
+from ..compiler.gpu import align_offset
 from ..errors import DeviceError, OpfusionError
 from .measure import Candidate, MeasureOptions, MeasureResult, TaskData
 from .runner import Runner
-
-#: Byte alignment of each buffer in a candidate's allocation (as the GPU executor's).
-_ALIGNMENT = 256
 
 
 class GPURunner(Runner):
@@ -133,7 +131,7 @@ def measure_candidate(device: Any, data: TaskData, candidate: Candidate,
     args, offset = [], 0
     for shape, dtype in layout:
         args.append(Arg(offset, shape, dtype))
-        offset = -(-(offset + args[-1].nbytes) // _ALIGNMENT) * _ALIGNMENT
+        offset = align_offset(offset + args[-1].nbytes)  # as the GPU executor places them
     outputs = args[len(arrays):len(arrays) + len(data.expected)]
     device.allocate(offset)
     try:

@@ -116,11 +116,11 @@ class GPUExecutor:
             if info.constant is not None or info.input_index is not None:
                 shape = tuple(int(d) for d in info.type.shape)
                 self._where[index] = Arg(offset, shape, info.type.dtype)
-                offset = _align(offset + _nbytes(shape, info.type.dtype))
+                offset = align_offset(offset + _nbytes(shape, info.type.dtype))
         block_start = []
         for size in plan.block_sizes:
             block_start.append(offset)
-            offset = _align(offset + size)
+            offset = align_offset(offset + size)
         for value, block in plan.block_of.items():
             shape, dtype = (temp_types[value] if value in temp_types else
                             (tuple(int(d) for d in values[value].type.shape),
@@ -135,28 +135,31 @@ class GPUExecutor:
             if info.constant is not None:
                 device.upload(self._where[index].offset,
                               np.ascontiguousarray(info.constant, dtype=info.type.dtype))
-        # Each kernel step's launches and their arguments (reads, writes, temporaries), fixed
-        # by the plan: a run only walks this list.
-        self._launches = [
-            None if step.group.prim_func is None else (
-                groups[step.group.name].launches,
-                [self._where[v] for v in (*step.reads, *step.writes, *temps)])
-            for step, temps in zip(model.steps, step_temps)]
         device.load(model.source, {g.name: g.prim_func for g in model.kernels
                                    if g.prim_func is not None})
-        # Each kernel step's launches as prepared calls (the device works out each launch's
-        # arguments once): a run walks this list, with no per-launch bookkeeping.
+        # Each kernel step's launches as prepared calls on its arguments (reads, writes,
+        # temporaries), fixed by the plan: the device works out each launch once, and a run
+        # only walks this list (None: a host step).
         self._calls: list[list[Any] | None] | None = [
-            None if entry is None else [
-                device.prepare(step.group.name, index, launch.symbol, launch.grid,
-                               launch.block, entry[1])
-                for index, launch in enumerate(entry[0])]
-            for step, entry in zip(model.steps, self._launches)]
-
+            None if step.group.prim_func is None else self._prepare(
+                step, groups[step.group.name].launches,
+                [self._where[v] for v in (*step.reads, *step.writes, *temps)])
+            for step, temps in zip(model.steps, step_temps)]
         # A model whose steps are all kernels runs as one CUDA graph (captured on the first
         # run; None until then, False where there is none: host steps, or a device without
         # graphs).
         self._graph: Any = None if all(c is not None for c in self._calls) else False
+
+    def _prepare(self, step: ExecStep, launches: Sequence[Any], args: list[Any]) -> list[Any]:
+        return [self.device.prepare(step.group.name, index, launch.symbol, launch.grid,
+                                    launch.block, args)
+                for index, launch in enumerate(launches)]
+
+    def _open_calls(self) -> list[list[Any] | None]:
+        """The prepared launches; a DeviceError once :meth:`close` gave the memory back."""
+        if self._calls is None:
+            raise DeviceError("this GPU executor was closed: compile the model again")
+        return self._calls
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs``: arrays in the model's input order, or one
@@ -176,11 +179,10 @@ class GPUExecutor:
 
     def _launch_all(self) -> None:
         """Every step in order, as the model's CUDA graph where it has one, then wait."""
-        if self._calls is None:
-            raise DeviceError("this GPU executor was closed: compile the model again")
+        calls = self._open_calls()
         if self._graph is None:
-            calls = [call for step_calls in self._calls for call in step_calls or ()]
-            self._graph = self.device.capture(calls) or False
+            self._graph = self.device.capture(
+                [call for step_calls in calls for call in step_calls or ()]) or False
         if self._graph:
             self._graph()
         else:
@@ -232,9 +234,7 @@ class GPUExecutor:
                 self.device.upload(self._where[value].offset,
                                    np.ascontiguousarray(array, dtype=self._where[value].dtype))
             return
-        if self._calls is None:
-            raise DeviceError("this GPU executor was closed: compile the model again")
-        for call in self._calls[number]:  # type: ignore[union-attr]
+        for call in self._open_calls()[number] or ():
             call()
 
     def close(self) -> None:
@@ -265,13 +265,13 @@ def device_address(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtyp
         raise InputError(f"input {name!r} must have shape {shape}, got {got_shape}")
     if got_dtype != dtype:
         raise InputError(f"input {name!r} must be {dtype}, got {got_dtype}")
+    count = int(np.prod(shape, dtype=np.int64))
     contiguous = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize
                        for i in range(len(shape)))
-    if masked or (strides is not None and tuple(strides) != contiguous
-                  and int(np.prod(shape, dtype=np.int64)) > 1):
+    if masked or (strides is not None and tuple(strides) != contiguous and count > 1):
         raise InputError(f"input {name!r} is not a contiguous array in GPU memory; call "
                          ".contiguous() (PyTorch) or ascontiguousarray (CuPy) first")
-    if address == 0 and int(np.prod(shape, dtype=np.int64)) > 0:
+    if address == 0 and count > 0:
         raise InputError(f"input {name!r} has a null GPU address")
     return address
 
@@ -280,7 +280,8 @@ def _nbytes(shape: Any, dtype: str) -> int:
     return int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-def _align(offset: int) -> int:
+def align_offset(offset: int) -> int:
+    """``offset`` rounded up to :data:`DEVICE_ALIGNMENT` (where the next buffer starts)."""
     return -(-offset // DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT
 
 
@@ -315,5 +316,5 @@ def interpret_inputs(model: GPUModel, seed: int = 0) -> Sequence[np.ndarray]:
     return random_inputs(model, seed)  # type: ignore[arg-type]
 
 
-__all__ = ["DEVICE_ALIGNMENT", "GPUExecutor", "GPUModel", "build_gpu_model",
+__all__ = ["DEVICE_ALIGNMENT", "GPUExecutor", "GPUModel", "align_offset", "build_gpu_model",
            "interpret_inputs"]

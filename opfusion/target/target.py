@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,7 +206,8 @@ class Target:
         if text is not None:
             return _positive(text, "sms", str(self), int)
         arch = self.cuda_arch
-        return CUDA_MULTIPROCESSORS.get(arch.rstrip("abcdefghijklmnopqrstuvwxyz"), 108)
+        family = arch.rstrip(string.ascii_lowercase)  # sm_90a: an sm_90
+        return CUDA_MULTIPROCESSORS.get(family, CUDA_MULTIPROCESSORS[DEFAULT_CUDA_ARCH])
 
     @property
     def max_threads_per_block(self) -> int:

@@ -67,9 +67,7 @@ class GPUMatmulRule(ScheduleRule):
         space = self.space(anchor, output, target)
         assert space is not None
         rows, cols = (int(d) for d in anchor.shape[-2:])
-        batch = 1
-        for d in anchor.shape[:-2]:
-            batch *= int(d)
+        batch = _batch(anchor)
         # Few rows (a batch-1 dense): narrow, wide blocks, so that every column still has a
         # thread.
         if rows <= 16:
@@ -105,6 +103,14 @@ _TILES = (
 )
 
 
+def _batch(anchor: Any) -> int:
+    """The product's batch: its axes before the rows and columns, fused (blockIdx.z)."""
+    batch = 1
+    for d in anchor.shape[:-2]:
+        batch *= int(d)
+    return batch
+
+
 def _takes(anchor: Any, output: Any) -> bool:
     """Products with one contraction whose result (or its same-shaped epilogue) is the
     group's output, and whose batch fits the grid."""
@@ -113,9 +119,7 @@ def _takes(anchor: Any, output: Any) -> bool:
         return False
     if tuple(output.shape) != tuple(anchor.shape):
         return False
-    batch = 1
-    for d in anchor.shape[:-2]:
-        batch *= int(d)
+    batch = _batch(anchor)
     # the row tiles go on blockIdx.y (at most 65535 of them, even for tiles of 16 rows)
     return batch <= MAX_GRID_Z and -(-int(anchor.shape[-2]) // 16) <= MAX_GRID_Z
 
