@@ -75,9 +75,10 @@ register_pass_config(
     WINOGRAD, str, "auto",
     "Which 3x3 stride-1 convolutions AlterOpLayout computes by Winograd's F(m x m, 3 x 3): "
     "'auto' (F(2x2) for those with at least 16 input and output channels and an output of "
-    "at least 4x4), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.3-1.6x faster than "
-    "F(2x2) from 14x14 outputs up, but its rounding error is about 5x larger: 4.8e-4 of the "
-    "largest output on resnet50 against 2e-4 with F(2x2) or direct convolution).",
+    "at least 4x4), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.2-1.7x faster than "
+    "F(2x2) from 14x14 outputs up, slower at 7x7, but it rounds 5-10x worse per layer: 1.5e-4 "
+    "to 5.3e-4 of the largest output on resnet50 over five inputs, against 1.0e-4 to 1.9e-4 "
+    "with F(2x2), past the 3e-4 that model is held to).",
     choices=("auto", "never", "f2", "f4"))
 
 #: Smallest output side, and channels in and out, for which Winograd is chosen (below, the
@@ -86,8 +87,9 @@ WINOGRAD_MIN_SIZE = 4
 WINOGRAD_MIN_CHANNELS = 16
 #: The tile of 'auto': F(2x2). Measured on AVX-512 (Zen 4, benchmarks/winograd.py) against
 #: direct blocked convolution: F(2x2) is 1.7-2.1x faster at 56, 28, 14 and 7 pixels, F(4x4)
-#: 2.5-3x at 56 to 14 (slower at 7), but F(4x4) rounds about 5x worse, past the tolerance
-#: deep networks are held to.
+#: 2.5-3x at 56 to 14 (slower at 7), but F(4x4) rounds 5-10x worse per layer, past the
+#: tolerance deep networks are held to, even with the points of
+#: :mod:`opfusion.opdefs._winograd`, which round 2.5-3x better per layer than Lavin's.
 WINOGRAD_AUTO_TILE = 2
 
 #: Broadcasting operators whose attributes name axes or shapes of the NCHW layout: they get

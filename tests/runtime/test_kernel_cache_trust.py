@@ -145,6 +145,27 @@ def test_the_cache_stays_within_its_limit_least_recently_used_first(cache, monke
     assert newest.path.exists() and cache_info().total_bytes <= int(entry * 2.5)
 
 
+def test_a_process_walks_the_cache_again_only_when_its_writes_could_pass_the_limit(
+        cache, monkeypatch):
+    from opfusion.backend.cpu import toolchain
+
+    walks = []
+    entries = toolchain._entries
+    monkeypatch.setattr(toolchain, "_entries", lambda d: walks.append(d) or entries(d))
+    first = compile_source("int walk_0(void) { return 0; }\n")
+    assert len(walks) == 1  # the first write walks it
+    compile_source("int walk_1(void) { return 1; }\n")
+    assert len(walks) == 1  # far below the limit: no walk
+    # A limit the next entry passes: that write walks the cache and evicts the oldest.
+    total = cache_info().total_bytes
+    os.utime(first.path, (time.time() - 100, time.time() - 100))
+    monkeypatch.setenv("OPFUSION_CACHE_LIMIT", str(total + 100))
+    walks.clear()
+    newest = compile_source("int walk_2(void) { return 2; }\n")
+    assert walks and newest.path.exists() and not first.path.exists()
+    assert cache_info().total_bytes <= total + 100
+
+
 def test_cache_info_and_clear_from_the_command_line(cache):
     compile_source("int cli_cache(void) { return 3; }\n")
     env = {**os.environ, "OPFUSION_CACHE_DIR": str(cache), "OPFUSION_CACHE_LIMIT": "3M"}

@@ -19,7 +19,9 @@ keeps GCC from re-folding it), then one multiply-add statement per accumulator. 
 
 Which nests qualify, and how many accumulators the target's registers allow, is decided by
 :mod:`.loop_planning` (a :class:`RegisterTilePlan`); this module only writes a plan. The values
-and their order of accumulation are those of the loop nest, so the result is bit-identical."""
+are those of the loop nest; a sum (``acc + x``) starts its registers at zero and adds them
+to the accumulator after the reduction loops, so a K-blocked nest sums block by block (see
+:func:`.loop_planning.partial_sum_update`)."""
 
 from __future__ import annotations
 
@@ -122,11 +124,13 @@ class RegisterTileEmitter:
         c.line(indent, "{")
         indent += 1
         registers: list[E.Var] = []
+        zero = f"{vector.helper('splat', self.dtype, self.lanes)}(0)"
         for point in points:
             register = E.Var("acc", self.dtype)
             registers.append(register)
             address = self._address(plan.store.buffer, plan.store.indices, point)
-            c.line(indent, f"{vt} {c.bind_var(register)} = {load}({address});")
+            start = zero if plan.partial_sum else f"{load}({address})"
+            c.line(indent, f"{vt} {c.bind_var(register)} = {start};")
         for loop in plan.reduce_loops:
             c.open_loop(loop, indent)
             indent += 1
@@ -139,7 +143,10 @@ class RegisterTileEmitter:
             c.unbind_var(var)
         for point, register in zip(points, registers):
             address = self._address(plan.store.buffer, plan.store.indices, point)
-            c.line(indent, f"{store}({address}, {c.var_name(register)});")
+            value = c.var_name(register)
+            if plan.partial_sum:
+                value = f"{load}({address}) + {value}"
+            c.line(indent, f"{store}({address}, {value});")
             c.unbind_var(register)
         c.line(indent - 1, "}")
 
