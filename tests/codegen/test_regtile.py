@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from kernel_schedules import tiled_matmul
+from kernel_schedules import blocked_sum_matmul, tiled_matmul
 
 import opfusion as opf
 from opfusion import te
@@ -139,29 +139,8 @@ def test_register_tile_source_is_deterministic():
     assert first == second
 
 
-def _blocked_sum_matmul(m: int, n: int, k: int, rows: int, cols: int, block: int):
-    """C = A @ B whose depth loop is split by ``block``, the block loop outside the columns'
-    outer loop: each register tile sums one block of the depth, then the next."""
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
-    io, ii = s[C].split(C.op.axis[0], factor=rows)
-    s[CC].compute_at(s[C], io)
-    ic, jc = s[CC].op.axis
-    (rc,) = s[CC].op.reduce_axis
-    ro, ri = s[CC].split(rc, factor=block)
-    jo, ji = s[CC].split(jc, factor=cols)
-    s[CC].reorder(ro, jo, ri, ic, ji)
-    s[CC].unroll(ic)
-    s[CC].vectorize(ji)
-    return s, [A, B, C]
-
-
 def test_a_k_blocked_tile_sums_each_block_from_zero(cpu_target):
-    source, a, b, c = run_matmul(*_blocked_sum_matmul(4, 32, 512, 4, 8, 64), cpu_target)
+    source, a, b, c = run_matmul(*blocked_sum_matmul(4, 32, 512, 4, 8, 64), cpu_target)
     assert re.search(r"acc = opf_splat_float32x\d+\(0\)", source)
     assert re.search(r"opf_load_float32x\d+\(&\w+\[[^\]]*\]\) \+ acc", source)
     want = a.astype(np.float64) @ b.astype(np.float64)
