@@ -75,7 +75,7 @@ register_pass_config(
     WINOGRAD, str, "auto",
     "Which 3x3 stride-1 convolutions AlterOpLayout computes by Winograd's F(m x m, 3 x 3): "
     "'auto' (F(2x2) for those with at least 16 input and output channels and an output of "
-    "at least 4x4), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.2-1.7x faster than "
+    "at least 4x4), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.0-1.7x faster than "
     "F(2x2) from 14x14 outputs up, slower at 7x7, but it rounds 5-10x worse per layer: 1.7e-4 "
     "to 5.3e-4 of the largest output on resnet50 over five inputs, against 1.0e-4 to 1.9e-4 "
     "with F(2x2), past the 3e-4 that model is held to).",

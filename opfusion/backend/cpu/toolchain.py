@@ -453,6 +453,10 @@ class CacheInfo:
     limit_bytes: int
 
 
+#: The files one cache entry may have, by suffix.
+_ENTRY_SUFFIXES = (".so", ".c", ".sha256", ".cubin", ".ptx")
+
+
 def _entries(directory: Path) -> dict[Path, list[tuple[Path, os.stat_result]]]:
     """Files of the cache grouped by entry (the path without suffix); temporaries excluded."""
     groups: dict[Path, list[tuple[Path, os.stat_result]]] = {}
@@ -463,8 +467,7 @@ def _entries(directory: Path) -> dict[Path, list[tuple[Path, os.stat_result]]]:
             continue
         for name in names:
             path = folder / name
-            if name.endswith(".tmp") or path.suffix not in (".so", ".c", ".sha256", ".cubin",
-                                                            ".ptx"):
+            if name.endswith(".tmp") or path.suffix not in _ENTRY_SUFFIXES:
                 continue
             try:
                 stat = path.stat()
@@ -551,10 +554,6 @@ def enforce_cache_limit(directory: Path | None = None, limit: int | None = None,
 _ledger: dict[Path, int] = {}
 _ledger_lock = threading.Lock()
 
-#: The files one cache entry may have, by suffix.
-_ENTRY_SUFFIXES = (".so", ".c", ".sha256", ".cubin", ".ptx")
-
-
 def _entry_bytes(keep: Path | None) -> int:
     """Bytes of the cache entry ``keep`` belongs to (0 for None)."""
     if keep is None:
@@ -578,10 +577,11 @@ def tidy_cache(directory: Path | None = None, keep: Path | None = None) -> None:
     what they wrote meanwhile (a soft limit, like ccache's)."""
     directory = cache_dir() if directory is None else directory
     limit = cache_limit()
+    written = _entry_bytes(keep)
     with _ledger_lock:
         known = _ledger.get(directory)
         if known is not None:
-            known += _entry_bytes(keep)
+            known += written
             _ledger[directory] = known
             if known <= limit:
                 return
