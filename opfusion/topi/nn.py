@@ -197,20 +197,26 @@ def conv2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 WIDE_TILE_BLOCKS = (4, 2)
 #: The share of a row's columns a wide tile may compute in vain (its last unit cropped).
 WIDE_TILE_WASTE = 0.1
+#: Columns of a wide register tile at most: each column's broadcast input is live through
+#: the tile's row of multiply-adds, so 2 blocks x 6 columns (12 sums, 6 broadcasts, 2
+#: weights) spills 16 registers (resnet50's 1x1 layers at half the speed of 4 x 3; Zen 3).
+WIDE_TILE_MAX_COLUMNS = 4
 
 
 def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     """Output columns one register tile of a blocked convolution covers (the compute lays
     its accumulator out in units of this many, so every tile is whole).
 
-    With a budget of 8 accumulators or fewer (AVX2's 16 registers), a row of more than 7
-    columns is cut in units of budget / b columns, b the most of WIDE_TILE_BLOCKS that
-    divides ``out_blocks``, when that crops at most WIDE_TILE_WASTE of the row: the tile is
-    then b channel blocks x budget / b columns, 4 x 2 or 2 x 4, 6 loads (weight vectors and
-    broadcasts) per 8 multiply-adds, where 1 block x 7 columns needs 8 loads per 7 and is
-    bound by the loads (``benchmarks/conv_tiles.py`` on Zen 3, resnet50's layers: 1x1
-    convolutions at 56, 28 and 14 columns 1.06-1.23x faster, stride-2 ones 1.06-1.28x, the
-    7x7 stem 1.76x; at 7 columns the 7-column tile stays, a 4 x 2 one measured 0.9x).
+    With a budget of 12 accumulators or fewer (AVX2's 16 registers, see
+    :func:`conv_accumulators`), a row of more than 7 columns is cut in units of budget / b
+    columns (at most WIDE_TILE_MAX_COLUMNS), b the most of WIDE_TILE_BLOCKS that divides
+    ``out_blocks``, when that crops at most WIDE_TILE_WASTE of the row: the tile is then b
+    channel blocks x budget / b columns, 4 x 2 or 2 x 4 (a 1x1 convolution's budget of 12: 4
+    x 3 or 2 x 4). 4 x 2 needs 6 loads (weight vectors and broadcasts) per 8 multiply-adds,
+    where 1 block x 7 columns needs 8 loads per 7 and is bound by the loads
+    (``benchmarks/conv_tiles.py`` on Zen 3, resnet50's layers: 1x1 convolutions at 56, 28
+    and 14 columns 1.06-1.23x faster, stride-2 ones 1.06-1.28x, the 7x7 stem 1.76x; at 7
+    columns the 7-column tile stays, a 4 x 2 one measured 0.9x).
     Otherwise 7 when it divides the row (the best tile measured on AVX-512 at 56, 28, 14 and
     7 columns), else the largest divisor of the row from 4 to 8, then up to ``budget``
     accumulators; for a row with none, the unit of 4 to 8 columns that crops the fewest,
@@ -218,9 +224,9 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     wide tile)."""
     if out_width < 4:
         return out_width
-    if budget <= 8 and out_width > 7 and out_blocks:
+    if budget <= 12 and out_width > 7 and out_blocks:
         for blocks in WIDE_TILE_BLOCKS:
-            unit = budget // blocks
+            unit = min(budget // blocks, WIDE_TILE_MAX_COLUMNS)
             padded = -(-out_width // unit) * unit
             if (out_blocks % blocks == 0 and unit > 1
                     and padded - out_width <= WIDE_TILE_WASTE * padded):
@@ -234,6 +240,51 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     # No divisor: the unit from 4 up to the budget that crops the fewest columns, the widest
     # of those (13 columns: 7, two units cropping one column, not 8 cropping three).
     return min(range(min(8, budget), 3, -1), key=lambda unit: -(-out_width // unit) * unit)
+
+
+def channel_tile(blocks: int, columns: int, budget: int) -> int:
+    """Output channel blocks of a blocked register tile of ``columns`` columns: 4, else 2,
+    when they divide ``blocks`` and the tile stays within ``budget`` accumulators; else 1.
+    More blocks share each broadcast input."""
+    for tile in (4, 2):
+        if blocks % tile == 0 and tile * columns <= budget:
+            return tile
+    return 1
+
+
+def group_window_tile(out_width: int, local: int, target: Any,
+                      pointwise: bool) -> tuple[int, int]:
+    """(channel blocks, columns) of a group-window convolution's register tile, ``local``
+    the output blocks a group touches. Where wide tiles are (a budget of 12 accumulators or
+    fewer, :func:`conv_accumulators`), the tile that crops the fewest columns, then has the
+    most sums, then the fewest loads per multiply-add, then the most blocks, among ``b``
+    blocks dividing ``local`` (any count: a group of 34 channels touches 5 blocks of 8,
+    which :func:`channel_tile` gives one block x 7 columns, bound by its loads) by ``u`` of
+    2 to WIDE_TILE_MAX_COLUMNS columns, with 8 sums or more (fewer leave the multiply-add
+    latency uncovered), within the budget, ``b x u + u + 1`` within the registers (the sums,
+    the broadcast inputs of a row and one weight vector at a time) and cropping at most
+    WIDE_TILE_WASTE of the row (ShuffleNet's 1x1 group windows of 5 blocks at 28 columns as
+    5 x 2 tiles: 0.73-0.76x the time of 1 x 7; Zen 3, AVX2). Else
+    :func:`nchwc_width_unit`'s unit with
+    :func:`channel_tile`'s blocks."""
+    budget = conv_accumulators(target, pointwise)
+    if budget <= 12 and out_width > 7:
+        best: tuple[tuple[float, int, float, int], tuple[int, int]] | None = None
+        for blocks in (b for b in range(1, min(local, budget) + 1) if local % b == 0):
+            for unit in range(2, WIDE_TILE_MAX_COLUMNS + 1):
+                padded = -(-out_width // unit) * unit
+                sums = blocks * unit
+                if (not 8 <= sums <= budget or sums + unit + 1 > target.vector_registers
+                        or padded - out_width > WIDE_TILE_WASTE * padded):
+                    continue
+                key = (-(padded - out_width) / padded, sums, -(blocks + unit) / sums, blocks)
+                if best is None or key > best[0]:
+                    best = (key, (blocks, unit))
+        if best is not None:
+            return best[1]
+    budget = conv_accumulators(target)
+    unit = nchwc_width_unit(out_width, budget, local)
+    return channel_tile(local, unit, budget), unit
 
 
 def padded_out_blocks(out_blocks: int) -> int:
@@ -256,11 +307,20 @@ def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:
     return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
 
 
-def conv_accumulators(target: Any) -> int:
+def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     """Accumulator vectors of a blocked convolution's register tile: half the vector
     registers (16 with AVX-512, 8 with AVX2), leaving the rest for the weight vectors and
-    the broadcast inputs of one multiply-add row."""
-    return max(2, target.vector_registers // 2)
+    the broadcast inputs of one multiply-add row. A dense 1x1 (``pointwise``) convolution on
+    a target of 16 registers gets 12, a tile of 4 channel blocks x 3 columns
+    (:func:`nchwc_width_unit`): its 12 sums, 3 broadcast inputs and one weight vector at a
+    time fill the 16 registers, 7 loads per 12 multiply-adds where 4 x 2 needs 6 per 8, and
+    12 independent sums cover the multiply-add latency with room to spare where 8 just do
+    (``benchmarks/conv_tiles.py`` on Zen 3, resnet50's 1x1 layers, stride 1 and 2: 1.03-1.11x
+    faster; its 3x3 stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8)."""
+    registers = target.vector_registers
+    if pointwise and registers == 16:
+        return registers - 4
+    return max(2, registers // 2)
 
 
 @register_compute("nn.conv2d_nchwc")
@@ -291,11 +351,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     # Wide tiles (several channel blocks) for dense convolutions only: a depthwise tile is
     # one block, a grouped one stays inside its group.
     acc_blocks = padded_out_blocks(out_blocks) if attrs.groups == 1 else out_blocks
-    if kh == kw == 1 and attrs.groups == 1 and flatten_pixels(
-            out_h, out_w, conv_accumulators(target), acc_blocks):
+    pointwise = kh == kw == 1 and attrs.groups == 1
+    budget = conv_accumulators(target, pointwise)
+    if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks)
-    unit = nchwc_width_unit(out_w, conv_accumulators(target),
-                            acc_blocks if attrs.groups == 1 else 0)
+    unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
@@ -391,7 +451,7 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
     target = Target.current()
     assert target is not None
     pixels = out_h * out_w
-    unit = nchwc_width_unit(pixels, conv_accumulators(target), acc_blocks)
+    unit = nchwc_width_unit(pixels, conv_accumulators(target, pointwise=True), acc_blocks)
     units = -(-pixels // unit)
 
     def pixel(p: Any) -> tuple[Any, Any]:
@@ -458,7 +518,7 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     target = Target.current()
     assert target is not None
     # A register tile of several of a group's blocks shares each broadcast input.
-    unit = nchwc_width_unit(out_w, conv_accumulators(target), local)
+    unit = group_window_tile(out_w, local, target, kh == kw == 1)[1]
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
@@ -1010,8 +1070,8 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
 __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD",
            "CONV_OUT", "CONV_PAD",
            "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
-           "WIDE_TILE_BLOCKS", "conv_accumulators",
+           "WIDE_TILE_BLOCKS", "WIDE_TILE_MAX_COLUMNS", "channel_tile", "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
-           "flatten_pixels", "nchwc_width_unit", "normalize_axis_of", "padded_out_blocks",
-           "panel_width",
+           "flatten_pixels", "group_window_tile", "nchwc_width_unit", "normalize_axis_of",
+           "padded_out_blocks", "panel_width",
            "register_rows", "sparse_rows", "width_blocks"]

@@ -130,7 +130,7 @@ CASES = {
                                                      normal(37, 4, 3, 3, 8, 8, seed=1) * .1),
                                    True, {"padding": 1, "data_layout": "NCHW8c",
                                           "kernel_layout": "OIHW8i8o", "out_layout": "NCHW8c"}),
-    # 1x1 over 7 x 7 pixels: with AVX2 one line of 25 units of 2 (the last cropped)
+    # 1x1 over 7 x 7 pixels: with AVX2 one line of 17 units of 3 (the last cropped)
     "conv2d_nchwc_pixels": (nn.conv2d_nchwc, (normal(1, 4, 7, 7, 8),
                                               normal(8, 4, 1, 1, 8, 8, seed=1) * .2), True,
                             {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o",
@@ -144,6 +144,16 @@ CASES = {
         normal(1, 17, 4, 6, 8), group_window_weight(normal(136, 34, 1, 1, seed=1), 4, 8)), True,
         {"groups": 4, "group_window": True, "channels": 136, "data_layout": "NCHW8c",
          "kernel_layout": "OIHW34i8o", "out_layout": "NCHW8c"}),
+    # AVX2: 5 of a group's blocks x 2 columns, the last of 30 columns cropped
+    "conv2d_nchwc_group_window_wide": (nn.conv2d_nchwc, (
+        normal(1, 17, 3, 29, 8), group_window_weight(normal(136, 34, 1, 1, seed=1), 4, 8)),
+        True, {"groups": 4, "group_window": True, "channels": 136, "data_layout": "NCHW8c",
+               "kernel_layout": "OIHW34i8o", "out_layout": "NCHW8c"}),
+    # AVX2: 1x1 rows of 8 units of 3 columns, tiles of 4 blocks x 3 columns
+    "conv2d_nchwc_pointwise_rows": (nn.conv2d_nchwc, (normal(1, 3, 2, 24, 8),
+                                                      normal(8, 3, 1, 1, 8, 8, seed=1) * .2),
+                                    True, {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o",
+                                           "out_layout": "NCHW8c"}),
     "conv2d_winograd_f2": (nn.conv2d_winograd_nchwc, (
         normal(1, 2, 9, 11, 4), winograd.transform_weight(normal(2, 2, 3, 3, 4, 4, seed=1),
                                                           2).astype("float32")), True,

@@ -12,6 +12,7 @@ from opfusion.ir.expr import Function
 from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
 from opfusion.opdefs.nn import group_window_weight
+from opfusion.target import Target
 from opfusion.te.lower import lower
 from opfusion.testing import assert_close
 from opfusion.tir.interp import run
@@ -22,7 +23,10 @@ from opfusion.topi.nn import (
     MATMUL_DOT,
     MATMUL_PACK,
     MATMUL_PARTIAL,
+    channel_tile,
+    conv_accumulators,
     flatten_pixels,
+    group_window_tile,
     nchwc_width_unit,
 )
 from opfusion.topi.testing import call_over_arrays, check_compute
@@ -218,6 +222,69 @@ def test_conv2d_nchwc_wide_tiles_with_few_registers():
     assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 7]
     assert nchwc_width_unit(56, 8) == 7
     assert [nchwc_width_unit(w, 16, 8) for w in (56, 28, 14, 7)] == [7, 7, 7, 7]
+
+
+def test_pointwise_tiles_with_few_registers():
+    """A dense 1x1 convolution on a target of 16 registers gets 12 accumulators: 4 blocks x 3
+    columns (2 x 4 with an even block count that 4 does not divide, never 2 x 6, whose six
+    live broadcasts spill); other convolutions and AVX-512 keep half the registers."""
+    avx2, avx512 = Target("c -mattr=+avx2,+fma"), Target("c -mattr=+avx512f")
+    assert conv_accumulators(avx2, pointwise=True) == 12 and conv_accumulators(avx2) == 8
+    assert conv_accumulators(avx512, pointwise=True) == conv_accumulators(avx512) == 16
+    assert [nchwc_width_unit(w, 12, 8) for w in (56, 28, 14, 24)] == [3, 3, 3, 3]
+    assert [nchwc_width_unit(w, 12, 6) for w in (56, 28)] == [4, 4]
+    assert channel_tile(8, 3, 12) == 4 and channel_tile(6, 4, 12) == 2
+    # 56 x 56 pixels: rows of 56 crop one column of 57, the line of 3136 one of 3138
+    assert flatten_pixels(56, 56, 12, 8) and not flatten_pixels(8, 24, 12, 8)
+
+
+@pytest.mark.parametrize("out_w, local, pointwise, want", [
+    (28, 5, True, (5, 2)),  # ShuffleNet's groups of 34 channels: 5 blocks, no crop
+    (14, 9, True, (3, 3)),  # 9 blocks: 3 x 3, a column of 15 cropped
+    (28, 4, True, (4, 2)),  # 4 x 3 would crop 2 columns of 30: 4 x 2 crops none
+    (28, 10, True, (5, 2)),
+    (14, 18, True, (6, 2)),
+    (7, 9, True, (1, 7)),  # a row of 7: one unit of 7
+    (28, 5, False, (1, 7)),  # not 1x1: 8 accumulators, 5 x 2 does not fit
+    (28, 10, False, (2, 4)),
+])
+def test_group_window_tiles(out_w, local, pointwise, want):
+    with Target("c -mattr=+avx2,+fma") as target:
+        assert group_window_tile(out_w, local, target, pointwise) == want
+
+
+def test_group_window_tiles_on_avx512_as_before():
+    target = Target("c -mattr=+avx512f")
+    assert group_window_tile(28, 5, target, True) == (1, 7)
+    assert group_window_tile(28, 4, target, True) == (2, 7)
+
+
+@pytest.mark.parametrize("data, weight, groups, attrs", [
+    ((1, 136, 3, 29), (136, 34, 1, 1), 4, {}),  # 5 x 2 tiles, the last column cropped
+    ((1, 272, 2, 14), (272, 68, 1, 1), 4, {}),  # 9 blocks a group: 3 x 3 tiles
+    ((1, 112, 4, 59), (112, 28, 3, 3), 4, {"padding": 1}),  # not 1x1: 8 accumulators
+], ids=str)
+def test_group_window_wide_tiles_compiled(data, weight, groups, attrs):
+    with Target("c -mattr=+avx2,+fma"):
+        x = _blocked(normal(*data), "NCHW", "NCHW8c")
+        w = group_window_weight(normal(*weight, seed=1), groups, 8)
+        check_compute(nn.conv2d_nchwc, x, w, groups=groups, group_window=True,
+                      channels=weight[0], data_layout="NCHW8c",
+                      kernel_layout=f"OIHW{weight[1]}i8o", out_layout="NCHW8c",
+                      compiled=True, rtol=1e-5, **attrs)
+
+
+@pytest.mark.parametrize("data, weight, attrs", [
+    ((1, 24, 2, 24), (64, 24, 1, 1), {}),  # rows of 8 units of 3 (not flattened)
+    ((1, 16, 9, 9), (40, 16, 1, 1), {}),  # 81 pixels: 27 units of 3; 5 blocks padded to 8
+    ((1, 16, 11, 10), (32, 16, 1, 1), {"strides": 2}),  # 6 x 5 pixels of a compact copy
+], ids=str)
+def test_pointwise_4x3_tiles_compiled(data, weight, attrs):
+    with Target("c -mattr=+avx2,+fma"):
+        x = _blocked(normal(*data), "NCHW", "NCHW8c")
+        w = _blocked(normal(*weight, seed=1), "OIHW", "OIHW8i8o")
+        check_compute(nn.conv2d_nchwc, x, w, data_layout="NCHW8c", kernel_layout="OIHW8i8o",
+                      out_layout="NCHW8c", compiled=True, rtol=1e-5, **attrs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,16 +149,6 @@ def parallel_outer(stage: te.Stage, axes: list[Any], elements: int) -> Any:
     return fused
 
 
-def channel_tile(blocks: int, columns: int, budget: int) -> int:
-    """Output channel blocks of a blocked register tile of ``columns`` columns: 4, else 2,
-    when they divide ``blocks`` and the tile stays within ``budget`` accumulators; else 1.
-    More blocks share each broadcast input."""
-    for tile in (4, 2):
-        if blocks % tile == 0 and tile * columns <= budget:
-            return tile
-    return 1
-
-
 def padded_copy_first(s: te.Schedule, pad: te.Tensor | None) -> None:
     """A padded copy of an input (convolution, pooling), when there is one, built whole
     before the kernel's main loops: its outer three axes (batch, channels, rows) fused and

@@ -23,11 +23,17 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import CONV_GROUP_ACC, CONV_NCHWC_ACC, CONV_NCHWC_PAD, conv_accumulators
+from ....topi.nn import (
+    CONV_GROUP_ACC,
+    CONV_NCHWC_ACC,
+    CONV_NCHWC_PAD,
+    channel_tile,
+    conv_accumulators,
+    group_window_tile,
+)
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     arrange_rest,
-    channel_tile,
     divisor,
     divisors,
     itemsize,
@@ -55,6 +61,17 @@ def _shape(acc: te.Tensor) -> tuple[int, int, int, int, int]:
 def is_depthwise(acc: te.Tensor) -> bool:
     """Whether the accumulator is a depthwise convolution's (it sums the taps alone)."""
     return len(acc.op.reduce_axis) == 2
+
+
+def is_pointwise(acc: te.Tensor) -> bool:
+    """Whether the accumulator is a dense 1x1 convolution's: one tap, every input channel
+    (a grouped one sums its group's alone), as :func:`opfusion.topi.nn.conv_accumulators`
+    is told by the compute."""
+    if is_depthwise(acc):
+        return False
+    rc, ry, rx = (int(r.dom.extent) for r in acc.op.reduce_axis)
+    source = acc.op.input_tensors[0]
+    return ry == rx == 1 and rc == int(source.shape[1]) * int(source.shape[4])
 
 
 class Conv2dNCHWcRule(ScheduleRule):
@@ -99,14 +116,16 @@ class Conv2dNCHWcRule(ScheduleRule):
         if grouped is not None:
             _, _, local, height, _, unit, _ = (int(d) for d in grouped.shape)
             tasks = int(grouped.shape[0]) * height
+            _, ry, rx = (int(r.dom.extent) for r in grouped.op.reduce_axis)
+            blocks, _ = group_window_tile(int(anchor.shape[3]), local, target, ry == rx == 1)
             return space.config(
-                channel_tile=channel_tile(local, unit, conv_accumulators(target)), col_units=1,
+                channel_tile=blocks, col_units=1,
                 row_block=divisor(height, max(1, tasks // min_tasks(target))))
         acc = producer(anchor, CONV_NCHWC_ACC)
         assert acc is not None
         blocks, _, _, unit, _ = _shape(acc)
         height = int(anchor.shape[2])
-        budget = conv_accumulators(target)
+        budget = conv_accumulators(target, is_pointwise(acc))
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has); all of them when the pixels are one line
@@ -223,7 +242,7 @@ def _group_window_space(name: str, acc: te.Tensor, target: Target) -> ConfigSpac
         return config["channel_tile"] * config["col_units"] * unit <= target.vector_registers
 
     return ConfigSpace(name, [
-        Knob("channel_tile", divisors(local, 4),
+        Knob("channel_tile", divisors(local, target.vector_registers // 2),
              "a group's output blocks in a register tile (one weight vector each)"),
         Knob("col_units", divisors(units, 4), f"units of {unit} output columns of a register tile"),
         Knob("row_block", divisors(height), "output rows of one parallel task"),

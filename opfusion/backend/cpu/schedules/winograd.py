@@ -23,11 +23,17 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import WINO_INPUT, WINO_PAD, WINO_PRODUCT, WINO_ROWS, conv_accumulators
+from ....topi.nn import (
+    WINO_INPUT,
+    WINO_PAD,
+    WINO_PRODUCT,
+    WINO_ROWS,
+    channel_tile,
+    conv_accumulators,
+)
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     arrange_rest,
-    channel_tile,
     divisor,
     divisors,
     owner_of,
