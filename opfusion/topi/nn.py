@@ -256,28 +256,27 @@ def group_window_tile(out_width: int, local: int, target: Any,
                       pointwise: bool) -> tuple[int, int]:
     """(channel blocks, columns) of a group-window convolution's register tile, ``local``
     the output blocks a group touches. Where wide tiles are (a budget of 12 accumulators or
-    fewer, :func:`conv_accumulators`), the tile that crops the fewest columns, then has the
-    most sums, then the fewest loads per multiply-add, then the most blocks, among ``b``
-    blocks dividing ``local`` (any count: a group of 34 channels touches 5 blocks of 8,
-    which :func:`channel_tile` gives one block x 7 columns, bound by its loads) by ``u`` of
-    2 to WIDE_TILE_MAX_COLUMNS columns, with 8 sums or more (fewer leave the multiply-add
-    latency uncovered), within the budget, ``b x u + u + 1`` within the registers (the sums,
-    the broadcast inputs of a row and one weight vector at a time) and cropping at most
-    WIDE_TILE_WASTE of the row (ShuffleNet's 1x1 group windows of 5 blocks at 28 columns as
-    5 x 2 tiles: 0.73-0.76x the time of 1 x 7; Zen 3, AVX2). Else
-    :func:`nchwc_width_unit`'s unit with
-    :func:`channel_tile`'s blocks."""
+    fewer, :func:`conv_accumulators`), the tile of the most sums, then the fewest loads per
+    multiply-add, then the most blocks, among ``b`` blocks dividing ``local`` (any count: a
+    group of 34 channels touches 5 blocks of 8, which :func:`channel_tile` gives one block x
+    7 columns, bound by its loads) by ``u`` of 2 to WIDE_TILE_MAX_COLUMNS columns dividing
+    the row (a cropped last unit would need a padded copy of the whole input), with 8 sums
+    or more (fewer leave the multiply-add latency uncovered), within the budget and with
+    ``b x u + u + 1`` within the registers (the sums, the broadcast inputs of a row and one
+    weight vector at a time). ShuffleNet's 1x1 group windows of 5 blocks at 28 columns as 5
+    x 2 tiles took 0.74x the time of 1 x 7; its windows of 9 blocks at 14 columns as 3 x 3
+    tiles, the last column cropped, 1.11x (Zen 3, AVX2). Else :func:`nchwc_width_unit`'s
+    unit with :func:`channel_tile`'s blocks."""
     budget = conv_accumulators(target, pointwise)
     if budget <= 12 and out_width > 7:
-        best: tuple[tuple[float, int, float, int], tuple[int, int]] | None = None
+        best: tuple[tuple[int, float, int], tuple[int, int]] | None = None
         for blocks in (b for b in range(1, min(local, budget) + 1) if local % b == 0):
             for unit in range(2, WIDE_TILE_MAX_COLUMNS + 1):
-                padded = -(-out_width // unit) * unit
                 sums = blocks * unit
                 if (not 8 <= sums <= budget or sums + unit + 1 > target.vector_registers
-                        or padded - out_width > WIDE_TILE_WASTE * padded):
+                        or out_width % unit):
                     continue
-                key = (-(padded - out_width) / padded, sums, -(blocks + unit) / sums, blocks)
+                key = (sums, -(blocks + unit) / sums, blocks)
                 if best is None or key > best[0]:
                     best = (key, (blocks, unit))
         if best is not None:
@@ -310,17 +309,43 @@ def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:
 def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     """Accumulator vectors of a blocked convolution's register tile: half the vector
     registers (16 with AVX-512, 8 with AVX2), leaving the rest for the weight vectors and
-    the broadcast inputs of one multiply-add row. A dense 1x1 (``pointwise``) convolution on
-    a target of 16 registers gets 12, a tile of 4 channel blocks x 3 columns
-    (:func:`nchwc_width_unit`): its 12 sums, 3 broadcast inputs and one weight vector at a
-    time fill the 16 registers, 7 loads per 12 multiply-adds where 4 x 2 needs 6 per 8, and
+    the broadcast inputs of one multiply-add row. ``pointwise`` (a 1x1 convolution) on a
+    target of 16 registers: 12, a tile of 4 channel blocks x 3 columns
+    (:func:`nchwc_width_unit`), whose 12 sums, 3 broadcast inputs and one weight vector at a
+    time fill the 16 registers: 7 loads per 12 multiply-adds where 4 x 2 needs 6 per 8, and
     12 independent sums cover the multiply-add latency with room to spare where 8 just do
-    (``benchmarks/conv_tiles.py`` on Zen 3, resnet50's 1x1 layers, stride 1 and 2: 1.03-1.11x
-    faster; its 3x3 stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8)."""
+    (Zen 3, AVX2, resnet50's 1x1 layers alone: 1.03-1.11x faster, stride 1 and 2; its 3x3
+    stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8). Whether a 1x1
+    convolution takes it: :func:`pointwise_accumulators`."""
     registers = target.vector_registers
     if pointwise and registers == 16:
         return registers - 4
     return max(2, registers // 2)
+
+
+#: Parallel tasks per core a dense 1x1 convolution's pixel line needs from its channel
+#: tiles alone (a task of a line has every pixel, see :func:`pointwise_accumulators`).
+LINE_TASKS_PER_CORE = 4
+
+
+def pointwise_accumulators(out_h: int, out_w: int, acc_blocks: int, target: Any) -> int:
+    """The accumulator budget of a dense 1x1 convolution: :func:`conv_accumulators`'s
+    pointwise one where its tiles cut the output well, else the general one. Columns of 3
+    rarely divide a row, and a row's cropped last unit would need a padded copy of the whole
+    input (a 1x1 convolution reads its input in place); so the 4 x 3 tiles are taken on a
+    pixel line (:func:`flatten_pixels`, whose last unit rereads the last pixel) when its
+    channel tiles alone make LINE_TASKS_PER_CORE tasks per core (a line's task has every
+    pixel: 3 tasks on 2 cores ran Inception-v2's 96-channel 14 x 14 layers 1.41x slower than
+    rows of 4 x 2 tiles), or on rows that the unit divides; else as before, 4 x 2."""
+    wide = conv_accumulators(target, pointwise=True)
+    budget = conv_accumulators(target)
+    if wide == budget:
+        return budget
+    if flatten_pixels(out_h, out_w, wide, acc_blocks):
+        tiles = acc_blocks // channel_tile(acc_blocks, nchwc_width_unit(
+            out_h * out_w, wide, acc_blocks), wide)
+        return wide if tiles >= LINE_TASKS_PER_CORE * target.num_cores else budget
+    return wide if out_w % nchwc_width_unit(out_w, wide, acc_blocks) == 0 else budget
 
 
 @register_compute("nn.conv2d_nchwc")
@@ -352,9 +377,10 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     # one block, a grouped one stays inside its group.
     acc_blocks = padded_out_blocks(out_blocks) if attrs.groups == 1 else out_blocks
     pointwise = kh == kw == 1 and attrs.groups == 1
-    budget = conv_accumulators(target, pointwise)
+    budget = pointwise_accumulators(out_h, out_w, acc_blocks, target) if pointwise \
+        else conv_accumulators(target)
     if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
-        return _conv2d_pixels(inputs, attrs, out_type, acc_blocks)
+        return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
     unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
@@ -433,25 +459,22 @@ def flatten_pixels(out_h: int, out_w: int, budget: int, blocks: int) -> bool:
     return shape(out_h * out_w) > shape(out_w)
 
 
-def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
-                   ) -> te.Tensor:
+def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int,
+                   budget: int) -> te.Tensor:
     """A blocked 1x1 convolution over its output pixels as one line (a product of the
     pixels by the channels, see :func:`flatten_pixels`): ``acc[n, ob, 0, pb, pi, o]`` for
     pixel ``p = pb * unit + pi`` (those past the last read the last and are cropped), then
     the result ``out[n, ob, y, x, o] = acc[..., y * width + x]``. A strided or padded one
-    reads a compact copy of the pixels it uses, as one line."""
-    from ..target import Target
-
+    reads a compact copy of the pixels it uses, as one line. ``budget``: the accumulators
+    of its register tile (:func:`pointwise_accumulators`)."""
     data, weight = inputs
     batch, blocks_in, height, width, in_block = (int(d) for d in data.shape)
     out_blocks, _, _, _, _, out_block = (int(d) for d in weight.shape)
     _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
     sh, sw = attrs.strides
     top, left = attrs.padding[0], attrs.padding[1]
-    target = Target.current()
-    assert target is not None
     pixels = out_h * out_w
-    unit = nchwc_width_unit(pixels, conv_accumulators(target, pointwise=True), acc_blocks)
+    unit = nchwc_width_unit(pixels, budget, acc_blocks)
     units = -(-pixels // unit)
 
     def pixel(p: Any) -> tuple[Any, Any]:
@@ -1073,5 +1096,5 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "WIDE_TILE_BLOCKS", "WIDE_TILE_MAX_COLUMNS", "channel_tile", "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "flatten_pixels", "group_window_tile", "nchwc_width_unit", "normalize_axis_of",
-           "padded_out_blocks", "panel_width",
+           "padded_out_blocks", "panel_width", "pointwise_accumulators", "LINE_TASKS_PER_CORE",
            "register_rows", "sparse_rows", "width_blocks"]

@@ -28,6 +28,7 @@ from opfusion.topi.nn import (
     flatten_pixels,
     group_window_tile,
     nchwc_width_unit,
+    pointwise_accumulators,
 )
 from opfusion.topi.testing import call_over_arrays, check_compute
 
@@ -238,9 +239,23 @@ def test_pointwise_tiles_with_few_registers():
     assert flatten_pixels(56, 56, 12, 8) and not flatten_pixels(8, 24, 12, 8)
 
 
+@pytest.mark.parametrize("out_h, out_w, blocks, cores, want", [
+    (56, 56, 32, 2, 12),  # a line of 3136 pixels, 8 tiles of 4 blocks: 4 per core
+    (56, 56, 32, 4, 8),  # 2 per core: the rows, in 4 x 2 tiles (3 crops 56)
+    (14, 14, 12, 2, 8),  # a line in 3 tiles starves 2 cores
+    (4, 24, 8, 2, 12),  # rows of 8 units of 3
+    (7, 7, 64, 2, 12),  # 49 pixels: 17 units of 3, the last rereading the last pixel
+])
+def test_which_1x1_convolutions_take_12_accumulators(out_h, out_w, blocks, cores, want):
+    target = Target(f"c -mattr=+avx2,+fma -num-cores={cores}")
+    assert pointwise_accumulators(out_h, out_w, blocks, target) == want
+    assert pointwise_accumulators(out_h, out_w, blocks, Target("c -mattr=+avx512f")) == 16
+
+
 @pytest.mark.parametrize("out_w, local, pointwise, want", [
     (28, 5, True, (5, 2)),  # ShuffleNet's groups of 34 channels: 5 blocks, no crop
-    (14, 9, True, (3, 3)),  # 9 blocks: 3 x 3, a column of 15 cropped
+    (14, 9, True, (1, 7)),  # 9 blocks: 3 x 3 would crop a column of 15
+    (27, 9, True, (3, 3)),
     (28, 4, True, (4, 2)),  # 4 x 3 would crop 2 columns of 30: 4 x 2 crops none
     (28, 10, True, (5, 2)),
     (14, 18, True, (6, 2)),
@@ -260,8 +275,8 @@ def test_group_window_tiles_on_avx512_as_before():
 
 
 @pytest.mark.parametrize("data, weight, groups, attrs", [
-    ((1, 136, 3, 29), (136, 34, 1, 1), 4, {}),  # 5 x 2 tiles, the last column cropped
-    ((1, 272, 2, 14), (272, 68, 1, 1), 4, {}),  # 9 blocks a group: 3 x 3 tiles
+    ((1, 136, 3, 28), (136, 34, 1, 1), 4, {}),  # 5 x 2 tiles
+    ((1, 272, 2, 27), (272, 68, 1, 1), 4, {}),  # 9 blocks a group: 3 x 3 tiles
     ((1, 112, 4, 59), (112, 28, 3, 3), 4, {"padding": 1}),  # not 1x1: 8 accumulators
 ], ids=str)
 def test_group_window_wide_tiles_compiled(data, weight, groups, attrs):

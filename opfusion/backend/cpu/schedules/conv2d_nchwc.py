@@ -30,6 +30,7 @@ from ....topi.nn import (
     channel_tile,
     conv_accumulators,
     group_window_tile,
+    pointwise_accumulators,
 )
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
@@ -65,8 +66,8 @@ def is_depthwise(acc: te.Tensor) -> bool:
 
 def is_pointwise(acc: te.Tensor) -> bool:
     """Whether the accumulator is a dense 1x1 convolution's: one tap, every input channel
-    (a grouped one sums its group's alone), as :func:`opfusion.topi.nn.conv_accumulators`
-    is told by the compute."""
+    (a grouped one sums its group's alone), whose budget the compute took from
+    :func:`opfusion.topi.nn.pointwise_accumulators`."""
     if is_depthwise(acc):
         return False
     rc, ry, rx = (int(r.dom.extent) for r in acc.op.reduce_axis)
@@ -125,7 +126,8 @@ class Conv2dNCHWcRule(ScheduleRule):
         assert acc is not None
         blocks, _, _, unit, _ = _shape(acc)
         height = int(anchor.shape[2])
-        budget = conv_accumulators(target, is_pointwise(acc))
+        budget = pointwise_accumulators(height, int(anchor.shape[3]), int(acc.shape[1]),
+                                        target) if is_pointwise(acc) else conv_accumulators(target)
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has); all of them when the pixels are one line
