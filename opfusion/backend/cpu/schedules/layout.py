@@ -22,7 +22,7 @@ from typing import Any
 from .... import te
 from ....target import Target
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
-from .common import arrange_rest, owner_of, parallel_outer, tensor_size
+from .common import arrange_rest, min_tasks, owner_of, parallel_outer, tensor_size
 
 
 class LayoutRule(ScheduleRule):
@@ -60,7 +60,12 @@ class LayoutRule(ScheduleRule):
         if len(axes) == 5 and config["lanes_outside"]:
             n, block, y, x, lane = axes
             stage.reorder(n, block, lane, y, x)
-            parallel_outer(stage, [n, block, lane], tensor_size(owner))
+            channels = [n, block, lane]
+            if _extent(channels) < min_tasks(target):
+                # Too few channels to share out (an RGB input's 3 in one block: 3 tasks
+                # for 2 threads); each row of a channel is a task instead.
+                channels.append(y)
+            parallel_outer(stage, channels, tensor_size(owner))
         elif len(axes) == 5:
             parallel_outer(stage, axes[:3], tensor_size(owner))
             if _is_shuffle(anchor):
@@ -68,6 +73,14 @@ class LayoutRule(ScheduleRule):
         else:
             parallel_outer(stage, axes[:2], tensor_size(owner))
         arrange_rest(s)
+
+
+def _extent(axes: list[Any]) -> int:
+    """Iterations of ``axes`` together."""
+    total = 1
+    for axis in axes:
+        total *= int(axis.dom.extent)
+    return total
 
 
 def _is_shuffle(anchor: te.Tensor) -> bool:
