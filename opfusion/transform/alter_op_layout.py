@@ -40,7 +40,10 @@ group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transform
 stride-1 convolutions with enough channels become ``nn.conv2d_winograd_nchwc`` of a weight
 transformed by ``nn.winograd_weight_transform``
 (folded at compile time like the layout transforms): see ``AlterOpLayout.winograd`` for
-which, and :mod:`opfusion.opdefs._winograd` for the algorithm and its rounding.
+which, and :mod:`opfusion.opdefs._winograd` for the algorithm and its rounding. A grouped
+one whose groups are whole blocks and would each take Winograd alone (AlexNet's) becomes one
+Winograd convolution per group, each on a ``strided_slice`` of its group's input blocks,
+concatenated along the blocks.
 
 The pass needs opt_level 3 and a target (the current one, or the host);
 ``disabled_pass=["AlterOpLayout"]`` turns it off."""
@@ -375,6 +378,10 @@ class _LayoutRewriter:
         weight_value = self.get(weight, PLAIN)
         in_block, kernel_block, out_block = blocks
         kernel_layout = f"OIHW{kernel_block}i{out_block}o"
+        if groups > 1 and not densify:
+            split = self._grouped_winograd(call, in_block, out_block)
+            if split is not None:
+                return split
         window = False
         if densify:
             # A few groups whose channels no block divides (ShuffleNet's 34 a group): each
@@ -416,12 +423,56 @@ class _LayoutRewriter:
                     call.span)
         return _Form(conv, out_block)
 
-    def _winograd_tile(self, call: Call, data_type: TensorType, out_type: TensorType) -> int:
+    def _grouped_winograd(self, call: Call, in_block: int, out_block: int) -> _Form | None:
+        """A grouped convolution whose groups are whole blocks and, each alone, a convolution
+        that takes Winograd (AlexNet's 3x3 layers of 2 groups of 192 channels at 13 x 13):
+        one Winograd convolution per group, each on its group's input blocks (a slice, one
+        copy) with its group's weight, concatenated along the blocks. None otherwise."""
+        data, weight = call.args
+        attrs = call.attrs
+        weight_value = self.get(weight, PLAIN)
+        data_type, out_type = _tensor(data), _tensor(call)
+        if not isinstance(weight_value, Constant) or data_type is None or out_type is None:
+            return None
+        groups = attrs.groups
+        per_in, per_out = data_type.shape[1] // groups, out_type.shape[1] // groups
+        if per_in % in_block or per_out % out_block or weight_value.data.shape[1] != per_in:
+            return None
+        tile = self._winograd_tile(
+            call, TensorType(data_type.shape[:1] + (per_in,) + data_type.shape[2:],
+                             data_type.dtype),
+            TensorType(out_type.shape[:1] + (per_out,) + out_type.shape[2:], out_type.dtype),
+            grouped=True)
+        if not tile:
+            return None
+        blocked = self.get(data, in_block)
+        step = per_in // in_block
+        parts: list[Expr] = []
+        for group in range(groups):
+            piece = Call(get_op("strided_slice"), [blocked],
+                         {"begin": [group * step], "end": [(group + 1) * step], "axes": [1]})
+            group_weight = Constant(np.ascontiguousarray(
+                weight_value.data[group * per_out:(group + 1) * per_out]))
+            packed = self.transform(group_weight, "OIHW", f"OIHW{in_block}i{out_block}o")
+            transformed = Call(get_op("nn.winograd_weight_transform"), [packed],
+                               {"tile_size": tile})
+            parts.append(Call(get_op("nn.conv2d_winograd_nchwc"), [piece, transformed],
+                              {"tile_size": tile, "padding": attrs.padding,
+                               "channels": per_out, "out_dtype": attrs.out_dtype,
+                               "data_layout": data_layout(in_block),
+                               "out_layout": data_layout(out_block)}, call.span))
+        return _Form(Call(get_op("concatenate"), [Tuple(parts)], {"axis": 1}, call.span),
+                     out_block)
+
+    def _winograd_tile(self, call: Call, data_type: TensorType, out_type: TensorType,
+                       grouped: bool = False) -> int:
         """The Winograd tile for this convolution (0: direct), by the pass context's
-        ``AlterOpLayout.winograd``."""
+        ``AlterOpLayout.winograd``; ``grouped``: for one group of a grouped convolution,
+        whose types ``data_type`` and ``out_type`` are."""
         attrs = call.attrs
         weight_type = _tensor(call.args[1])
-        if (self.winograd == "never" or weight_type is None or attrs.groups != 1
+        if (self.winograd == "never" or weight_type is None or (attrs.groups != 1
+                                                                and not grouped)
                 or weight_type.shape[2:] != (3, 3) or tuple(attrs.strides) != (1, 1)
                 or tuple(attrs.dilation) != (1, 1) or attrs.out_dtype not in (None, "float32")
                 or data_type.dtype != "float32"):

@@ -233,6 +233,35 @@ def test_winograd_is_only_for_3x3_stride_1_with_enough_channels(shape, weight, a
 
 
 @pytest.mark.parametrize("winograd", ["f2", "f4"])
+def test_grouped_3x3_convolutions_of_whole_blocks_run_winograd_per_group(winograd):
+    # AlexNet's conv4: 2 groups (here of 32 channels) at 13 x 13
+    x = opf.var("x", shape=(1, 64, 13, 13))
+    y = conv_bn_relu(x, 32, 96, 3, groups=2)
+    func = laid_out(y, AVX2, winograd=winograd)
+    convs = calls(func, "nn.conv2d_winograd_nchwc")
+    assert not calls(func, "nn.conv2d_nchwc") and len(convs) == 2
+    assert [c.attrs.channels for c in convs] == [48, 48]
+    assert [(s.attrs.begin, s.attrs.end) for s in calls(func, "strided_slice")] == [
+        ((0,), (4,)), ((4,), (8,))]  # each group's 4 input blocks of 8
+    assert len(calls(func, "concatenate")) == 1
+    assert not calls(laid_out(y, AVX2, winograd="never"), "nn.conv2d_winograd_nchwc")
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 64, 13, 13, seed=6)
+    with AVX2, opf.transform.PassContext(opt_level=3, config={WINOGRAD: winograd}):
+        exe = opf.compile(mod)
+    assert_close(exe(value), evaluate(mod, [value]), 4e-5)
+
+
+def test_grouped_convolutions_whose_groups_split_blocks_stay_direct():
+    x = opf.var("x", shape=(1, 48, 14, 14))  # 3 groups of 16: blocks of 16 with AVX-512
+    y = conv_bn_relu(x, 16, 48, 3, groups=3)
+    assert calls(laid_out(y, AVX512, winograd="auto"), "nn.conv2d_winograd_nchwc")
+    y = conv_bn_relu(x, 12, 48, 3, groups=4)  # 12 a group: no whole blocks of 8 or 16
+    func = laid_out(y, AVX512, winograd="auto")
+    assert not calls(func, "nn.conv2d_winograd_nchwc")
+
+
+@pytest.mark.parametrize("winograd", ["f2", "f4"])
 def test_a_winograd_block_computes_the_reference(winograd):
     x, out = block(32, 14)
     mod = IRModule.from_expr(Function([x], out))
