@@ -38,6 +38,7 @@ from ..stages import stage
 from ..target import Target, as_target
 from ..transform.alter_op_layout import AlterOpLayout
 from ..transform.context import PassContext, register_pass_config
+from ..transform.fold_channel_shuffle import FoldChannelShuffle
 from ..transform.fold_constant import FoldConstant
 from ..transform.fuse_attention import FuseAttention
 from ..transform.fusion_strategy import get_fusion_strategy
@@ -192,12 +193,14 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     """``mod`` with its convolutions in the blocked layout of ``target`` (None: the current
     target, else the host) by AlterOpLayout, the constant right operands of products in
     column panels by PackMatmulWeights (both opt_level 3, unless the pass context disables
-    them), and the weights' layout transforms folded into constants."""
+    them), and the weights' layout transforms folded into constants; then a channel shuffle
+    that a group-window convolution reads becomes that convolution's ``input_shuffle``
+    (FoldChannelShuffle)."""
     if target is not None and as_target(target).device != "cpu":
         # The GPU schedules read the plain layouts (threads, not vectors, along the rows).
         return Sequential([FoldConstant(), InferType()], name="AlterLayout")(mod)
     return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),
-                       InferType()],
+                       FoldChannelShuffle(), InferType()],
                       name="AlterLayout")(mod)
 
 

@@ -225,6 +225,10 @@ class Conv2DNCHWc(_ConvBase):
                                  "output blocks its output channels touch, on the group's "
                                  "own input channels (group_window_weight): for groups "
                                  "whose channels no block divides"),
+        "input_shuffle": Attr("int", 0,
+                              doc="a group window reads channel_shuffle(data, input_shuffle) "
+                                  "(its channel j * s + i is data channel i * (C / s) + j), "
+                                  "0: the data as it is; FoldChannelShuffle sets it"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
@@ -250,6 +254,11 @@ class Conv2DNCHWc(_ConvBase):
             raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
                                   f"the blocks of their layouts ({attrs.data_layout}, "
                                   f"{attrs.kernel_layout})")
+        if attrs.input_shuffle and (not attrs.group_window
+                                    or data.shape[1] * in_block % attrs.input_shuffle):
+            raise self.type_error(
+                f"'input_shuffle'={attrs.input_shuffle} needs a group window over channels "
+                f"it divides (data {data.shape}, group_window={attrs.group_window})")
         if attrs.group_window:
             out_channels = self._check_window(data.shape[1] * in_block, weight.shape,
                                               out_block, attrs)
@@ -314,8 +323,10 @@ class Conv2DNCHWc(_ConvBase):
 
     def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
                   kernel_layout: str, out_layout: str, group_window: bool = False,
-                  **attrs: Any) -> np.ndarray:
+                  input_shuffle: int = 0, **attrs: Any) -> np.ndarray:
         plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
+        if input_shuffle:
+            plain_data = get_op("channel_shuffle").reference(plain_data, input_shuffle, "NCHW")
         if group_window:
             plain_weight = _window_weight_dense(weight, attrs["channels"])
         else:

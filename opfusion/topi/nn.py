@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import te
+from ..ir.op import get_op
 from ..opdefs._winograd import matrices as winograd_matrices
 from ..opdefs.einsum import parse_equation
 from ._util import accumulator_dtype, vector_lanes
@@ -552,8 +553,13 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
+    channels = groups * per_group
+
     def tap(n: Any, g: Any, y: Any, xb: Any, xi: Any) -> te.PrimExpr:
         channel = g * per_group + rc
+        if attrs.input_shuffle:  # read through the channel shuffle (FoldChannelShuffle)
+            channel = get_op("channel_shuffle").source_channel(channel, channels,
+                                                                attrs.input_shuffle)
         return te.cast(source[n, channel // in_block, y * sh + ry * dh,
                               (xb * unit + xi) * sw + rx * dw, channel % in_block], acc_dtype)
 

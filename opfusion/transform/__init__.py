@@ -13,6 +13,7 @@ from .alter_op_layout import AlterOpLayout, alter_op_layout
 from .common_subexpr import EliminateCommonSubexpr
 from .context import ConfigOption, PassContext, list_pass_configs, register_pass_config
 from .dead_code import DeadCodeElimination
+from .fold_channel_shuffle import FoldChannelShuffle
 from .fold_constant import BindParams, FoldConstant, bind_params, fold_constant
 from .fold_scale_axis import BackwardFoldScaleAxis, FoldScaleAxis, ForwardFoldScaleAxis
 from .fuse import (
@@ -88,7 +89,8 @@ from .simplify_inference import SimplifyInference
 
 __all__ = [
     "AlterOpLayout", "BackwardFoldScaleAxis", "BindParams", "Bindings", "ConfigOption",
-    "DeadCodeElimination", "DumpIR", "EliminateCommonSubexpr", "FoldConstant", "FoldScaleAxis",
+    "DeadCodeElimination", "DumpIR", "EliminateCommonSubexpr", "FoldChannelShuffle",
+    "FoldConstant", "FoldScaleAxis",
     "ForwardFoldScaleAxis", "FunctionPass", "FuseAttention", "FuseDenseAdd", "FuseMultiplyAdd",
     "FuseOps", "FuseOptions", "FusionGroup", "FusionMerge", "FusionPlan", "FusionRefusal",
     "FusionReport",

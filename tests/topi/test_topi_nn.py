@@ -11,6 +11,7 @@ from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.layout import Layout, transform_array
 from opfusion.ir.module import IRModule
+from opfusion.ir.op import get_op
 from opfusion.opdefs.nn import group_window_weight
 from opfusion.target import Target
 from opfusion.te.lower import lower
@@ -484,3 +485,25 @@ def test_every_nn_operator_has_a_compute():
             ("nn.relu", "nn.leaky_relu", "nn.deform_conv2d", "nn.max_pool_indices")
             ] + ["einsum"]
     assert [name for name in ours if get_compute(name) is None] == []
+
+
+def test_group_window_reads_through_an_input_shuffle():
+    """``input_shuffle``: the window reads channel_shuffle(data) (FoldChannelShuffle); the
+    reference is the window on the shuffled data, and the compute matches it."""
+    with Target("c -mattr=+avx2,+fma"):
+        x = _blocked(normal(1, 136, 3, 28), "NCHW", "NCHW8c")
+        w = group_window_weight(normal(136, 34, 1, 1, seed=1), 4, 8)
+        attrs = {"groups": 4, "group_window": True, "channels": 136, "data_layout": "NCHW8c",
+                 "kernel_layout": "OIHW34i8o", "out_layout": "NCHW8c"}
+        check_compute(nn.conv2d_nchwc, x, w, input_shuffle=4, compiled=True, **attrs)
+    shuffled = get_op("channel_shuffle").reference(x, 4, "NCHW8c")
+    conv = get_op("nn.conv2d_nchwc")
+    full = {**attrs, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1)}
+    assert_close(conv.reference(x, w, input_shuffle=4, **full),
+                 conv.reference(shuffled, w, **full), 0)
+    with pytest.raises(opf.OpfusionError, match="input_shuffle"):
+        data = opf.var("d", shape=(1, 4, 3, 5, 8))
+        weight = opf.const(normal(4, 4, 1, 1, 8, 8))
+        opf.transform.InferType()(IRModule.from_expr(Function([data], nn.conv2d_nchwc(
+            data, weight, input_shuffle=4, data_layout="NCHW8c", kernel_layout="OIHW8i8o",
+            out_layout="NCHW8c"))))
