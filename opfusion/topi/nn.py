@@ -553,15 +553,33 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
-    channels = groups * per_group
+    def block_and_lane(g: Any, c: Any) -> tuple[Any, Any]:
+        """The data block and lane of group ``g``'s input channel ``c``."""
+        channel = g * per_group + c
+        return channel // in_block, channel % in_block
+
+    if attrs.input_shuffle:
+        # Read through the channel shuffle (FoldChannelShuffle): the block and lane of every
+        # group's input channels, tabled once per call, so that the multiply-adds' loop
+        # finds each by two loads instead of the divisions of the shuffle's index map.
+        shuffle = get_op("channel_shuffle")
+        channels = groups * per_group
+
+        def shuffled(g: Any, c: Any) -> Any:
+            return shuffle.source_channel(g * per_group + c, channels, attrs.input_shuffle)
+
+        blocks = te.compute((groups, per_group), lambda g, c: shuffled(g, c) // in_block,
+                            name="conv2d_shuffle_block")
+        lanes = te.compute((groups, per_group), lambda g, c: shuffled(g, c) % in_block,
+                           name="conv2d_shuffle_lane")
+
+        def block_and_lane(g: Any, c: Any) -> tuple[Any, Any]:  # noqa: F811 - the shuffled one
+            return blocks[g, c], lanes[g, c]
 
     def tap(n: Any, g: Any, y: Any, xb: Any, xi: Any) -> te.PrimExpr:
-        channel = g * per_group + rc
-        if attrs.input_shuffle:  # read through the channel shuffle (FoldChannelShuffle)
-            channel = get_op("channel_shuffle").source_channel(channel, channels,
-                                                                attrs.input_shuffle)
-        return te.cast(source[n, channel // in_block, y * sh + ry * dh,
-                              (xb * unit + xi) * sw + rx * dw, channel % in_block], acc_dtype)
+        block, lane = block_and_lane(g, rc)
+        return te.cast(source[n, block, y * sh + ry * dh, (xb * unit + xi) * sw + rx * dw,
+                              lane], acc_dtype)
 
     acc = te.compute(
         (batch, groups, local, out_h, units, unit, out_block),
