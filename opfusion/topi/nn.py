@@ -519,6 +519,32 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
                       name="conv2d_nchwc", tag=CONV_NCHWC)
 
 
+def _group_input_channels(groups: int, per_group: int, in_block: int,
+                          shuffle: int) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """The data block and lane of group ``g``'s input channel ``c``, as a function of
+    ``(g, c)``. Read through a channel shuffle of ``shuffle`` groups (FoldChannelShuffle's
+    ``input_shuffle``; 0: none), they are tabled once per call (two small stages), so that
+    the multiply-adds' loop finds each by two loads, not by the divisions of the shuffle's
+    index map (which cost ShuffleNet's windows 7%)."""
+    if not shuffle:
+        def plain(g: Any, c: Any) -> tuple[Any, Any]:
+            channel = g * per_group + c
+            return channel // in_block, channel % in_block
+
+        return plain
+    source = get_op("channel_shuffle").source_channel
+    channels = groups * per_group
+
+    def shuffled(g: Any, c: Any) -> Any:
+        return source(g * per_group + c, channels, shuffle)
+
+    blocks = te.compute((groups, per_group), lambda g, c: shuffled(g, c) // in_block,
+                        name="conv2d_shuffle_block")
+    lanes = te.compute((groups, per_group), lambda g, c: shuffled(g, c) % in_block,
+                       name="conv2d_shuffle_lane")
+    return lambda g, c: (blocks[g, c], lanes[g, c])
+
+
 def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """A group-window convolution (groups whose channels no block divides; weight
     ``(groups, J, KH, KW, C/groups, o)``, see :func:`opfusion.opdefs.nn.group_window_weight`):
@@ -553,28 +579,7 @@ def _conv2d_group_window(inputs: list[Any], attrs: Any, out_type: Any) -> te.Ten
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
-    def block_and_lane(g: Any, c: Any) -> tuple[Any, Any]:
-        """The data block and lane of group ``g``'s input channel ``c``."""
-        channel = g * per_group + c
-        return channel // in_block, channel % in_block
-
-    if attrs.input_shuffle:
-        # Read through the channel shuffle (FoldChannelShuffle): the block and lane of every
-        # group's input channels, tabled once per call, so that the multiply-adds' loop
-        # finds each by two loads instead of the divisions of the shuffle's index map.
-        shuffle = get_op("channel_shuffle")
-        channels = groups * per_group
-
-        def shuffled(g: Any, c: Any) -> Any:
-            return shuffle.source_channel(g * per_group + c, channels, attrs.input_shuffle)
-
-        blocks = te.compute((groups, per_group), lambda g, c: shuffled(g, c) // in_block,
-                            name="conv2d_shuffle_block")
-        lanes = te.compute((groups, per_group), lambda g, c: shuffled(g, c) % in_block,
-                           name="conv2d_shuffle_lane")
-
-        def block_and_lane(g: Any, c: Any) -> tuple[Any, Any]:  # noqa: F811 - the shuffled one
-            return blocks[g, c], lanes[g, c]
+    block_and_lane = _group_input_channels(groups, per_group, in_block, attrs.input_shuffle)
 
     def tap(n: Any, g: Any, y: Any, xb: Any, xi: Any) -> te.PrimExpr:
         block, lane = block_and_lane(g, rc)

@@ -17,6 +17,7 @@ Knob: ``lanes_outside`` (for a blocked result: the lane axis outside the pixels)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .... import te
@@ -61,7 +62,7 @@ class LayoutRule(ScheduleRule):
             n, block, y, x, lane = axes
             stage.reorder(n, block, lane, y, x)
             channels = [n, block, lane]
-            if _extent(channels) < min_tasks(target):
+            if math.prod(int(a.dom.extent) for a in channels) < min_tasks(target):
                 # Too few channels to share out (an RGB input's 3 in one block: 3 tasks
                 # for 2 threads); each row of a channel is a task instead.
                 channels.append(y)
@@ -73,14 +74,6 @@ class LayoutRule(ScheduleRule):
         else:
             parallel_outer(stage, axes[:2], tensor_size(owner))
         arrange_rest(s)
-
-
-def _extent(axes: list[Any]) -> int:
-    """Iterations of ``axes`` together."""
-    total = 1
-    for axis in axes:
-        total *= int(axis.dom.extent)
-    return total
 
 
 def _is_shuffle(anchor: te.Tensor) -> bool:
