@@ -193,15 +193,19 @@ def conv2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                         attrs.groups, (out_h, out_w), out_type.dtype, "conv2d")
 
 
-#: Output channel blocks a wide register tile of a blocked convolution may have, most first
-#: (see :func:`nchwc_width_unit`).
-WIDE_TILE_BLOCKS = (4, 2)
+#: Output channel blocks a wide register tile of a blocked convolution may have, in order of
+#: preference (see :func:`nchwc_width_unit`): 3 for block counts that 2 does not divide
+#: (ShuffleNet's 24-channel stem: 3 x 2 tiles took 0.62x the time of 1 x 7; Zen 3, AVX2).
+WIDE_TILE_BLOCKS = (4, 2, 3)
 #: The share of a row's columns a wide tile may compute in vain (its last unit cropped).
 WIDE_TILE_WASTE = 0.1
 #: Columns of a wide register tile at most: each column's broadcast input is live through
 #: the tile's row of multiply-adds, so 2 blocks x 6 columns (12 sums, 6 broadcasts, 2
 #: weights) spills 16 registers (resnet50's 1x1 layers at half the speed of 4 x 3; Zen 3).
 WIDE_TILE_MAX_COLUMNS = 4
+#: The vector registers of the targets that take wide tiles (budgets of 12 accumulators or
+#: fewer: AVX2's 16).
+WIDE_TILE_REGISTERS = 16
 
 
 def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
@@ -228,6 +232,8 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
     if budget <= 12 and out_width > 7 and out_blocks:
         for blocks in WIDE_TILE_BLOCKS:
             unit = min(budget // blocks, WIDE_TILE_MAX_COLUMNS)
+            while blocks * unit + unit + 1 > WIDE_TILE_REGISTERS:
+                unit -= 1  # the sums, a row's broadcasts and a weight vector in registers
             padded = -(-out_width // unit) * unit
             if (out_blocks % blocks == 0 and unit > 1
                     and padded - out_width <= WIDE_TILE_WASTE * padded):
@@ -244,10 +250,10 @@ def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
 
 
 def channel_tile(blocks: int, columns: int, budget: int) -> int:
-    """Output channel blocks of a blocked register tile of ``columns`` columns: 4, else 2,
-    when they divide ``blocks`` and the tile stays within ``budget`` accumulators; else 1.
-    More blocks share each broadcast input."""
-    for tile in (4, 2):
+    """Output channel blocks of a blocked register tile of ``columns`` columns: the first of
+    WIDE_TILE_BLOCKS (4, 2, 3) that divides ``blocks`` with the tile within ``budget``
+    accumulators; else 1. More blocks share each broadcast input."""
+    for tile in WIDE_TILE_BLOCKS:
         if blocks % tile == 0 and tile * columns <= budget:
             return tile
     return 1
@@ -266,8 +272,8 @@ def group_window_tile(out_width: int, local: int, target: Any,
     ``b x u + u + 1`` within the registers (the sums, the broadcast inputs of a row and one
     weight vector at a time). ShuffleNet's 1x1 group windows of 5 blocks at 28 columns as 5
     x 2 tiles took 0.74x the time of 1 x 7; its windows of 9 blocks at 14 columns as 3 x 3
-    tiles, the last column cropped, 1.11x (Zen 3, AVX2). Else :func:`nchwc_width_unit`'s
-    unit with :func:`channel_tile`'s blocks."""
+    tiles, the last column cropped, 1.11x, and now take 3 x 2 (0.94x of 1 x 7): else
+    :func:`nchwc_width_unit`'s unit with :func:`channel_tile`'s blocks (Zen 3, AVX2)."""
     budget = conv_accumulators(target, pointwise)
     if budget <= 12 and out_width > 7:
         best: tuple[tuple[int, float, int], tuple[int, int]] | None = None
@@ -1122,7 +1128,8 @@ def _einsum_dims(term: str, ndim: int) -> list[str]:
 __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_NCHWC_PAD",
            "CONV_OUT", "CONV_PAD",
            "MATMUL", "MATMUL_CROP", "MATMUL_DOT", "MATMUL_PACK", "MATMUL_PARTIAL",
-           "WIDE_TILE_BLOCKS", "WIDE_TILE_MAX_COLUMNS", "channel_tile", "conv_accumulators",
+           "WIDE_TILE_BLOCKS", "WIDE_TILE_MAX_COLUMNS", "WIDE_TILE_REGISTERS", "channel_tile",
+           "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "flatten_pixels", "group_window_tile", "nchwc_width_unit", "normalize_axis_of",
            "padded_out_blocks", "panel_width", "pointwise_accumulators", "LINE_TASKS_PER_CORE",

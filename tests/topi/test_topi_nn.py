@@ -221,7 +221,12 @@ def test_conv2d_nchwc_wide_tiles_with_few_registers():
     and 16 accumulators (AVX-512) as before."""
     assert [nchwc_width_unit(w, 8, 8) for w in (112, 56, 28, 14, 13, 55, 27, 7, 9)] == \
         [2, 2, 2, 2, 2, 2, 2, 7, 2]
-    assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 7]
+    # 13 columns: 2 x 4 would crop 3 of 16; 3 x 2 crops 1 of 14
+    assert [nchwc_width_unit(w, 8, 6) for w in (56, 55, 13)] == [4, 4, 2]
+    # 3 blocks (24 channels): 3 x 2 (3 x 3 for a 1x1's 12: 3 x 4's 17 registers spill)
+    assert [nchwc_width_unit(w, 8, 3) for w in (112, 56, 7)] == [2, 2, 7]
+    assert nchwc_width_unit(57, 12, 3) == 3 and channel_tile(3, 2, 8) == 3
+    assert [nchwc_width_unit(w, 8, 5) for w in (112, 56)] == [7, 7]  # 5 x 2: 10 sums
     assert nchwc_width_unit(56, 8) == 7
     assert [nchwc_width_unit(w, 16, 8) for w in (56, 28, 14, 7)] == [7, 7, 7, 7]
 
@@ -255,7 +260,7 @@ def test_which_1x1_convolutions_take_12_accumulators(out_h, out_w, blocks, cores
 
 @pytest.mark.parametrize("out_w, local, pointwise, want", [
     (28, 5, True, (5, 2)),  # ShuffleNet's groups of 34 channels: 5 blocks, no crop
-    (14, 9, True, (1, 7)),  # 9 blocks: 3 x 3 would crop a column of 15
+    (14, 9, True, (3, 2)),  # 9 blocks: 3 x 3 would crop a column of 15; 3 x 2 (6 sums)
     (27, 9, True, (3, 3)),
     (28, 4, True, (4, 2)),  # 4 x 3 would crop 2 columns of 30: 4 x 2 crops none
     (28, 10, True, (5, 2)),
