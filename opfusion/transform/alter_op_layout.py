@@ -379,7 +379,7 @@ class _LayoutRewriter:
         in_block, kernel_block, out_block = blocks
         kernel_layout = f"OIHW{kernel_block}i{out_block}o"
         if groups > 1 and not densify:
-            split = self._grouped_winograd(call, in_block, out_block)
+            split = self._grouped_winograd(call, weight_value, in_block, out_block)
             if split is not None:
                 return split
         window = False
@@ -423,14 +423,15 @@ class _LayoutRewriter:
                     call.span)
         return _Form(conv, out_block)
 
-    def _grouped_winograd(self, call: Call, in_block: int, out_block: int) -> _Form | None:
+    def _grouped_winograd(self, call: Call, weight_value: Expr, in_block: int,
+                          out_block: int) -> _Form | None:
         """A grouped convolution whose groups are whole blocks and, each alone, a convolution
         that takes Winograd (AlexNet's 3x3 layers of 2 groups of 192 channels at 13 x 13):
         one Winograd convolution per group, each on its group's input blocks (a slice, one
-        copy) with its group's weight, concatenated along the blocks. None otherwise."""
-        data, weight = call.args
+        copy) with its group's weight (of ``weight_value``, the OIHW weight), concatenated
+        along the blocks. None otherwise."""
+        data = call.args[0]
         attrs = call.attrs
-        weight_value = self.get(weight, PLAIN)
         data_type, out_type = _tensor(data), _tensor(call)
         if not isinstance(weight_value, Constant) or data_type is None or out_type is None:
             return None

@@ -97,25 +97,28 @@ class _ShuffleFolder(ExprMutator):
     def __init__(self, func: Function) -> None:
         super().__init__()
         readers = _readers(func)
-        #: a chain's nodes -> the shuffle it starts with (the shuffle's own entry too)
+        #: a folded shuffle and the channel-wise ops after it -> the shuffle
         self.chain_of: dict[Expr, Call] = {}
-        #: the folded shuffles, and the group window that reads each (window -> shuffle)
-        self.folded: dict[Expr, Call] = {}
+        #: the group window that reads a folded shuffle -> the shuffle
         self.window_of: dict[Expr, Call] = {}
+        #: a folded shuffle -> its channel block and the permutation of its channels
+        self.source_of: dict[Call, tuple[int, np.ndarray]] = {}
         for node in post_order(func.body, into_functions=False):
             if isinstance(node, Call) and node.op_name == "channel_shuffle":
                 chain = _foldable_chain(node, readers)
                 if chain is not None:
                     *links, window = chain
-                    for link in links:
+                    for link in (node, *links):
                         self.chain_of[link] = node
-                    self.folded[node] = node
                     self.window_of[window] = node
+                    block = int(node.checked_type.shape[4])
+                    channels = int(node.checked_type.shape[1]) * block
+                    self.source_of[node] = (block, _permutation(channels, node.attrs.groups))
 
     def visit_call(self, call: Call) -> Expr:
-        if call in self.folded:
-            return self.visit(call.args[0])  # read through by the group window
         shuffle = self.chain_of.get(call)
+        if shuffle is call:
+            return self.visit(call.args[0])  # read through by the group window
         if shuffle is not None:
             return self._permuted(call, shuffle)
         shuffle = self.window_of.get(call)
@@ -127,9 +130,7 @@ class _ShuffleFolder(ExprMutator):
 
     def _permuted(self, call: Call, shuffle: Call) -> Expr:
         """A channel-wise op of the chain, on the unshuffled data, its constants permuted."""
-        block = int(shuffle.checked_type.shape[4])
-        channels = int(shuffle.checked_type.shape[1]) * block
-        source = _permutation(channels, shuffle.attrs.groups)
+        block, source = self.source_of[shuffle]
         args = []
         for arg in call.args:
             if isinstance(arg, Constant) and arg.data.ndim >= 5:
