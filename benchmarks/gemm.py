@@ -72,8 +72,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="M in 16, 197 and K, N 768 only")
+    parser.add_argument("--rows", type=int, nargs="+", help="these values of M only")
     args = parser.parse_args()
-    rows = (16, 197) if args.quick else ROWS
+    rows = args.rows or ((16, 197) if args.quick else ROWS)
     shapes = SHAPES[:2] if args.quick else SHAPES
     host = Target("c")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, ISA {host.isa}, "

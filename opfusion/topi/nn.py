@@ -791,6 +791,28 @@ def panel_width(rows: int, depth: int, width: int, along_k: bool, dtype: str) ->
     return 2 * lanes if width % (2 * lanes) == 0 else lanes
 
 
+def few_rows_panel_width(rows: int, width: int, target: Any) -> int:
+    """Columns per panel of a constant right operand packed at compile time for a product of
+    fewer than PACK_MIN_ROWS rows (a matrix-vector product: a decoder's token step, a CNN's
+    classifier), or 0 to read it in place (columns not in whole vectors).
+
+    The register tile is the largest divisor of ``rows`` up to :func:`register_rows` rows by
+    as many vectors of columns as fill the accumulators (``2 * register_rows``: 1 row x 8
+    vectors, 2 x 4, 3 or 4 x 2 with AVX2), the count dividing the row's vectors; a panel is
+    that tile's columns, so each task streams one contiguous panel. Read in place, a row of
+    the weight is a few vectors per (strided) row of memory that the prefetchers do not
+    follow: 1 x 768 x 3072, kernel alone, 35 -> 66 GFLOP/s, 2 x 768 x 3072 37 -> 107, 4 x 1024
+    x 1024 76 -> 141 (Zen 3, two threads); a classifier's 9216 x 4096 weight, read from
+    memory, 27 -> 29."""
+    lanes = target.vector_lanes("float32")
+    if lanes < 2 or width % lanes:
+        return 0
+    tile_rows = max(d for d in range(1, register_rows(target) + 1) if rows % d == 0)
+    budget = max(1, 2 * register_rows(target) // tile_rows)
+    vectors = max(v for v in range(1, budget + 1) if (width // lanes) % v == 0)
+    return vectors * lanes
+
+
 def _panels(batch: Sequence[int], depth: int, width: int, cols: int,
             value: Callable[[Index, Any, Any], te.PrimExpr], name: str) -> te.Tensor:
     """The right operand (``value(batch_index, k, n)``) packed as ``(*batch, width / cols,
@@ -1131,6 +1153,7 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "WIDE_TILE_BLOCKS", "WIDE_TILE_MAX_COLUMNS", "WIDE_TILE_REGISTERS", "channel_tile",
            "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
-           "flatten_pixels", "group_window_tile", "nchwc_width_unit", "normalize_axis_of",
+           "few_rows_panel_width", "flatten_pixels", "group_window_tile", "nchwc_width_unit",
+           "normalize_axis_of",
            "padded_out_blocks", "panel_width", "pointwise_accumulators", "LINE_TASKS_PER_CORE",
            "register_rows", "sparse_rows", "width_blocks"]

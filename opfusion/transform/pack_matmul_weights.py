@@ -6,12 +6,15 @@ column panels ``(N/c, K, c)`` on every call: for a transformer's 768x3072 weight
 moved per run; one whose operand runs along the contraction (``nn.dense``) takes the dot
 form instead, which is slower from 8 rows up. When the operand is a constant (``nn.matmul``
 with a (K, N) weight, or ``nn.dense`` with an (N, K) one, as ONNX's MatMul and Gemm
-import), this pass makes the call ``nn.matmul_packed(a, layout_transform(weight))``:
-FoldConstant (run after it in ``opf.compile``) turns the transform into the packed constant,
-and the kernel reads the panels directly. The panel width is the one the compute would have
-chosen for the current target (two vectors, or one), and a constant along the contraction
-is packed as well when there are 8 rows or more. Products with fewer rows (matrix-vector)
-are left as they are.
+import), this pass makes the call ``nn.matmul_packed(a, panels)`` with the weight packed into
+panels here, once (whatever its size: FoldConstant would leave a result above its
+``max_elements`` unfolded), and the kernel reads the panels directly. The panel width is
+the one the compute would have chosen for the current target (two vectors, or one), and a
+constant along the contraction is packed as well when there are 8 rows or more. Products
+with fewer rows (matrix-vector: a decoder's token step, a CNN's classifier) are packed too,
+in panels as wide as their register tile (:func:`opfusion.topi.nn.few_rows_panel_width`: 8
+vectors for one row), so that each task streams one contiguous panel instead of a few
+vectors of every row.
 
 The same pass pads products whose result the register tiles cannot cut evenly: a vision
 transformer's attention over 197 tokens multiplies (197, 64) by (64, 197) and (197, 197) by
@@ -39,7 +42,7 @@ from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
 from ..topi._util import accumulator_dtype
-from ..topi.nn import panel_width, register_rows
+from ..topi.nn import PACK_MIN_ROWS, few_rows_panel_width, panel_width, register_rows
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -94,6 +97,11 @@ def packed_columns(call: Call) -> tuple[int, str] | None:
     # dot form's lane sums from 8 rows up (ViT's output projection, 197 x 768 x 768: 118
     # GFLOP/s as dot products, 220 in panels).
     cols = panel_width(rows, depth, width, False, accumulator_dtype(out.dtype))
+    if not cols and rows < PACK_MIN_ROWS:
+        # Too few rows for the compute to pack on every call, but packing a constant is free:
+        # panels as wide as a few rows' register tile, streamed instead of strided rows.
+        target = Target.current()
+        cols = few_rows_panel_width(rows, width, target) if target is not None else 0
     return (cols, layout) if cols else None
 
 
@@ -125,6 +133,18 @@ def padded_sizes(call: Call, lanes: int, row_tile: int) -> tuple[int, int] | Non
         return None
     padded = (-(-rows // row_tile) * row_tile, -(-cols // lanes) * lanes)
     return None if padded == (rows, cols) else padded
+
+
+def _packed(weight: Expr, layout: str, cols: int) -> Expr:
+    """The weight in column panels ``NK<cols>n``: packed here when it is a constant, not
+    left to FoldConstant, which leaves results above ``FoldConstant.max_elements`` unfolded
+    (packed that way, ZFNet's 25088 x 4096 classifier weight was repacked on every call:
+    134 ms a run)."""
+    attrs = {"src_layout": layout, "dst_layout": f"NK{cols}n"}
+    op = get_op("layout_transform")
+    if isinstance(weight, Constant):
+        return Constant(np.ascontiguousarray(op.reference(weight.data, **attrs)))
+    return Call(op, [weight], attrs)
 
 
 def _padded(expr: Expr, ndim: int, axis: int, extra: int) -> Expr:
@@ -159,8 +179,7 @@ class _Packer(ExprMutator):
             return new
         cols, layout = packing
         data, weight = new.args
-        panels = Call(get_op("layout_transform"), [weight],
-                      {"src_layout": layout, "dst_layout": f"NK{cols}n"})
+        panels = _packed(weight, layout, cols)
         a_type, out_type = call.args[0].checked_type, call.checked_type
         rows = a_type.size // a_type.shape[-1]
         # Every row in the tiled axis: (197, 1, 768) has 197 rows, not 1. (A reshape or a

@@ -20,6 +20,7 @@ from opfusion.testing import assert_close
 
 nn = opf.op.nn
 AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+AVX2 = Target("c -mattr=+avx2,+fma")
 
 
 def normal(*shape, seed=0):
@@ -84,8 +85,50 @@ def test_attention_products_of_an_odd_length_are_padded():
 def test_small_or_even_products_are_left_alone():
     a, b = opf.var("a", shape=(4, 8, 16)), opf.var("b", shape=(4, 16, 32))
     assert ops(rewritten(nn.matmul(a, b))) == ["nn.matmul"]
-    x = opf.var("x", shape=(3, 96))  # too few rows to pack
-    assert ops(rewritten(nn.matmul(x, opf.const(normal(96, 64))))) == ["nn.matmul"]
+    x = opf.var("x", shape=(3, 90))  # columns not in whole vectors
+    assert ops(rewritten(nn.matmul(x, opf.const(normal(90, 20))))) == ["nn.matmul"]
+
+
+
+@pytest.mark.parametrize("rows, width, target, cols", [
+    (1, 96, AVX2, 48),     # 12 vectors: the most up to 8 that divide them, 6
+    (1, 4096, AVX2, 64),   # 1 row x 8 vectors
+    (2, 64, AVX2, 32),     # 2 rows x 4 vectors
+    (3, 64, AVX2, 16),     # 3 rows x 2 vectors
+    (5, 64, AVX2, 64),     # 5 rows cut into 1-row tiles: 8 vectors
+    (1, 96, AVX512, 96),   # 6 vectors of 16
+    (6, 1000, AVX2, 8),    # 3 rows x 1 vector: 2 does not divide 125 vectors
+], ids=str)
+def test_few_rows_are_packed_in_panels_of_their_register_tile(rows, width, target, cols):
+    for dense in (False, True):
+        x = opf.var("x", shape=(rows, 40))
+        weight = normal(width, 40, seed=1) if dense else normal(40, width, seed=1)
+        y = nn.dense(x, opf.const(weight)) if dense else nn.matmul(x, opf.const(weight))
+        (product,) = [n for n in post_order(rewritten(y, target).body)
+                      if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
+        assert product.args[1].data.shape == (width // cols, 40, cols)
+
+
+@pytest.mark.parametrize("rows, width, dense", [(1, 96, False), (2, 64, True), (3, 40, False),
+                                                (5, 1000, True), (7, 24, False)], ids=str)
+def test_few_rows_packed_compute_the_reference(rows, width, dense):
+    x = opf.var("x", shape=(rows, 72))
+    weight = normal(width, 72, seed=1) if dense else normal(72, width, seed=1)
+    y = nn.dense(x, opf.const(weight)) if dense else nn.matmul(x, opf.const(weight))
+    y = opf.op.nn.relu(y + opf.const(normal(width, seed=2)))
+    assert "nn.matmul_packed" in ops(rewritten(y, Target("c")))
+    check(y, normal(rows, 72, seed=3))
+
+
+def test_a_weight_above_the_folding_limit_is_packed_all_the_same():
+    x = opf.var("x", shape=(1, 96))
+    mod = opf.transform.InferType()(IRModule.from_expr(
+        Function([x], nn.matmul(x, opf.const(normal(96, 64))))))
+    with opf.transform.PassContext(opt_level=3, config={"FoldConstant.max_elements": 100}):
+        func = alter_layout(mod, AVX2)["main"]
+    assert ops(func) == ["nn.matmul_packed"]  # no layout_transform left to run per call
+    (product,) = [n for n in post_order(func.body) if isinstance(n, Call)]
+    assert isinstance(product.args[1], Constant) and product.args[1].data.shape == (1, 96, 64)
 
 
 def test_disabled_pass_keeps_the_product():
