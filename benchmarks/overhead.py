@@ -89,7 +89,11 @@ def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50,
     spinning after its batch (ONNX Runtime's spin for a while, and opfusion's briefly) slow
     only a sliver of the next engine's batch. ``settle_seconds``: a pause before each batch,
     untimed, in which the previous engine's threads stop spinning (on a model bound by memory
-    they slowed the next engine's whole batch by up to 10%)."""
+    they slowed the next engine's whole batch by up to 10%). Each round starts one engine
+    later than the one before (a rotation), so that no engine always follows the same one:
+    in a fixed order, opfusion's fused AlexNet, always timed right after OpenVINO's batch, came
+    out 2-7% behind its unfused build in four runs of five, and ahead in one process of its
+    own."""
     for fn in fns:
         for _ in range(batch):
             fn()
@@ -99,8 +103,9 @@ def interleaved(fns: list[Callable[[], Any]], repeat: int, batch: int = 50,
     per_round = max(time.perf_counter() - start, 1e-7)
     batch = max(batch, int(batch_seconds * len(fns) / per_round))
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(max(5, repeat // batch)):
-        for fn, out in zip(fns, times):
+    for round_ in range(max(5, repeat // batch)):
+        shift = round_ % len(fns)
+        for fn, out in list(zip(fns, times))[shift:] + list(zip(fns, times))[:shift]:
             if settle_seconds:
                 time.sleep(settle_seconds)
             start = time.perf_counter()
