@@ -13,7 +13,9 @@ padded input, when the convolution has padding, is built first, in parallel.
 Knobs: ``channel_tile``, ``col_units`` (the register tile, at most ``vector_registers``
 accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``, ``k_blocks``
 (K-blocking: the input channel blocks every row and column of a task sums before the next
-ones, see :func:`reduction_blocks`); each a divisor of its axis. A group-window convolution
+ones, see :func:`reduction_blocks`), ``line_chunks`` (a pixel line's sums computed whole, in
+parallel chunks of its units, before the epilogue: see :func:`line_chunks`); each a divisor
+of its axis but ``line_chunks``. A group-window convolution
 (see :func:`group_window_tiles`) has ``channel_tile``, ``col_units`` and ``row_block``."""
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ....topi.nn import (
     CONV_GROUP_ACC,
     CONV_NCHWC_ACC,
     CONV_NCHWC_PAD,
+    LINE_TASKS_PER_CORE,
     channel_tile,
     conv_accumulators,
     group_window_tile,
@@ -108,6 +111,9 @@ class Conv2dNCHWcRule(ScheduleRule):
             Knob("k_blocks", divisors(_input_blocks(acc)),
                  "input channel blocks of one reduction block, whose weights stay in L1 while "
                  "the task's columns use them"),
+            Knob("line_chunks", _line_chunk_counts(acc, height),
+                 "parallel chunks of a pixel line's units, its sums computed whole before the "
+                 "epilogue (1: at the task)"),
         ], fits)
 
     def default_config(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> Config:
@@ -133,10 +139,12 @@ class Conv2dNCHWcRule(ScheduleRule):
         # tasks (or as many as the shape has); all of them when the pixels are one line
         # (a task of some rows would compute the units across its edges twice).
         channel_tasks = int(acc.shape[0]) * blocks // tile
-        row_block = height if int(acc.shape[2]) < height else task_rows(height, channel_tasks,
-                                                                          target)
+        chunks = line_chunks(acc, height, channel_tasks, target)
+        row_block = height if int(acc.shape[2]) < height and chunks == 1 \
+            else task_rows(height, channel_tasks, target)
         return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
-                            row_block=row_block, k_blocks=reduction_blocks(acc, tile, target))
+                            row_block=row_block, k_blocks=reduction_blocks(acc, tile, target),
+                            line_chunks=chunks)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:
@@ -146,7 +154,8 @@ class Conv2dNCHWcRule(ScheduleRule):
             return
         conv2d_nchwc_tiles(s, anchor, output, int(config["channel_tile"]),
                            int(config["col_units"]), int(config["task_blocks"]),
-                           int(config["row_block"]), int(config["k_blocks"]))
+                           int(config["row_block"]), int(config["k_blocks"]),
+                           int(config["line_chunks"]))
 
 
 def _input_blocks(acc: te.Tensor) -> int:
@@ -171,6 +180,29 @@ def reduction_blocks(acc: te.Tensor, tile: int, target: Target) -> int:
     return divisor(blocks, max(1, target.cache_bytes(1) // 2 // per_block))
 
 
+def _line_chunk_counts(acc: te.Tensor, height: int) -> tuple[int, ...]:
+    """Candidate ``line_chunks``: powers of two up to the line's units for a pixel line (the
+    accumulator has one row where the output has several), else 1."""
+    units = int(acc.shape[3])
+    if int(acc.shape[2]) == height:
+        return (1,)
+    return tuple(c for c in (1, 2, 4, 8, 16, 32, 64) if c <= units)
+
+
+def line_chunks(acc: te.Tensor, height: int, channel_tasks: int, target: Target) -> int:
+    """Chunks of a pixel line's units computed in parallel before the epilogue, or 1 (the
+    line's sums at its task). A task of a line holds every pixel, so a line with fewer than
+    LINE_TASKS_PER_CORE channel tasks per core starves the cores: SqueezeNet's squeeze
+    layers (16 output channels, one channel tile) ran on one thread, 2.0-2.3x ONNX Runtime's
+    time. Such a line's sums are computed whole, in chunks that make min_tasks tasks with
+    the channel tiles, and the epilogue runs over rows in parallel after them."""
+    counts = _line_chunk_counts(acc, height)
+    if len(counts) == 1 or channel_tasks >= LINE_TASKS_PER_CORE * target.num_cores:
+        return 1
+    wanted = -(-min_tasks(target) // channel_tasks)
+    return next((c for c in counts if c >= wanted), counts[-1])
+
+
 def task_rows(height: int, channel_tasks: int, target: Target) -> int:
     """Output rows of a blocked convolution's parallel task: the most that leave
     NCHWC_MIN_TASKS tasks (or as many as the shape has); but where the rows have no divisor
@@ -189,7 +221,7 @@ def task_rows(height: int, channel_tasks: int, target: Target) -> int:
 
 def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_tile: int,
                        col_units: int, task_blocks: int, row_block: int,
-                       k_blocks: int = 0) -> None:
+                       k_blocks: int = 0, line_chunks: int = 1) -> None:
     """The blocked convolution schedule with explicit sizes (see the module docstring)."""
     acc = producer(anchor, CONV_NCHWC_ACC)
     assert acc is not None
@@ -208,13 +240,20 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     stage.vectorize(c)
 
     acc_stage = s[acc]
-    acc_stage.compute_at(stage, task)
     an, ao, ay, ab, ax, ac = acc_stage.op.axis
     aoo, aoi = acc_stage.split(ao, factor=channel_tile)
+    chunk = []
+    if line_chunks > 1:
+        # The line's sums whole, before the epilogue: tasks of channel tiles x chunks of
+        # units (see :func:`line_chunks`).
+        abc, ab = acc_stage.split(ab, nparts=line_chunks)
+        chunk = [abc]
+    else:
+        acc_stage.compute_at(stage, task)
     abo, abi = acc_stage.split(ab, factor=col_units)
     if is_depthwise(acc):
         ry, rx = acc_stage.op.reduce_axis
-        acc_stage.reorder(an, aoo, ay, abo, ry, rx, aoi, abi, ax, ac)
+        acc_stage.reorder(an, aoo, *chunk, ay, abo, ry, rx, aoi, abi, ax, ac)
     else:
         rc, ry, rx = acc_stage.op.reduce_axis
         rco, rci = acc_stage.split(rc, factor=in_block)
@@ -223,9 +262,12 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
             # K-blocking: every row and column of the task sums one reduction block of
             # input channels before the next, its weights in L1.
             rcoo, rcoi = acc_stage.split(rco, factor=k_blocks)
-            acc_stage.reorder(an, aoo, rcoo, ay, abo, rcoi, ry, rx, rci, aoi, abi, ax, ac)
+            acc_stage.reorder(an, aoo, *chunk, rcoo, ay, abo, rcoi, ry, rx, rci, aoi, abi, ax,
+                              ac)
         else:
-            acc_stage.reorder(an, aoo, ay, abo, rco, ry, rx, rci, aoi, abi, ax, ac)
+            acc_stage.reorder(an, aoo, *chunk, ay, abo, rco, ry, rx, rci, aoi, abi, ax, ac)
+    if chunk:
+        parallel_outer(acc_stage, [an, aoo, *chunk], tensor_size(acc))
     acc_stage.unroll(aoi)
     acc_stage.unroll(abi)
     acc_stage.unroll(ax)
