@@ -3,17 +3,23 @@ the kernel's anchor (convolutions split by kernel size and stride, since they co
 differently), with each kind's achieved GFLOP/s for the convolutions and dense layers
 (Winograd's counted as the direct algorithm's work, so they can pass the machine's peak).
 
-    python benchmarks/profile_kinds.py resnet50 [--repeat 20] [--no-layout]
+    python benchmarks/profile_kinds.py resnet50 [--repeat 20] [--no-layout] [--layers [--ort]]
 
 ``--no-layout`` compiles with AlterOpLayout disabled (the NCHW kernels), for before/after
-tables. Times are per-kernel medians from ``exe.profile`` (each kernel timed alone, so the
-total is a little above a whole run's). Check that the machine is quiet (``uptime``)."""
+tables. ``--layers`` lists every kernel too, in run order, with its result's shape; ``--ort``
+lists ONNX Runtime's nodes beside them (their kernel times from its own profile,
+``enable_profiling``, medians over the runs, and their output shapes) for a layer-by-layer
+comparison: SqueezeNet's squeeze layers, 2x ONNX Runtime's time, were found that way.
+Times are per-kernel medians from ``exe.profile`` (each kernel timed alone, so the total is a
+little above a whole run's). Check that the machine is quiet (``uptime``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import tempfile
 from collections import defaultdict
 
 import numpy as np
@@ -70,6 +76,52 @@ def kind_and_flops(group) -> tuple[str, float]:
     return "elementwise/other", 0.0
 
 
+def ort_node_times(path: str, x: np.ndarray, repeat: int) -> list[tuple[str, str, float]]:
+    """ONNX Runtime's nodes in run order: (operator, output shape, median kernel seconds),
+    from its own profile of ``repeat`` runs on the machine's cores."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory() as folder:
+        options.profile_file_prefix = os.path.join(folder, "ort")
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feeds = {session.get_inputs()[0].name: x}
+        for _ in range(repeat):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as profile:
+            events = json.load(profile)
+    times: dict[str, list[float]] = defaultdict(list)
+    info: dict[str, tuple[str, str]] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        args = event.get("args", {})
+        shapes = [next(iter(out.values())) for out in args.get("output_type_shape", [])]
+        info.setdefault(name, (args.get("op_name", "?"), str(shapes[0] if shapes else "")))
+        times[name].append(event["dur"] * 1e-6)
+    return [(*info[name], float(np.median(t))) for name, t in times.items()]
+
+
+def print_layers(exe, profile, ort_nodes: list[tuple[str, str, float]] | None) -> None:
+    """Every kernel in run order (time, kind, GFLOP/s, result shape), then ONNX Runtime's."""
+    print(f"\n{'opfusion kernel':<52} {'time':>9} {'GFLOP/s':>8}  result")
+    for step, (name, _, time, _) in zip(exe.steps, profile.rows):
+        kind, work = kind_and_flops(step.group)
+        func = step.group.function
+        shape = getattr(func.body.checked_type, "shape", "") if func else ""
+        rate = f"{work / time / 1e9:8.0f}" if work else " " * 8
+        print(f"{name[:52]:<52} {time * 1e3:>7.3f}ms {rate}  {kind} {list(shape)}")
+    if ort_nodes is None:
+        return
+    print(f"\n{'onnxruntime node':<30} {'time':>9}  output")
+    for op, shape, time in ort_nodes:
+        print(f"{op:<30} {time * 1e3:>7.3f}ms  {shape}")
+    print(f"{'total':<30} {sum(t for _, _, t in ort_nodes) * 1e3:>7.2f}ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="a light, vision or transformer model's name "
@@ -77,6 +129,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-layout", action="store_true",
                         help="compile with AlterOpLayout disabled (NCHW kernels)")
+    parser.add_argument("--layers", action="store_true",
+                        help="list every kernel too, in run order, with its result's shape")
+    parser.add_argument("--ort", action="store_true",
+                        help="with --layers: ONNX Runtime's nodes from its own profile beside")
     args = parser.parse_args()
     mod, params = opf.frontend.from_onnx(model_path(args.model))
     disabled = ["AlterOpLayout"] if args.no_layout else []
@@ -103,6 +159,9 @@ def main() -> None:
         print(f"{kind:<22} {kernels[kind]:>7} {seconds[kind] * 1e3:>7.2f}ms "
               f"{seconds[kind] / total:>6.1%} {rate}")
     print(f"{'total':<22} {sum(kernels.values()):>7} {total * 1e3:>7.2f}ms")
+    if args.layers:
+        ort_nodes = ort_node_times(model_path(args.model), x, args.repeat) if args.ort else None
+        print_layers(exe, profile, ort_nodes)
 
 
 if __name__ == "__main__":
