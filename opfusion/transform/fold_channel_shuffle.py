@@ -34,7 +34,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.visitor import ExprMutator, children, post_order
 from .context import PassContext
-from .pass_infra import Pass, module_pass, pass_factory, register_pass
+from .pass_infra import Pass, function_pass, pass_factory, register_pass
 
 #: Binary elementwise ops whose per-channel constant operand moves with the permutation.
 _PER_CHANNEL = ("add", "multiply", "subtract")
@@ -47,16 +47,13 @@ def FoldChannelShuffle() -> Pass:  # noqa: N802 - a pass name
     return _fold_channel_shuffle_pass()
 
 
-@module_pass(opt_level=3, name="FoldChannelShuffle")
+@function_pass(opt_level=3, name="FoldChannelShuffle")
 class _fold_channel_shuffle_pass:  # noqa: N801 - a pass class, named like the others
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        new = IRModule()
-        for name, func in mod.functions.items():
-            if isinstance(func, Function) and not func.is_primitive:
-                infer_type(func, mod)
-                func = _ShuffleFolder(func).visit(func)
-            new[mod.get_global_var(name)] = func
-        return new
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        if func.is_primitive:
+            return func
+        infer_type(func, mod)
+        return _ShuffleFolder(func).visit(func)
 
 
 register_pass("FoldChannelShuffle", FoldChannelShuffle)
