@@ -1,6 +1,7 @@
 """opfusion on an NVIDIA GPU against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--tune SECONDS [--records FILE]]
+    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep]
+                             [--tune SECONDS [--records FILE]]
 
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
 torch side is torchvision's resnet50 when torchvision is installed) and an elementwise chain
@@ -253,6 +254,9 @@ def main() -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="also tune resnet50's groups on the GPU for about this long and "
                              "time the tuned model, and time every config of the chain's")
+    parser.add_argument("--sweep", action="store_true",
+                        help="time every config of the chain's default schedule (--tune "
+                             "does too)")
     parser.add_argument("--records", default=None,
                         help="where the tuning records go (default: kept in memory)")
     args = parser.parse_args()
@@ -264,7 +268,7 @@ def main() -> int:
     bandwidth = copy_bandwidth_gbs(device)
     print(f"device: {device.name} ({device.arch}); device-to-device copy "
           f"{bandwidth:.0f} GB/s (read + write)")
-    chain_rows(device, args.repeat, bandwidth, bool(args.tune))
+    chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)
     resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile, args.tune,
                 args.records)
     return 0

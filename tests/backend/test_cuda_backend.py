@@ -204,18 +204,26 @@ def test_vector_steps_are_16_byte_accesses():
 
 
 def test_large_elementwise_stages_take_several_elements_per_thread():
-    from opfusion.backend.cuda.schedules.default import LARGE_ELEMENTS, LARGE_EXTENT
+    from opfusion.backend.cuda.schedules.default import (
+        DEFAULT_VECTOR,
+        LARGE_ELEMENTS,
+        LARGE_EXTENT,
+    )
 
-    x = Var("x", TensorType((LARGE_EXTENT + 300,), "float32"))
-    func = Function([x], op.sigmoid(x))
-    mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
-    group = lower_primitive_function(mod["main"], "sigmoid", get_backend(CUDA))
-    (code,) = get_backend(CUDA).generate([group.prim_func]).groups
-    (launch,) = code.launches
-    per_block = 256 * LARGE_ELEMENTS
-    assert launch.block == (256, 1, 1)
-    assert launch.grid == (-(-(LARGE_EXTENT + 300) // per_block), 1, 1)
-    assert "#pragma unroll" in get_backend(CUDA).generate([group.prim_func]).code
+    for extent, vector in ((LARGE_EXTENT + 300, DEFAULT_VECTOR), (LARGE_EXTENT + 301, 1)):
+        # the default moves whole 16-byte vectors where the innermost axis holds them
+        x = Var("x", TensorType((extent,), "float32"))
+        func = Function([x], op.sigmoid(x))
+        mod = opf.transform.InferType()(opf.IRModule.from_expr(func))
+        group = lower_primitive_function(mod["main"], "sigmoid", get_backend(CUDA))
+        source = get_backend(CUDA).generate([group.prim_func])
+        (code,) = source.groups
+        (launch,) = code.launches
+        per_block = 256 * LARGE_ELEMENTS  # elements per thread, single or in vectors
+        assert launch.block == (256, 1, 1)
+        assert launch.grid == (-(-extent // per_block), 1, 1)
+        assert "#pragma unroll" in source.code
+        assert ("reinterpret_cast<const float4*>" in source.code) == (vector > 1)
 
 
 def test_cuda_source_has_a_kernel_per_launch():

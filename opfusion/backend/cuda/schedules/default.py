@@ -11,18 +11,19 @@ stage without data axes (a sum to a scalar) runs on one thread.
 
 Knobs: ``threads`` per block (a multiple of the warp, 32 to 1024; 256 by default: enough
 warps per block to hide latency, blocks small enough to spread over every multiprocessor);
-``elements`` per thread (1 to 8, or 0, the default: 8 for stages of 1M elements or more,
-where memory bandwidth is the limit, else 1). A GPU keeps its memory busy only with tens of
-KiB of loads in flight per multiprocessor, and one float per resident thread is 8 KiB: on
-an H200 a 64M-element chain took 0.213 ms with one element per thread (256 threads), 0.177
-with 4 and 0.174 with 8, against a copy bound of 0.128. ``vector`` (1 or 4): with 4, each
-step is 4 consecutive elements of the innermost axis (when it holds whole vectors; else the
-stage keeps single elements): the inputs of the result's shape are read into registers
-with one 16-byte load, the 4 results computed there and stored with one 16-byte store
-(``float4``, :meth:`~opfusion.backend.cuda.emitter.CUDAEmitter._emit_vector_copy`);
-operands broadcast along the step are read in place. 1 by default: 4 is built and checked
-(the interpreter, NVRTC's PTX holds ``v4`` accesses) but not yet timed on a GPU, where it
-should close the chain's remaining 1.36x to the copy bound."""
+``elements`` steps per thread (1 to 8, or 0, the default: 8 elements in all for stages of
+1M elements or more, where memory bandwidth is the limit, else 1 step); ``vector`` (1 or
+4): with 4, each step is 4 consecutive elements of the innermost axis (when it holds whole
+vectors; else the stage keeps single elements): the inputs of the result's shape are read
+into registers with one 16-byte load, the 4 results computed there and stored with one
+16-byte store (``float4``, :meth:`~opfusion.backend.cuda.emitter.CUDAEmitter.
+_emit_vector_copy`); operands broadcast along the step are read in place. 4 by default.
+
+A GPU keeps its memory busy only with tens of KiB of loads in flight per multiprocessor,
+and one float per resident thread is 8 KiB. On an H200 (``benchmarks/gpu.py --sweep``,
+kernels back to back) a 64M-element chain took 0.213 ms with one element per thread (256
+threads), 0.177 with 4 and 0.174 with 8, against a copy bound of 0.128-0.129; in 16-byte
+steps, 0.129-0.131 ms with 1 or 2 steps per thread (64 to 512 threads), 0.134 with 8."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ VECTOR_LANES = 4
 #: ``DEFAULT_THREADS * ELEMENTS`` elements to fill a big GPU several times over.
 LARGE_ELEMENTS = 8
 LARGE_EXTENT = 1 << 20
+#: Consecutive elements per step by default: whole 16-byte vectors, so that a thread's
+#: loads in flight are 4 times the bytes for the same instructions.
+DEFAULT_VECTOR = VECTOR_LANES
 
 
 class GPUDefaultRule(ScheduleRule):
@@ -61,7 +65,7 @@ class GPUDefaultRule(ScheduleRule):
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         return self.space(anchor, output, target).config(threads=DEFAULT_THREADS, elements=0,
-                                                         vector=1)
+                                                         vector=DEFAULT_VECTOR)
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
               config: Config) -> None:
@@ -80,11 +84,11 @@ def arrange_elementwise(s: te.Schedule, threads: int, elements: int = 1,
             continue
         if stage.relations or stage.iter_var_attrs:
             continue  # a rule already arranged it
-        per_thread = elements or _elements_for(op)
         if vector > 1 and _vectorizable(op, vector):
-            arrange_vectors(s, op.output(0), threads, per_thread, vector)
+            arrange_vectors(s, op.output(0), threads, elements or _elements_for(op, vector),
+                            vector)
         else:
-            bind_flat(stage, list(op.axis), threads, per_thread)
+            bind_flat(stage, list(op.axis), threads, elements or _elements_for(op))
 
 
 def _vectorizable(op: te.ComputeOp, lanes: int) -> bool:
@@ -136,12 +140,14 @@ def _full_inputs(s: te.Schedule, local: Any, shape: tuple[Any, ...]
     return list(readers_of.items())
 
 
-def _elements_for(op: te.ComputeOp) -> int:
-    """Elements per thread for a stage of ``op``'s size (the ``elements=0`` heuristic)."""
+def _elements_for(op: te.ComputeOp, lanes: int = 1) -> int:
+    """Steps per thread for a stage of ``op``'s size, each of ``lanes`` elements (the
+    ``elements=0`` heuristic): :data:`LARGE_ELEMENTS` elements per thread in all for large
+    stages, one step for the rest."""
     count = 1
     for axis in op.axis:
         count *= int(axis.dom.extent)
-    return LARGE_ELEMENTS if count >= LARGE_EXTENT else 1
+    return max(1, LARGE_ELEMENTS // lanes) if count >= LARGE_EXTENT else 1
 
 
 def accumulator_and_owner(s: te.Schedule, anchor: Any, output: Any) -> tuple[Any, te.Stage]:
