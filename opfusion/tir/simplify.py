@@ -303,14 +303,43 @@ def _simplify_floordiv(e: E.FloorDiv, ranges: Ranges) -> E.PrimExpr:
     if isinstance(e.a, E.FloorDiv) and isinstance(e.a.b, E.IntImm) and e.a.b.value > 0:
         return _simplify_floordiv(E.FloorDiv(e.a.a, E.IntImm(e.a.b.value * c, e.dtype)),
                                   ranges)
-    q, r = _split_divisible(linear_form(e.a), c)
+    lin = linear_form(e.a)
+    q, r = _split_divisible(lin, c)
     lo, hi = _bound(linear_to_expr(r), ranges)
     if not math.isinf(lo) and not math.isinf(hi) and lo // c == hi // c:
         q.const += lo // c
         return linear_to_expr(q)
+    blocked = _split_blocked(lin, c, ranges)
+    if blocked is not None:  # (unit * x + rest) // c  ->  x // (c / unit)
+        unit, outer, _ = blocked
+        return _simplify_floordiv(E.FloorDiv(linear_to_expr(outer),
+                                             E.IntImm(c // unit, e.dtype)), ranges)
     if q.is_const and q.const == 0:
         return E.FloorDiv(linear_to_expr(r), e.b)
     return linear_to_expr(_lin_add(q, E.FloorDiv(linear_to_expr(r), e.b)))
+
+
+def _split_blocked(lin: Linear, c: int, ranges: Ranges
+                   ) -> tuple[int, Linear, Linear] | None:
+    """``lin`` = ``unit * outer + rest`` with ``unit`` a proper divisor of ``c`` (greater
+    than 1; any coefficient of ``lin`` when ``c`` is 0) and ``0 <= rest < unit`` over
+    ``ranges``, as ``(unit, outer, rest)``; None when no such split exists. Then ``lin // c
+    == outer // (c / unit)`` and ``lin % c == (outer % (c / unit)) * unit + rest``: an index
+    into blocks of ``unit`` (a lane inside a vector of 8) read in a layout of blocks of ``c``
+    (16) divides without the lane."""
+    units = sorted({math.gcd(coef, c) if c else abs(coef) for coef, _ in lin.terms.values()},
+                   reverse=True)
+    for unit in units:
+        if unit in (1, c):
+            continue
+        outer, rest = _split_divisible(lin, unit)
+        lo, hi = _bound(linear_to_expr(rest), ranges)
+        if math.isinf(lo) or math.isinf(hi) or lo // unit != hi // unit:
+            continue
+        outer.const += lo // unit
+        rest.const -= (lo // unit) * unit
+        return unit, outer, rest
+    return None
 
 
 def _lin_add(lin: Linear, atom: E.PrimExpr) -> Linear:
@@ -323,12 +352,19 @@ def _simplify_floormod(e: E.FloorMod, ranges: Ranges) -> E.PrimExpr:
     if not isinstance(e.b, E.IntImm) or e.b.value <= 0:
         return e
     c = e.b.value
-    _, r = _split_divisible(linear_form(e.a), c)
+    lin = linear_form(e.a)
+    _, r = _split_divisible(lin, c)
     r_expr = linear_to_expr(r)
     lo, hi = _bound(r_expr, ranges)
     if not math.isinf(lo) and not math.isinf(hi) and lo // c == hi // c:
         r.const -= (lo // c) * c
         return linear_to_expr(r)
+    blocked = _split_blocked(lin, c, ranges)
+    if blocked is not None:  # (unit * x + rest) % c  ->  (x % (c / unit)) * unit + rest
+        unit, outer, rest = blocked
+        inner = _simplify_floormod(E.FloorMod(linear_to_expr(outer),
+                                              E.IntImm(c // unit, e.dtype)), ranges)
+        return linear_to_expr(_lin_add(rest, E.mul(inner, E.IntImm(unit, e.dtype))))
     if isinstance(r_expr, E.IntImm):
         return E.IntImm(r_expr.value % c, e.dtype)
     return E.FloorMod(r_expr, e.b)
@@ -356,6 +392,14 @@ def _simplify_compare(e: E.CmpOp, ranges: Ranges) -> E.PrimExpr:
         return E.IntImm(1, "bool")
     if decided[1]:
         return E.IntImm(0, "bool")
+    if cls in (E.LT, E.LE):
+        # unit * x + rest < 0 with 0 <= rest < unit: x < 0 (d <= 0 is d - 1 < 0), a test
+        # that a vector's lanes (rest) all pass or all fail
+        strict = diff.scaled(1)
+        strict.const -= cls is E.LE
+        blocked = _split_blocked(strict, 0, ranges)
+        if blocked is not None:
+            diff, cls = blocked[1], E.LT
     # positive terms left, negative terms right; the constant goes right unless the left
     # would be empty (x < 1000, 1 <= x)
     left, right = Linear(diff.dtype), Linear(diff.dtype)

@@ -37,6 +37,19 @@ def test_division_keeps_what_it_cannot_prove():
     assert str(got) == "xo + (xi + 8) // 64"
 
 
+def test_lane_of_a_small_block_divides_out_of_a_larger_one():
+    # block b of 8 lanes, read from a layout of 16-lane blocks: b*8 + lane with lane < 8
+    b, lane = E.Var("b"), E.Var("lane")
+    ranges = {b: (0, 16), lane: (0, 7)}
+    assert str(simplify((b * 8 + lane) // 16, ranges)) == "b // 2"
+    assert str(simplify((b * 8 + lane) % 16, ranges)) == "b % 2*8 + lane"
+    assert str(simplify(b * 8 + lane < 112, ranges)) == "b < 14"  # every lane, or none
+    assert str(simplify(b * 8 + lane <= 111, ranges)) == "b < 14"
+    # a lane offset that can cross a block keeps the lane in the arithmetic
+    assert str(simplify((b * 8 + lane + 3) // 16, ranges)) == "(b*8 + lane + 3) // 16"
+    assert str(simplify(b * 8 + lane < 113, ranges)) == "b*8 + lane < 113"
+
+
 def test_nested_division_merges():
     x = E.Var("x")
     assert str(simplify(x // 4 // 8)) == "x // 32"
@@ -152,6 +165,21 @@ def test_decided_comparisons_hold_everywhere(e, bound):
         assert all(v < bound for v in values)
     if decided is False:
         assert not any(v < bound for v in values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_exprs(), st.integers(1, 8), st.integers(-10, 20), st.booleans())
+def test_blocked_expressions_keep_their_value(e, unit, bound, strict):
+    # unit * e + a, a < 3: the form of a vector lane under a block index
+    ranges = {v: (0, n - 1) for v, n in zip(VARS, EXTENTS)}
+    blocked = e * unit + VARS[0]
+    forms = [blocked // (unit * 2), blocked % (unit * 2), blocked // unit, blocked % unit,
+             blocked < bound if strict else blocked <= bound]
+    for form in forms:
+        simple = simplify(form, ranges)
+        for point in itertools.product(*(range(n) for n in EXTENTS)):
+            env = dict(zip(VARS, point))
+            assert _evaluate(simple, env) == _evaluate(form, env), (str(form), str(simple))
 
 
 @settings(max_examples=100, deadline=None)
