@@ -78,15 +78,23 @@ register_pass_config(
     WINOGRAD, str, "auto",
     "Which 3x3 stride-1 convolutions AlterOpLayout computes by Winograd's F(m x m, 3 x 3): "
     "'auto' (F(2x2) for those with at least 16 input and output channels and an output of "
-    "at least 4x4), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.0-1.7x faster than "
+    "at least 8x8), 'never', 'f2' (the same as auto) or 'f4' (F(4x4): 1.0-1.7x faster than "
     "F(2x2) from 14x14 outputs up, slower at 7x7, but it rounds 5-10x worse per layer: 1.7e-4 "
     "to 5.3e-4 of the largest output on resnet50 over five inputs, against 1.0e-4 to 1.9e-4 "
     "with F(2x2), past the 3e-4 that model is held to).",
     choices=("auto", "never", "f2", "f4"))
 
-#: Smallest output side, and channels in and out, for which Winograd is chosen (below, the
-#: transforms cost more than the products they save).
-WINOGRAD_MIN_SIZE = 4
+#: Smallest output side, and channels in and out, for which Winograd is chosen. Below 8
+#: the products it saves cost less than reading its weights, 16/9 the direct convolution's,
+#: which a model's run streams from memory: on a Xeon with AVX-512 (one thread, each layer
+#: timed in its model's sequence), ResNet-50's 512-channel 7 x 7 layers took 3.55-3.63 ms by
+#: F(2x2) (16.8 MB of weights) and 1.91-2.06 ms direct; its 14 x 14 ones 1.31-1.42 ms and
+#: 1.40-1.48 (level), its 28 x 28 and 56 x 56 ones 1.4-1.7x faster by F(2x2). Whole models
+#: with the 7 x 7 layers direct (``benchmarks/ab_checkouts.py``, 2 threads): ResNet-50 0.93x
+#: the time, Inception-v2 0.92x, Inception-v1 0.95-1.02x, DenseNet-121 0.99-1.02x. (On a Zen
+#: 3, whose 7 x 7 layers by F(2x2) ran level with ONNX Runtime's direct ones, it changes
+#: little.)
+WINOGRAD_MIN_SIZE = 8
 WINOGRAD_MIN_CHANNELS = 16
 #: The tile of 'auto': F(2x2). Measured on AVX-512 (Zen 4, benchmarks/winograd.py) against
 #: direct blocked convolution: F(2x2) is 1.7-2.1x faster at 56, 28, 14 and 7 pixels, F(4x4)
