@@ -572,9 +572,18 @@ class _LayoutRewriter:
 
     def _pool(self, call: Call) -> _Form | None:
         """Pooling of a blocked tensor: the same pooling in its layout (NCHW<x>c in, NCHW<x>c
-        out), the window over H and W as before."""
+        out), the window over H and W as before. Pooling of an NCHW tensor whose result a
+        blocked convolution wants (after a local response normalization, which runs NCHW)
+        is blocked too, its input converted: a blocked pool reads its input in place, where
+        an NCHW one with strided windows builds a padded copy first (GoogLeNet's 3 x 3
+        stride-2 pool of 192 x 55 x 55 took 0.51 ms NCHW, Xeon with AVX-512)."""
         data = call.args[0]
         block = self.forms[data].block
+        data_type = _tensor(data)
+        if (block == PLAIN and call in self.wanted and call.attrs.layout == "NCHW"
+                and _is_nchw_float(data_type)):
+            assert data_type is not None
+            block = _power_of_two_block(data_type.shape[1], self.lanes)
         if block == PLAIN or call.attrs.layout != "NCHW":
             return None
         attrs = {**call.attrs, "layout": data_layout(block)}

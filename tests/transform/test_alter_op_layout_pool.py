@@ -1,6 +1,7 @@
 """AlterOpLayout and pooling: a pool whose input is blocked runs in that block (NCHW<x>c in
-and out, no layout_transform on either side); a pool of NCHW data stays NCHW; the compiled
-model computes what the reference interpreter does."""
+and out, no layout_transform on either side); a pool of NCHW data stays NCHW, unless a blocked
+convolution wants its result; the compiled model computes what the reference interpreter
+does."""
 
 import shutil
 
@@ -89,6 +90,42 @@ def test_pools_of_nchw_data_stay_nchw():
     mod = opf.IRModule.from_expr(opf.Function([x], nn.max_pool2d(nn.relu(x), pool_size=2)))
     pool = [c for c in calls(altered(mod, Target(AVX2))) if c.op.name in POOLS][0]
     assert pool.attrs.layout == "NCHW"
+
+
+def lrn_pool_conv():
+    """conv -> LRN (which runs NCHW) -> max_pool 3x3 s2 -> conv and, beside it, a 3x3 s1
+    max pool of the first pool -> conv (GoogLeNet's stem and first pool branch)."""
+    x = opf.var("x", shape=(1, 3, 67, 67))
+    y = nn.lrn(conv_relu(x, 32, 3), size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    y = nn.max_pool2d(y, pool_size=3, strides=2, ceil_mode=True)  # 33 x 33
+    branch = nn.max_pool2d(y, pool_size=3, padding=1)
+    # 1x1 convolutions of 2.2M multiply-adds: enough to block an NCHW input
+    return opf.IRModule.from_expr(opf.Function([x], opf.op.add(
+        conv_relu(y, 64, 32, kernel=1, padding=0), conv_relu(branch, 64, 32, kernel=1,
+                                                             padding=0))))
+
+
+@pytest.mark.parametrize("target, block", [(AVX2, 8), (AVX512, 16)])
+def test_pools_of_nchw_data_a_blocked_convolution_wants_are_blocked(target, block):
+    original = lrn_pool_conv()
+    mod = altered(original, Target(target))
+    nodes = calls(mod)
+    pools = [c for c in nodes if c.op.name in POOLS]
+    assert [p.attrs.layout for p in pools] == [f"NCHW{block}c"] * 2
+    # the NCHW result of the LRN converted once, before the first pool
+    (lrn,) = [c for c in nodes if c.op.name == "nn.lrn"]
+    converted = pools[0].args[0]
+    assert converted.op.name == "layout_transform" and converted.args[0] is lrn
+    assert converted.attrs.dst_layout == f"NCHW{block}c"
+    x = rng.standard_normal((1, 3, 67, 67)).astype("float32")
+    assert_close(evaluate(mod, [x]), evaluate(original, [x]))
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
+def test_compiled_pools_of_nchw_data_compute_the_reference():
+    mod = lrn_pool_conv()
+    x = rng.standard_normal((1, 3, 67, 67)).astype("float32")
+    assert_close(opf.compile(mod)(x), evaluate(mod, [x]), rtol=1e-4)
 
 
 @pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
