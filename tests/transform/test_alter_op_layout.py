@@ -83,6 +83,42 @@ def test_a_residual_block_computes_the_reference(target):
     assert_close(exe(value), want, 1e-5)
 
 
+def classifier(channels=1000, size=13):
+    """SqueezeNet's last convolution: 1x1, 1000 channels, bias, relu, global pooling."""
+    x = opf.var("x", shape=(1, 128, size, size))
+    y = conv_bn_relu(x, 128, channels, 3, kernel=1)
+    return x, nn.global_avg_pool2d(y)
+
+
+def test_channels_no_vector_divides_run_whole_vectors_apart_from_the_rest():
+    _, out = classifier()
+    func = laid_out(out)
+    convs = calls(func, "nn.conv2d_nchwc")
+    # 62 vectors of 16 channels in NCHW16c, the 8 left in NCHW8c, concatenated in 8c blocks
+    assert [(c.attrs.channels, c.attrs.out_layout) for c in convs] == [
+        (992, "NCHW16c"), (8, "NCHW8c")]
+    (concat,) = calls(func, "concatenate")
+    first, second = concat.args[0].fields
+    assert first.op_name == "layout_transform" and first.args[0] is convs[0]
+    assert (first.attrs.src_layout, first.attrs.dst_layout) == ("NCHW16c", "NCHW8c")
+    assert second is convs[1]
+    # on AVX2 1000 channels are 125 whole vectors: one convolution
+    assert len(calls(laid_out(out, AVX2), "nn.conv2d_nchwc")) == 1
+
+
+@pytest.mark.parametrize("channels", [1000, 100, 72])
+def test_convolutions_split_by_vectors_compute_the_reference(channels):
+    # 100: 6 vectors and a block of 4; 72: 4 vectors and 8 (the fewest that split)
+    x, out = classifier(channels)
+    mod = IRModule.from_expr(Function([x], out))
+    value = normal(1, 128, 13, 13, seed=6)
+    func = laid_out(out)
+    assert len(calls(func, "nn.conv2d_nchwc")) == 2
+    assert_close(evaluate(IRModule.from_expr(func), [value]), evaluate(mod, [value]), 1e-5)
+    if AVX512.missing_on_host() == []:
+        assert_close(opf.compile(mod, target=AVX512)(value), evaluate(mod, [value]), 1e-5)
+
+
 def test_grouped_small_and_unblockable_convolutions_stay_nchw():
     x = opf.var("x", shape=(1, 16, 64, 64))
     grouped = nn.conv2d(x, opf.const(normal(16, 2, 3, 3)), groups=8, padding=1)  # 2 a group
@@ -114,11 +150,12 @@ def test_a_few_groups_no_block_divides_sum_their_own_channels():
     y = nn.conv2d(y, opf.const(normal(136, 34, 1, 1) * .2), groups=4)  # 34 a group
     func = laid_out(y)
     convs = calls(func, "nn.conv2d_nchwc")
+    # (the dense one's 136 channels: 8 vectors of 16 and a block of 8)
     assert [(c.attrs.groups, c.attrs.group_window, c.attrs.kernel_layout) for c in convs] == [
-        (1, False, "OIHW8i8o"), (4, True, "OIHW34i8o")]
+        (1, False, "OIHW8i16o"), (1, False, "OIHW8i8o"), (4, True, "OIHW34i8o")]
     # each group's 34 input channels into the 5 output blocks its 34 outputs touch; group 1's
     # first block (channels 32-39) holds group 0's last two outputs, zero in its weight
-    local = convs[1].args[1].data
+    local = convs[2].args[1].data
     assert local.shape == (4, 5, 1, 1, 34, 8) and not local[1, 0, :, :, :, :2].any()
     assert local[1, 0, :, :, :, 2:].all() and local[0, 4, :, :, :, :2].all()
     mod = IRModule.from_expr(Function([x], y))
