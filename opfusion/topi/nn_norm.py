@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import te
 from ._util import accumulator_dtype, sum_dtype
 from .nn import normalize_axis_of
@@ -152,6 +154,79 @@ def batch_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     return te.compute(data.shape, body, name="batch_norm")
 
 
+#: The scale of LRN's second range (float32, beta 0.75): squares of x * 2^-66 stay finite for
+#: every float32 x, and base ** 0.75 of that range is the first's times 2^-99 exactly.
+LRN_SCALE_EXPONENT = 66
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _lrn_float32(data: te.Tensor, attrs: Any, axis: int) -> te.Tensor:
+    """LRN of float32 data with beta 0.75 and a positive bias, in float32: 2-2.5x faster than
+    float64 (16 lanes a vector, not 8, and float32 square roots), to within a few float32
+    roundings of the float64 reference.
+
+    Squares of float32 values overflow from 1.8e19. Where the first range's base overflows
+    (huge values, or a huge alpha), the quotient is taken over a second range:
+    x * 2^-99 / (bias * 2^-132 + alpha / size * sum) ** 0.75, the sum over the squares of
+    x * 2^-66, which no float32 x overflows (2^-99 = (2^-132) ** 0.75). That range leaves
+    out the values below a threshold (their squares are below 2^-30 of any base that
+    overflows) and a bias * 2^-132 below the smallest normal float, so that windows of
+    ordinary values compute it from zeros instead of denormal numbers, which cost the CPU
+    microcode assists (4x the kernel's time). Where even the second range's base overflows
+    (alpha / size above 1.26 and huge values), the result is +-0 for an exact one below
+    2.4e-20 in magnitude. One padded stage holds both ranges' squares, channel after
+    channel (the second from ``extent + size - 1`` on), so that the rule computes both at
+    the row that reads them."""
+    size, extent = attrs.size, data.shape[axis]
+    before = (size - 1) // 2
+    padded = extent + size - 1
+    alpha = attrs.alpha / size
+    scale = 2.0 ** -LRN_SCALE_EXPONENT
+    # values whose squares sum to at most 2^-30 of an overflowing base; at least 8, whose
+    # scaled square is a normal float
+    threshold = max(8.0, float(np.sqrt(FLOAT32_MAX * 2.0 ** -30 / (size * alpha))))
+
+    def square(*i: Any) -> te.PrimExpr:
+        k = i[axis]
+        second = k >= padded
+        pos = te.if_then_else(second, k - padded, k) - before
+        value = data[_insert(_drop(i, axis), axis, pos)]
+        scaled = value * te.const(scale, "float32")
+        # (a NaN is not below the threshold: it stays, as in the reference)
+        dropped = te.all(second, te.abs(value) < te.const(threshold, "float32"))
+        value = te.if_then_else(second, scaled, value)
+        zero = te.const(0, "float32")
+        return te.if_then_else(te.all(pos >= 0, pos < extent),
+                               te.if_then_else(dropped, zero, value * value), zero)
+
+    shape = _insert(_drop(data.shape, axis), axis, 2 * padded)
+    squares = te.compute(shape, square, name="lrn_squares")
+
+    def window(i: tuple[Any, ...], offset: int) -> te.PrimExpr:
+        total = squares[_insert(_drop(i, axis), axis, i[axis] + offset)]
+        for k in range(1, size):
+            total = total + squares[_insert(_drop(i, axis), axis, i[axis] + offset + k)]
+        return total
+
+    def power(base: te.PrimExpr) -> te.PrimExpr:  # base ** 0.75 as two square roots
+        root = te.sqrt(base)
+        return root * te.sqrt(root)
+
+    small = attrs.bias * 2.0 ** (-2 * LRN_SCALE_EXPONENT)
+    small = small if small >= FLOAT32_TINY else 0.0
+
+    def quotient(*i: Any) -> te.PrimExpr:
+        base = te.const(attrs.bias, "float32") + te.const(alpha, "float32") * window(i, 0)
+        wide = data[i] * te.const(2.0 ** -(3 * LRN_SCALE_EXPONENT // 2), "float32") / power(
+            te.const(small, "float32") + te.const(alpha, "float32") * window(i, padded))
+        # (a NaN base takes the second range too, which is NaN as well)
+        return te.if_then_else(base <= te.const(FLOAT32_MAX, "float32"),
+                               data[i] / power(base), wide)
+
+    return te.compute(data.shape, quotient, name="lrn", tag=NORM_OUT, attrs={"axis": axis})
+
+
 @register_compute("nn.lrn")
 def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """x / (bias + alpha / size * sum of x^2 over ``size`` neighbours along ``axis``) ** beta;
@@ -160,9 +235,13 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     The squares, their sum and the quotient are computed in :func:`sum_dtype` (float64 for
     float32 data), as the reference does, and only the result is rounded to the data's
     dtype: in float32 a value of 1e20 squares to inf and the result would be -0 or NaN
-    where the exact one is finite."""
+    where the exact one is finite. Float32 data with beta 0.75 and a positive bias and alpha
+    (AlexNet's, GoogLeNet's) is computed in float32 over two ranges instead:
+    :func:`_lrn_float32`."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
+    if data.dtype == "float32" and attrs.beta == 0.75 and attrs.bias > 0 and attrs.alpha > 0:
+        return _lrn_float32(data, attrs, axis)
     size, extent = attrs.size, data.shape[axis]
     before = (size - 1) // 2
     wide = sum_dtype(data.dtype)

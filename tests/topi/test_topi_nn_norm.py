@@ -86,6 +86,47 @@ def test_lrn(size, shape, axis):
                   beta=0.6)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("size", [1, 2, 5, 8])
+@pytest.mark.parametrize("shape, axis", [((1, 9, 3, 20), 1), ((2, 3, 11), -1)])
+def test_lrn_in_float32_with_beta_three_quarters(size, shape, axis, compiled):
+    # AlexNet's and GoogLeNet's beta: computed in float32 (see nn_norm._lrn_float32)
+    check_compute(nn.lrn, normal(*shape) * 3, size=size, axis=axis, bias=2.0, alpha=1e-3,
+                  beta=0.75, compiled=compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("alpha", [1e-4, 30.0, 1e12], ids=["small", "large", "huge"])
+def test_lrn_in_float32_of_values_whose_squares_overflow(alpha, compiled):
+    # windows whose squares (or whose base, with a large alpha) overflow float32 take the
+    # second range; windows of ordinary values beside them keep the first
+    x = normal(1, 6, 2, 3)
+    x[0, :, 0, 0] = [-1e30, 1e30, 3e25, -1e20, 2.5, -3e38]
+    x[0, 1, 1, 2] = 2e19
+    x[0, 3, 1, 1] = 3e15
+    x[0, 4, 0, 1] = 4e9
+    attrs = {"size": 3, "axis": 1, "bias": 1.0, "alpha": alpha, "beta": 0.75}
+    call, params, values = call_over_arrays(nn.lrn, (x,), attrs)
+    mod = IRModule.from_expr(Function(params, call))
+    want = evaluate(mod, values)
+    assert np.all(np.isfinite(want))
+    check_compute(nn.lrn, x, compiled=compiled, **attrs)
+    if compiled:
+        # every element to its own precision, the tiny ones too; where even the second
+        # range's base overflows (alpha / size above 1.26), the result is +-0 for an exact
+        # one below 2.4e-20 in magnitude
+        got = opf.compile(mod)(*values)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=0 if alpha < 1 else 2.4e-20)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+def test_lrn_in_float32_propagates_nan_and_infinity_as_the_reference(compiled):
+    x = normal(1, 5, 2, 2)
+    x[0, 1, 0, 0], x[0, 3, 1, 1] = np.nan, np.inf
+    check_compute(nn.lrn, x, size=3, axis=1, bias=1.0, alpha=1e-4, beta=0.75,
+                  compiled=compiled)
+
+
 def test_lrn_of_values_whose_squares_overflow_float32():
     # 1e30 squared is inf in float32: the compute sums squares in float64, as the reference,
     # so both give the finite result (fuzz case 242 seed 1 gave -0 against -1.5e-12).
