@@ -423,6 +423,29 @@ def test_avx2_blocked_convolution_defaults(shapes, attrs, want):
     assert got == ("conv2d_nchwc", want)
 
 
+@pytest.mark.parametrize("kernel, stride", [(7, 2), (3, 2)], ids=["resnet", "squeezenet"])
+def test_an_rgb_stem_takes_wide_column_tiles_where_registers_allow(kernel, stride):
+    # 1 channel block x 4 units of 7 columns (28 sums of AVX-512's 32 registers), a task
+    # every block of one row; AVX2's 16 registers keep the general tiles
+    size = 112 * stride + kernel - stride
+    shapes = [(1, 1, size, size, 3), (4, 1, kernel, kernel, 3, 16)]
+    avx512 = "c -mattr=+avx512f -l2-cache=1M -num-cores=2"
+    got = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes, strides=stride))
+    assert got == ("conv2d_nchwc", {"channel_tile": 1, "col_units": 4, "task_blocks": 4,
+                                    "row_block": 1, "k_blocks": 1, "line_chunks": 1})
+    avx2 = [(1, 1, size, size, 3), (8, 1, kernel, kernel, 3, 8)]
+    _, knobs = _default(nn.conv2d_nchwc, avx2, AVX2_MEASURED, **_nchwc(*avx2, strides=stride))
+    assert knobs["channel_tile"] > 1
+
+
+def test_an_image_is_laid_out_in_its_rgb_block_lanes_inside():
+    # each pixel's 3 channels written together (lanes outside wrote every third float)
+    shapes = [(1, 3, 32, 32)]
+    got = _default(opf.op.layout_transform, shapes, "c -mattr=+avx512f",
+                   src_layout="NCHW", dst_layout="NCHW3c")
+    assert got == ("layout", {"lanes_outside": False})
+
+
 def test_avx512_defaults_use_its_wider_vectors():
     avx512 = "c -mattr=+avx512f -l2-cache=1M -num-cores=2"
     # 8 accumulators, as on AVX2 (measured best on Zen 4 too), of 16 columns each: 4 channels
