@@ -438,6 +438,18 @@ def test_an_rgb_stem_takes_wide_column_tiles_where_registers_allow(kernel, strid
     assert knobs["channel_tile"] > 1
 
 
+@pytest.mark.parametrize("channels, want", [(512, 7), (32, 1)])
+def test_a_small_output_takes_every_row_in_a_task_when_its_channel_tiles_are_enough(
+        channels, want):
+    # ResNet-50's 512-channel 3x3 layer at 7 x 7: 16 channel tiles, 8 a core, each task all 7
+    # rows (one-row tasks re-read 0.6 MB of weights for 7 columns); 32 channels are 2 tiles,
+    # so the rows are still split
+    shapes = [(1, channels // 16, 9, 9, 16), (channels // 16, channels // 16, 3, 3, 16, 16)]
+    avx512 = "c -mattr=+avx512f -l2-cache=1M -num-cores=2"
+    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    assert knobs["row_block"] == want
+
+
 def test_an_image_is_laid_out_in_its_rgb_block_lanes_inside():
     # each pixel's 3 channels written together (lanes outside wrote every third float)
     shapes = [(1, 3, 32, 32)]

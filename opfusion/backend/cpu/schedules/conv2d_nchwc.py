@@ -53,6 +53,8 @@ from .common import (
 #: that two threads split them evenly whatever each task costs (measured on resnet50's
 #: layers with 2 cores; more tasks only re-read more weights).
 NCHWC_MIN_TASKS = 64
+#: Output rows up to which a task takes them all (see :func:`task_rows`).
+SMALL_ROWS = 7
 
 
 def _shape(acc: te.Tensor) -> tuple[int, int, int, int, int]:
@@ -235,7 +237,14 @@ def task_rows(height: int, channel_tasks: int, target: Target) -> int:
     near that (13, a prime, gives 1 row for a limit of 6), all the rows when that still
     leaves every core four tasks: a task of one row re-reads its weights for a few columns
     (SqueezeNet's last convolution, 512 -> 1000 channels at 13 x 13 in tiles of 4 blocks,
-    has 416 one-row tasks at a limit of 6 rows, 32 of all 13 rows with this rule)."""
+    has 416 one-row tasks at a limit of 6 rows, 32 of all 13 rows with this rule). An output
+    of SMALL_ROWS rows or fewer takes every row in each task whenever its channel tiles alone
+    give every core four tasks: its rows are a few columns each, and ResNet-50's 512-channel
+    7 x 7 layers re-read 0.6 MB of weights for every 7 columns (``opf.tune`` on a Xeon with
+    AVX-512: 0.864 -> 0.758 ms; whole models with ``benchmarks/ab_checkouts.py``: resnet50
+    0.967-0.983x the time, inception_v1 0.984-0.998x, densenet121 0.962-0.992x)."""
+    if height <= SMALL_ROWS and channel_tasks >= 4 * target.num_cores:
+        return height
     limit = max(1, height * channel_tasks // NCHWC_MIN_TASKS)
     rows = divisor(height, limit)
     if 2 * rows <= limit < height:
