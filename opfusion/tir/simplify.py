@@ -396,7 +396,8 @@ def _simplify_compare(e: E.CmpOp, ranges: Ranges) -> E.PrimExpr:
         # unit * x + rest < 0 with 0 <= rest < unit: x < 0 (d <= 0 is d - 1 < 0), a test
         # that a vector's lanes (rest) all pass or all fail
         strict = diff.scaled(1)
-        strict.const -= cls is E.LE
+        if cls is E.LE:
+            strict.const -= 1
         blocked = _split_blocked(strict, 0, ranges)
         if blocked is not None:
             diff, cls = blocked[1], E.LT

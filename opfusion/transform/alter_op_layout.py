@@ -429,16 +429,24 @@ class _LayoutRewriter:
                          "data_layout": data_layout(in_block),
                          "out_layout": data_layout(out_block)}, call.span)
             return _Form(conv, out_block)
-        new_attrs = {key: attrs[key] for key in ("strides", "padding", "dilation",
-                                                  "channels", "kernel_size", "out_dtype")}
-        if window:
-            new_attrs["channels"] = out_type.shape[1]
-        new_attrs.update(groups=groups, data_layout=data_layout(in_block),
-                         kernel_layout=kernel_layout, out_layout=data_layout(out_block),
-                         group_window=window)
-        conv = Call(get_op("nn.conv2d_nchwc"), [self.get(data, in_block), packed], new_attrs,
-                    call.span)
+        conv = self._blocked_conv(call, packed, in_block, kernel_layout, out_block, groups,
+                                  window, out_type.shape[1] if window else None)
         return _Form(conv, out_block)
+
+    def _blocked_conv(self, call: Call, packed: Expr, in_block: int, kernel_layout: str,
+                      out_block: int, groups: int = 1, window: bool = False,
+                      channels: int | None = None) -> Call:
+        """``nn.conv2d_nchwc`` of ``call``'s data in ``in_block`` and the ``packed`` weight,
+        with ``call``'s strides, padding and dilation (and ``channels`` when given)."""
+        attrs = {key: call.attrs[key] for key in ("strides", "padding", "dilation",
+                                                  "channels", "kernel_size", "out_dtype")}
+        if channels is not None:
+            attrs["channels"] = channels
+        attrs.update(groups=groups, data_layout=data_layout(in_block),
+                     kernel_layout=kernel_layout, out_layout=data_layout(out_block),
+                     group_window=window)
+        return Call(get_op("nn.conv2d_nchwc"), [self.get(call.args[0], in_block), packed],
+                    attrs, call.span)
 
     def _split_vector_channels(self, call: Call, weight_value: Expr, in_block: int,
                                out_block: int) -> _Form | None:
@@ -462,17 +470,13 @@ class _LayoutRewriter:
         rest_block = _power_of_two_block(channels - whole, self.lanes)
         if not rest_block:
             return None
-        attrs = {key: call.attrs[key] for key in ("strides", "padding", "dilation",
-                                                  "kernel_size", "out_dtype")}
         parts: list[Expr] = []
         for begin, end, block in ((0, whole, self.lanes), (whole, channels, rest_block)):
             layout = f"OIHW{in_block}i{block}o"
             packed = self.transform(Constant(np.ascontiguousarray(
                 weight_value.data[begin:end])), "OIHW", layout)
-            conv = Call(get_op("nn.conv2d_nchwc"), [self.get(data, in_block), packed],
-                        {**attrs, "channels": end - begin, "groups": 1,
-                         "data_layout": data_layout(in_block), "kernel_layout": layout,
-                         "out_layout": data_layout(block), "group_window": False}, call.span)
+            conv = self._blocked_conv(call, packed, in_block, layout, block,
+                                      channels=end - begin)
             # the whole vectors' result split into the rest's smaller blocks (each vector's
             # halves or quarters, copied whole), so that both concatenate along the blocks
             parts.append(conv if block == rest_block

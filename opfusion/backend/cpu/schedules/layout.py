@@ -47,10 +47,9 @@ class LayoutRule(ScheduleRule):
         # lanes outside is 2-12x faster. Into an RGB block of 3 the lanes inside write each
         # pixel's 3 channels together: 0.048 ms -> 0.008 for a 224 x 224 image (``opf.tune``,
         # a Xeon with AVX-512), where the lanes outside wrote every third float. A blocked
-        # shuffle is 2x
-        # faster with the lanes inside, unrolled (each lane's source block and lane are then
-        # found once per row, and a pixel's lanes are written together): ShuffleNet's first,
-        # 112 channels at 56x56, 0.26 -> 0.13 ms.
+        # shuffle is 2x faster with the lanes inside, unrolled (each lane's source block and
+        # lane are then found once per row, and a pixel's lanes are written together):
+        # ShuffleNet's first, 112 channels at 56x56, 0.26 -> 0.13 ms.
         sources = [t for t in anchor.op.input_tensors if len(t.shape) == 5]
         shuffle = _is_shuffle(anchor)
         return space.config(lanes_outside=bool(sources) and not shuffle)
