@@ -450,6 +450,20 @@ def test_a_small_output_takes_every_row_in_a_task_when_its_channel_tiles_are_eno
     assert knobs["row_block"] == want
 
 
+@pytest.mark.parametrize("l2, want", [("2M", 4), ("4M", 8), ("512K", 2)])
+def test_a_winograd_task_takes_the_output_blocks_whose_weights_fit_half_the_l2(l2, want):
+    # ResNet-50's 256-channel 3x3 layers at 14 x 14 by F(2x2): 256 KiB of transformed weights
+    # per output block of 16, so 4 blocks a task with a 2 MiB L2 (each core reads its weights
+    # once for every row of tiles; 8 blocks re-read them from memory), never fewer than the
+    # register tile's 2
+    shapes = [(1, 16, 14, 14, 16),
+              winograd.transform_weight(np.zeros((16, 16, 3, 3, 16, 16), "float32"), 2).shape]
+    target = f"c -mattr=+avx512f -l2-cache={l2} -num-cores=2"
+    _, knobs = _default(nn.conv2d_winograd_nchwc, shapes, target, padding=1, tile_size=2,
+                        data_layout="NCHW16c", out_layout="NCHW16c")
+    assert (knobs["channel_tile"], knobs["task_blocks"]) == (2, want)
+
+
 def test_an_image_is_laid_out_in_its_rgb_block_lanes_inside():
     # each pixel's 3 channels written together (lanes outside wrote every third float)
     shapes = [(1, 3, 32, 32)]

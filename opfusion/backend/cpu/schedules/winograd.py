@@ -36,6 +36,7 @@ from .common import (
     arrange_rest,
     divisor,
     divisors,
+    itemsize,
     owner_of,
     padded_copy_first,
     parallel_outer,
@@ -54,6 +55,12 @@ def _shape(product: te.Tensor) -> tuple[int, int, int, int]:
     _, _, _, blocks, tiles_h, tiles_w, _ = (int(d) for d in product.shape)
     transformed = product.op.input_tensors[0]
     return blocks, tiles_h, tiles_w, int(transformed.shape[6])
+
+
+def _weight_bytes(product: te.Tensor) -> int:
+    """Bytes of the transformed weights the product reads."""
+    weight = product.op.input_tensors[1]
+    return tensor_size(weight) * itemsize(weight)
 
 
 class WinogradRule(ScheduleRule):
@@ -97,10 +104,13 @@ class WinogradRule(ScheduleRule):
             wide = divisor(tiles_w, budget)
             if channel_tile(blocks, wide, budget) * wide > tile * col_tiles:
                 col_tiles, tile = wide, channel_tile(blocks, wide, budget)
-        # Tasks: one row of tiles and every output block when that gives enough of them;
-        # else output blocks split too (each split transforms the same input tiles again).
+        # Tasks: one row of tiles and every output block when that gives enough of them and
+        # the blocks' weights fit in half the L2 cache; else output blocks split too (each
+        # split transforms the same input tiles again).
         task_blocks = blocks
-        while tiles_h * (blocks // task_blocks) < WINOGRAD_MIN_TASKS \
+        block_bytes = _weight_bytes(product) // blocks
+        while (tiles_h * (blocks // task_blocks) < WINOGRAD_MIN_TASKS
+               or task_blocks * block_bytes > target.cache_bytes(2) // 2) \
                 and task_blocks > tile and (task_blocks // 2) % tile == 0 \
                 and blocks % (task_blocks // 2) == 0:
             task_blocks //= 2
