@@ -126,6 +126,12 @@ CASES = {
                                {"padding": 1, "strides": 2, "groups": 16,
                                 "data_layout": "NCHW8c", "kernel_layout": "OIHW1i8o",
                                 "out_layout": "NCHW8c"}),
+    # its padded rows built at each task: uneven padding, wider than the window on one side
+    "conv2d_nchwc_depthwise_padded": (nn.conv2d_nchwc, (normal(1, 3, 7, 10, 8),
+                                                        normal(3, 1, 3, 3, 1, 8, seed=1)), True,
+                                      {"padding": (2, 0, 4, 3), "groups": 24,
+                                       "data_layout": "NCHW8c", "kernel_layout": "OIHW1i8o",
+                                       "out_layout": "NCHW8c"}),
     # 37 output blocks computed as 40 (whole tiles of 4) and cropped; K-blocked by default
     "conv2d_nchwc_padded_blocks": (nn.conv2d_nchwc, (normal(1, 4, 5, 6, 8),
                                                      normal(37, 4, 3, 3, 8, 8, seed=1) * .1),

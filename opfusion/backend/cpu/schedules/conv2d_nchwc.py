@@ -8,7 +8,9 @@ once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runti
 kernels and TVM's conv2d_NCHWc schedule do (a depthwise tile multiplies a vector of inputs by a
 vector of weights instead, one channel tile by default). The epilogue (bias, activation,
 residual add) then reads the accumulator vector by vector, while it is still in cache. The
-padded input, when the convolution has padding, is built first, in parallel.
+padded input, when the convolution has padding, is built first, in parallel; a depthwise
+convolution's task, which reads its own channel blocks alone, builds their padded rows itself
+(no pass over the whole input before the kernel: ShuffleNet and MobileNet-v2 0.98x the time).
 
 Knobs: ``channel_tile``, ``col_units`` (the register tile, at most ``vector_registers``
 accumulators), ``task_blocks`` (a multiple of ``channel_tile``), ``row_block``, ``k_blocks``
@@ -308,7 +310,12 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     acc_stage.unroll(ax)
     acc_stage.vectorize(ac)
 
-    padded_copy_first(s, pad)
+    if pad is not None and is_depthwise(acc) and not chunk:
+        # A depthwise task reads its own channel blocks alone: their padded rows built at the
+        # task, in cache, rather than a whole padded copy first.
+        s[pad].compute_at(stage, task)
+    else:
+        padded_copy_first(s, pad)
     arrange_rest(s)
 
 
