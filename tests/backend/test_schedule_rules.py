@@ -409,20 +409,20 @@ def _nchwc(data, weight, **attrs):
     # tile's weights for them are 16 KiB, half the L1)
     ([(1, 64, 13, 13, 8), (125, 64, 1, 1, 8, 8)], {},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 13, "k_blocks": 16,
-      "line_chunks": 1}),
+      "line_chunks": 1, "rows_first": False}),
     # ResNet-50's 2048 -> 512 at 7 x 7: the 49 pixels one line, every row in each task
     ([(1, 256, 7, 7, 8), (64, 256, 1, 1, 8, 8)], {},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 7, "k_blocks": 16,
-      "line_chunks": 1}),
+      "line_chunks": 1, "rows_first": False}),
     # a 3x3 stride-2 one: 9 taps, one input block per reduction block
     ([(1, 16, 56, 56, 8), (16, 16, 3, 3, 8, 8)], {"strides": 2, "padding": 1},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 1, "k_blocks": 1,
-      "line_chunks": 1}),
+      "line_chunks": 1, "rows_first": False}),
     # SqueezeNet's squeeze (96 -> 16 at 55 x 55): one channel tile, so the line's sums run in
     # 16 parallel chunks of its units and the epilogue over rows (it ran on one thread)
     ([(1, 12, 55, 55, 8), (2, 12, 1, 1, 8, 8)], {},
      {"channel_tile": 2, "col_units": 1, "task_blocks": 2, "row_block": 1, "k_blocks": 12,
-      "line_chunks": 16}),
+      "line_chunks": 16, "rows_first": True}),
 ])
 def test_avx2_blocked_convolution_defaults(shapes, attrs, want):
     got = _default(nn.conv2d_nchwc, shapes, AVX2_MEASURED, **_nchwc(*shapes, **attrs))
@@ -438,7 +438,8 @@ def test_an_rgb_stem_takes_wide_column_tiles_where_registers_allow(kernel, strid
     avx512 = "c -mattr=+avx512f -l2-cache=1M -num-cores=2"
     got = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes, strides=stride))
     assert got == ("conv2d_nchwc", {"channel_tile": 1, "col_units": 4, "task_blocks": 4,
-                                    "row_block": 1, "k_blocks": 1, "line_chunks": 1})
+                                    "row_block": 1, "k_blocks": 1, "line_chunks": 1,
+                                    "rows_first": False})
     avx2 = [(1, 1, size, size, 3), (8, 1, kernel, kernel, 3, 8)]
     _, knobs = _default(nn.conv2d_nchwc, avx2, AVX2_MEASURED, **_nchwc(*avx2, strides=stride))
     assert knobs["channel_tile"] > 1
@@ -468,6 +469,38 @@ def test_a_winograd_task_takes_the_output_blocks_whose_weights_fit_half_the_l2(l
     _, knobs = _default(nn.conv2d_winograd_nchwc, shapes, target, padding=1, tile_size=2,
                         data_layout="NCHW16c", out_layout="NCHW16c")
     assert (knobs["channel_tile"], knobs["task_blocks"]) == (2, want)
+
+
+@pytest.mark.parametrize("channels_in, channels_out, size, want", [
+    (256, 64, 56, True),     # 64 KiB of weights, 3.2 MB of input: each core its own rows
+    (64, 256, 56, True),
+    (1024, 256, 14, False),  # 1 MiB of weights against 0.8 MB of input: half the weights each
+    (2048, 512, 7, False),
+])
+def test_tasks_go_rows_first_where_the_weights_are_the_smaller_read(
+        channels_in, channels_out, size, want):
+    shapes = [(1, channels_in // 16, size, size, 16),
+              (channels_out // 16, channels_in // 16, 1, 1, 16, 16)]
+    avx512 = "c -mattr=+avx512f -l2-cache=2M -num-cores=2"
+    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    assert knobs["rows_first"] is want
+
+
+@pytest.mark.parametrize("rows_first", [False, True])
+def test_both_task_orders_compute_the_reference(rows_first):
+    # several channel tiles and row tasks, padding and a residual epilogue
+    target = Target("c -mattr=+avx512f -num-cores=2")
+    with target:
+        group = Group(nn.conv2d_nchwc, (normal(1, 2, 9, 14, 16),
+                                        normal(4, 2, 3, 3, 16, 16, seed=1) * .1), True,
+                      padding=1, data_layout="NCHW16c", kernel_layout="OIHW16i16o",
+                      out_layout="NCHW16c")
+        _, anchor, output = group.schedule()
+        rule, space = RULES.find(group.op_name, anchor, output, target)
+        default = dict(rule.default_config(anchor, output, target))
+        config = space.config(**{**default, "channel_tile": 2, "task_blocks": 2,
+                                 "row_block": 3, "rows_first": rows_first})
+        assert group.check(target, config) == config
 
 
 def test_an_image_is_laid_out_in_its_rgb_block_lanes_inside():
