@@ -90,14 +90,19 @@ def _window_reduction(anchor: te.Tensor) -> te.Tensor:
 
 def pool_blocked_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
                       col_tile: int) -> None:
-    """The schedule of pooling NCHW<k>c data: (n, channel block, output row) in parallel;
-    each row's windows reduced in register tiles of ``col_tile`` columns x the channel block
-    (vectorized), the window loops around the tile."""
+    """The schedule of pooling NCHW<k>c data: (n, output row, channel block) in parallel,
+    rows first, so that each core pools the rows that it mostly computed itself in the
+    convolution before (see ``conv2d_nchwc.rows_first``; channel blocks first, each core read
+    every row of half the blocks: squeezenet 0.943-0.963x the time with rows first, the
+    inception models 0.970-1.021x, a Xeon with AVX-512); each row's windows reduced in
+    register tiles of ``col_tile`` columns x the channel block (vectorized), the window loops
+    around the tile."""
     reduced = _window_reduction(anchor)
     owner = owner_of(s, anchor, output)
     stage = s[owner]
     n, b, y, x, c = stage.op.axis
-    row = parallel_outer(stage, [n, b, y], tensor_size(owner) * 4)
+    stage.reorder(n, y, b, x, c)
+    row = parallel_outer(stage, [n, y, b], tensor_size(owner) * 4)
     # A row whose reduction is wider (blocked_columns) ends in a partial tile: its last
     # columns are computed and not stored.
     xo, xi = stage.split(x, factor=col_tile)
