@@ -4,7 +4,8 @@
 
 OLD_DIR and NEW_DIR are source trees (e.g. ``git worktree add /tmp/old cb21d3a``). One
 worker process per checkout imports opfusion from its tree and compiles every model (a light
-model by name, or ``workload:<name>`` for a builder of :mod:`opfusion.testing.workloads`);
+or transformer model by name, an .onnx file, or ``workload:<name>`` for a builder of
+:mod:`opfusion.testing.workloads`);
 then the two are timed in turn, ``--batch`` runs each, for ``--rounds`` rounds, so that a
 drifting machine slows both alike. Prints each model's median latency per checkout and
 NEW/OLD as a ratio (below 1: the new checkout is faster), with the machine's load before and
@@ -33,7 +34,10 @@ def load(name):
         mod, params = WORKLOADS[name.split(":", 1)[1]]()
         return mod, params, workload_input(mod, params)
     from opfusion.testing.light import light_model
-    mod, params = opf.frontend.from_onnx(light_model(name))
+    from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
+    path = (transformer_model(name) if name in TRANSFORMER_MODEL_NAMES
+            else name if name.endswith(".onnx") else light_model(name))
+    mod, params = opf.frontend.from_onnx(path)
     rng = np.random.default_rng(0)
     inputs = {p.name_hint: rng.standard_normal(p.type_annotation.shape).astype(
         p.type_annotation.dtype) for p in mod["main"].params if p.name_hint not in params}
