@@ -103,7 +103,9 @@ def _conv(batch, channels, out_channels, size, kernel, stride, pad, groups):
     ((1, 3, 40, 11, 7, 2, 3, 1), True),   # a 7x7 stem
     ((1, 24, 36, 10, 3, 1, 2, 1), True),  # padding 2, the wide-window tile
     ((1, 24, 36, 10, 1, 1, 0, 1), False),  # pointwise: tall register tiles
-    ((1, 24, 36, 20, 3, 2, 1, 1), False),  # strided: one-warp blocks
+    ((1, 24, 36, 20, 3, 2, 1, 1), True),  # strided 3x3: narrow blocks, weights shared
+    ((1, 24, 36, 20, 1, 2, 0, 1), False),  # strided 1x1: one-warp blocks
+    ((2, 24, 64, 7, 1, 1, 0, 1), True),  # 1x1 of 49 pixels: 64 x 128 blocks, weights shared
 ])
 def test_convolution_tiles_with_the_default_config(case, shared):
     group = _check_group(_conv(*case))

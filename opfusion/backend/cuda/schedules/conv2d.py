@@ -86,31 +86,45 @@ class GPUConv2dRule(ScheduleRule):
 
 def _default_tile(anchor: Any) -> dict[str, Any]:
     """The heuristic's knobs for a convolution, by its kind, from ``opf.tune`` on an H200
-    (ResNet-50 at batch 32, about 13 candidates per convolution) and the whole model timed
-    with each heuristic (``benchmarks/gpu.py``; batch-32 times):
+    (ResNet-50 at batch 32, 12-68 candidates per convolution; ``benchmarks/gpu.py --tune``,
+    batch-32 times, default -> the tuner's best):
 
     - the stem (few input channels, a 7x7 window): blocks of 8 channels x 16 pixels
       (2.09 ms -> 1.18 in the tuner);
-    - pointwise convolutions: tall register tiles (8 channels x 2 pixels) without shared
-      memory (a thread's 8 weights of one input channel are 8 loads either way); 3 of the 6
-      mid-sized ones tuned to this shape, e.g. 0.68 ms -> 0.30;
-    - strided convolutions: one-warp blocks of 8 channels (the 1x1 ones tuned to it, 2.80 ms
-      -> 0.65; the model's 3x3 ones ran as fast as with the tile below, 2.8 and 3.4 ms);
-    - the rest: 32 channels x 64 pixels, 4 x 2 per thread, weights in shared memory. A
-      64 x 64 tile of 4 pixels per thread, the best for a 1x1 layer, made the 3x3 ones of
-      14x14 slower (1.65 ms -> 2.56), so it is not the default.
-    Layers of 64 pixels or fewer (ResNet's last stage) and of 16 channels or fewer keep the
-    small tile."""
+    - 1x1 convolutions of 64 pixels or fewer (the last stage, stride 1 or 2): blocks of 64
+      channels x 128 pixels, 4 x 4 per thread, 16 input channels of weights a step in shared
+      memory (512 -> 2048 channels 0.729 ms -> 0.291, the 1024 -> 2048 projection 2.310 ->
+      1.015; the small tile below had them);
+    - other pointwise convolutions: tall register tiles (8 channels x 2 pixels) without shared
+      memory (a thread's 8 weights of one input channel are 8 loads either way); most tuned to
+      this shape or within 15% of it;
+    - 3x3 stride-2 convolutions: narrow blocks of 8 threads along the pixels, 4 pixels each,
+      16 channels, weights in shared memory (128 channels at 28 x 28 2.725 ms -> 1.293, 256 at
+      14 x 14 3.349 -> 1.347, 512 at 7 x 7 3.017 -> 2.041, in tiles of this family);
+    - strided 1x1 convolutions otherwise: one-warp blocks of 8 channels (2.80 ms -> 0.65);
+    - other 3x3 convolutions of more than 64 pixels: 64 channels x 32 pixels a block, 8 sums
+      a thread (2 channels x 4 pixels on rows of 28 or more, 4 x 2 on narrower ones), 4 input
+      channels a step (64 channels at 56 x 56 1.273 ms -> 0.840, 256 at 14 x 14 1.629 ->
+      1.129);
+    - layers of 16 channels or fewer, and 3x3 ones of 64 pixels or fewer: 16 channels x 32
+      pixels, weights in shared memory (512 channels at 7 x 7: 1.662 ms, the best 1.396)."""
     data = anchor.op.input_tensors[0]
     _, ry, rx = anchor.op.reduce_axis
     window = int(ry.dom.extent) * int(rx.dom.extent)
     in_channels = int(data.shape[1])
     channels = int(anchor.shape[1])
-    pixels = int(anchor.shape[2]) * int(anchor.shape[3])
+    width = int(anchor.shape[3])
+    pixels = int(anchor.shape[2]) * width
     strided = int(data.shape[2]) >= 2 * int(anchor.shape[2])
     if in_channels <= 4:  # a stem: few input channels, a wide window
         return {"block_channels": 8, "thread_channels": 4, "threads_x": 16,
                 "thread_pixels": 1, "k_step": 8, "shared": True}
+    if window == 1 and pixels <= 64 and channels >= 64:  # the last stage's 1x1 layers
+        return {"block_channels": 64, "thread_channels": 4, "threads_x": 32,
+                "thread_pixels": 4, "k_step": 16, "shared": True}
+    if strided and window > 1 and channels > 16:
+        return {"block_channels": 16, "thread_channels": 1, "threads_x": 8,
+                "thread_pixels": 4, "k_step": 8, "shared": True}
     if channels <= 16 or pixels <= 64:  # narrow layers and the last, small stages
         return {"block_channels": 16, "thread_channels": 2, "threads_x": 32,
                 "thread_pixels": 1, "k_step": 8, "shared": True}
@@ -120,8 +134,10 @@ def _default_tile(anchor: Any) -> dict[str, Any]:
     if window == 1:
         return {"block_channels": 64, "thread_channels": 8, "threads_x": 16,
                 "thread_pixels": 2, "k_step": 8, "shared": False}
-    return {"block_channels": 32, "thread_channels": 4, "threads_x": 32, "thread_pixels": 2,
-            "k_step": 8, "shared": True}
+    wide = width >= 28
+    return {"block_channels": 64, "thread_channels": 2 if wide else 4,
+            "threads_x": 8 if wide else 16, "thread_pixels": 4 if wide else 2,
+            "k_step": 4, "shared": True}
 
 
 def arrange_conv2d(s: te.Schedule, anchor: Any, output: Any, block_channels: int,
