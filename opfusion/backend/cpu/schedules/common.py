@@ -134,6 +134,11 @@ def itemsize(tensor: te.Tensor) -> int:
     return max(1, int(digits or 32) // 8)
 
 
+def tensor_bytes(tensor: te.Tensor) -> int:
+    """The bytes ``tensor`` holds."""
+    return tensor_size(tensor) * itemsize(tensor)
+
+
 # ---------------------------------------------------------------------------------------------
 # loops
 

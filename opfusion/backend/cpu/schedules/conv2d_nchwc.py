@@ -49,6 +49,7 @@ from .common import (
     padded_copy_first,
     parallel_outer,
     producer,
+    tensor_bytes,
     tensor_size,
 )
 
@@ -279,9 +280,8 @@ def rows_first(acc: te.Tensor, target: Target) -> bool:
     inputs = [t for t in reads if len(t.shape) == 5]
     if len(weights) != 1 or not inputs:
         return False
-    weight_bytes = tensor_size(weights[0]) * itemsize(weights[0])
-    return (weight_bytes < tensor_size(inputs[0]) * itemsize(inputs[0])
-            and weight_bytes <= target.cache_bytes(2) // 2)
+    weight_bytes = tensor_bytes(weights[0])
+    return weight_bytes < tensor_bytes(inputs[0]) and weight_bytes <= target.cache_bytes(2) // 2
 
 
 def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_tile: int,

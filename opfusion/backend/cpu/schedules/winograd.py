@@ -36,11 +36,11 @@ from .common import (
     arrange_rest,
     divisor,
     divisors,
-    itemsize,
     owner_of,
     padded_copy_first,
     parallel_outer,
     producer,
+    tensor_bytes,
     tensor_size,
 )
 
@@ -55,12 +55,6 @@ def _shape(product: te.Tensor) -> tuple[int, int, int, int]:
     _, _, _, blocks, tiles_h, tiles_w, _ = (int(d) for d in product.shape)
     transformed = product.op.input_tensors[0]
     return blocks, tiles_h, tiles_w, int(transformed.shape[6])
-
-
-def _weight_bytes(product: te.Tensor) -> int:
-    """Bytes of the transformed weights the product reads."""
-    weight = product.op.input_tensors[1]
-    return tensor_size(weight) * itemsize(weight)
 
 
 class WinogradRule(ScheduleRule):
@@ -108,7 +102,7 @@ class WinogradRule(ScheduleRule):
         # the blocks' weights fit in half the L2 cache; else output blocks split too (each
         # split transforms the same input tiles again).
         task_blocks = blocks
-        block_bytes = _weight_bytes(product) // blocks
+        block_bytes = tensor_bytes(product.op.input_tensors[1]) // blocks  # the weights
         while (tiles_h * (blocks // task_blocks) < WINOGRAD_MIN_TASKS
                or task_blocks * block_bytes > target.cache_bytes(2) // 2) \
                 and task_blocks > tile and (task_blocks // 2) % tile == 0 \
