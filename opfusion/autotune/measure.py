@@ -92,9 +92,9 @@ class MeasureOptions:
     batch's mean is the time. ``timeout`` bounds one candidate's whole measurement (a hang
     costs that much once); ``rtol`` is the output tolerance (x max|reference|).
     ``flush_cache`` times ``repeat`` single calls instead, each after writing over a buffer
-    four times the last-level cache: what a kernel sees in a model whose weights do not fit
-    in the cache (ResNet-50's 100 MB), where a warm measurement would favour configs that
-    read the weights more often."""
+    four times the last-level cache (at most 256 MiB, ``worker.FLUSH_MAX_BYTES``): what a
+    kernel sees in a model whose weights do not fit in the cache (ResNet-50's 100 MB), where
+    a warm measurement would favour configs that read the weights more often."""
 
     repeat: int = 5
     min_repeat_seconds: float = 0.02

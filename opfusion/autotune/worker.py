@@ -137,13 +137,26 @@ def _check(got: list[np.ndarray], want: list[np.ndarray], rtol: float, when: str
                              f"{error:.3g} x max|reference| (tolerance {rtol:g})")
 
 
-def _flush_buffer() -> np.ndarray:
-    """A buffer four times the host's last-level cache, to write over between batches."""
+#: The most a cache flush writes. A virtual machine may report its host's whole L3, shared
+#: with other tenants: 480 MiB on a Xeon here, whose four-fold flush wrote 1.9 GB before
+#: every timed call (about 0.15 s each, most of a cold tuning run's time). ResNet-50's
+#: kernels summed 29.3 ms each timed after writing 64 MB, 30.3 ms in the model's order and
+#: 24.5 ms warm: a flush of this size already shows a model's cold caches.
+FLUSH_MAX_BYTES = 256 << 20
+
+
+def flush_bytes() -> int:
+    """What a cache flush writes: four times the host's last-level cache (32 MiB if the OS
+    does not say), at most FLUSH_MAX_BYTES."""
     from ..target.host import host_cache_bytes
 
     caches = host_cache_bytes()
-    size = 4 * max(caches.values(), default=32 << 20)
-    return np.zeros(size // 8, np.float64)
+    return min(4 * max(caches.values(), default=32 << 20), FLUSH_MAX_BYTES)
+
+
+def _flush_buffer() -> np.ndarray:
+    """A buffer of :func:`flush_bytes`, to write over between timed calls."""
+    return np.zeros(flush_bytes() // 8, np.float64)
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:

@@ -45,6 +45,21 @@ def test_every_sampled_config_measures_with_a_positive_time(conv_task):
         assert 0 < result.seconds < 1 and len(result.repeats) == 3
 
 
+def test_cold_cache_measurements_time_single_calls_after_a_bounded_flush(conv_task):
+    from opfusion.autotune.worker import FLUSH_MAX_BYTES, flush_bytes
+
+    assert 0 < flush_bytes() <= FLUSH_MAX_BYTES
+    configs = [conv_task.default, *conv_task.space.sample(1, seed=2)]
+    candidates = build_candidates(conv_task, configs)
+    with LocalRunner() as runner:
+        results = runner.run(task_data(conv_task), candidates,
+                             MeasureOptions(repeat=2, flush_cache=True))
+    assert [r.config for r in results] == configs
+    for result in results:
+        assert result.ok, result.error
+        assert 0 < result.seconds < 1 and len(result.repeats) == 2
+
+
 def test_a_reference_is_timed_beside_the_candidates(conv_task):
     candidates = build_candidates(conv_task, conv_task.space.sample(2, seed=7))
     reference = build_candidates(conv_task, [conv_task.default])[0]
