@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpAttributeError
-from ..ir.op import Op
+from ..ir.layout import Layout, LayoutError, transform_array
+from ..ir.op import Attr, Op
 from ..ir.types import TensorType, is_float
 from ._common import same_dtype
 
@@ -147,3 +148,56 @@ def pad_spatial(data: np.ndarray, padding: Sequence[int], value: Any = 0,
     if not any(before or after for before, after in pads):
         return data
     return np.pad(data, pads, mode="constant", constant_values=value)
+
+
+# ---------------------------------------------------------------------------------------------
+# channel-blocked data (NCHW<k>c): pooling and LRN
+
+
+LAYOUT_ATTR = Attr("str", "NCHW", doc="'NCHW', or 'NCHW<k>c': channels in blocks of k, data "
+                                       "(N, C/k, H, W, k)")
+
+
+def layout_block(op: Op, layout: str) -> int:
+    """The channel block of an op's ``layout`` attribute (pooling, LRN): 0 for NCHW, k for
+    NCHW<k>c; OpAttributeError (naming the op) for anything else."""
+    if layout == "NCHW":
+        return 0
+    try:
+        parsed = Layout.parse(layout)
+    except LayoutError:
+        parsed = None
+    if parsed is None or parsed.axes[:4] != (("N", 0), ("C", 0), ("H", 0), ("W", 0)) \
+            or len(parsed.axes) != 5 or parsed.axes[4][0] != "C":
+        raise OpAttributeError(
+            f"{op.name} attribute 'layout'={layout!r} must be 'NCHW' or 'NCHW<k>c' (channels "
+            "in blocks of k, e.g. 'NCHW16c'); transpose other layouts to NCHW first")
+    return parsed.axes[4][1]
+
+
+def check_layout_data(op: Op, data: TensorType, layout: str) -> None:
+    """``data`` has the rank, and the channel block, of ``layout``."""
+    block = layout_block(op, layout)
+    if not block:
+        if data.ndim == 5:
+            raise op.type_error(f"input 'data' {data.shape} is 5-D but attribute 'layout' is "
+                                "'NCHW'; set layout='NCHW<k>c' for data in channel blocks")
+        expect_rank(op, data, "data", 4, ("N", "C", "H", "W"))
+        return
+    if data.ndim != 5:
+        raise op.type_error(f"attribute 'layout'={layout!r} takes 5-D data (N, C/{block}, H, "
+                            f"W, {block}), got shape {data.shape}; use layout='NCHW' for "
+                            "NCHW data")
+    if data.shape[4] != block:
+        raise op.type_error(f"input 'data' {data.shape} has {data.shape[4]} channels per block "
+                            f"but attribute 'layout'={layout!r} blocks them by {block}; "
+                            "set the layout to the data's block")
+
+
+def in_nchw(reference: Any, data: np.ndarray, layout: str, **attrs: Any) -> np.ndarray:
+    """``reference`` (an NCHW reference) of ``data`` in ``layout``: NCHW in and out."""
+    if layout == "NCHW":
+        return reference(data, **attrs)
+    blocked, plain = Layout.parse(layout), Layout.parse("NCHW")
+    out = reference(transform_array(data, blocked, plain), **attrs)
+    return transform_array(out, plain, blocked)

@@ -14,7 +14,15 @@ from ..errors import OpAttributeError
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, Type
 from ._common import normalize_axis
-from ._nn_common import along, check_positive, float_dtype
+from ._nn_common import (
+    LAYOUT_ATTR,
+    along,
+    check_layout_data,
+    check_positive,
+    float_dtype,
+    in_nchw,
+    layout_block,
+)
 
 
 def _along(vector: np.ndarray, ndim: int, axis: int) -> np.ndarray:
@@ -138,7 +146,8 @@ class LogSoftmax(_SoftmaxBase):
 class LRN(Op):
     name = "nn.lrn"
     doc = ("Local response normalization across ``axis`` (ONNX): x / (bias + alpha / size * "
-           "sum of x^2 over ``size`` neighbours) ** beta.")
+           "sum of x^2 over ``size`` neighbours) ** beta. With ``layout='NCHW<k>c'`` the data "
+           "is (N, C/k, H, W, k) and the window runs along the channels C (``axis`` 1).")
     inputs = ("data",)
     pattern = OpPatternKind.kOpaque
     attrs = {
@@ -147,20 +156,33 @@ class LRN(Op):
         "bias": Attr("float", 2.0),
         "alpha": Attr("float", 1e-4),
         "beta": Attr("float", 0.75),
+        "layout": LAYOUT_ATTR,
     }
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_positive(self, attrs, ("size",))
+        if layout_block(self, attrs["layout"]) and attrs["axis"] != 1:
+            raise OpAttributeError(f"{self.name} attribute 'axis'={attrs['axis']} must be 1 "
+                                   f"with layout={attrs['layout']!r}: the window runs along "
+                                   "the blocked channels")
         return attrs
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
         float_dtype(self, [data], self.inputs)
+        if layout_block(self, attrs.layout):
+            check_layout_data(self, data, attrs.layout)
         normalize_axis(self, attrs.axis, data.ndim)
         return data
 
     def reference(self, data: np.ndarray, *, size: int, axis: int, bias: float, alpha: float,
-                  beta: float) -> np.ndarray:
+                  beta: float, layout: str) -> np.ndarray:
+        return in_nchw(self._plain, data, layout, size=size, axis=axis, bias=bias, alpha=alpha,
+                       beta=beta)
+
+    @staticmethod
+    def _plain(data: np.ndarray, *, size: int, axis: int, bias: float, alpha: float,
+               beta: float) -> np.ndarray:
         x = data.astype(np.float64)
         axis = axis % x.ndim
         # ONNX: channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2), clipped.

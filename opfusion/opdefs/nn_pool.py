@@ -17,13 +17,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpAttributeError
-from ..ir.layout import Layout, LayoutError, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, register_op
 from ..ir.types import TensorType, Type
 from ._nn_common import (
+    LAYOUT_ATTR,
+    check_layout_data,
     check_positive,
-    expect_rank,
     float_dtype,
+    in_nchw,
+    layout_block,
     normalize_padding,
     numeric_dtype,
     pad_spatial,
@@ -31,54 +33,6 @@ from ._nn_common import (
     window_output_size,
     windows,
 )
-
-_LAYOUT = Attr("str", "NCHW", doc="'NCHW', or 'NCHW<k>c': channels in blocks of k, data "
-                                   "(N, C/k, H, W, k)")
-
-
-def layout_block(op: Op, layout: str) -> int:
-    """The channel block of a pooling op's ``layout`` attribute: 0 for NCHW, k for
-    NCHW<k>c; OpAttributeError (naming the op) for anything else."""
-    if layout == "NCHW":
-        return 0
-    try:
-        parsed = Layout.parse(layout)
-    except LayoutError:
-        parsed = None
-    if parsed is None or parsed.axes[:4] != (("N", 0), ("C", 0), ("H", 0), ("W", 0)) \
-            or len(parsed.axes) != 5 or parsed.axes[4][0] != "C":
-        raise OpAttributeError(
-            f"{op.name} attribute 'layout'={layout!r} must be 'NCHW' or 'NCHW<k>c' (channels "
-            "in blocks of k, e.g. 'NCHW16c'); transpose other layouts to NCHW first")
-    return parsed.axes[4][1]
-
-
-def _check_data(op: Op, data: TensorType, layout: str) -> None:
-    """``data`` has the rank, and the channel block, of ``layout``."""
-    block = layout_block(op, layout)
-    if not block:
-        if data.ndim == 5:
-            raise op.type_error(f"input 'data' {data.shape} is 5-D but attribute 'layout' is "
-                                "'NCHW'; set layout='NCHW<k>c' for data in channel blocks")
-        expect_rank(op, data, "data", 4, ("N", "C", "H", "W"))
-        return
-    if data.ndim != 5:
-        raise op.type_error(f"attribute 'layout'={layout!r} takes 5-D data (N, C/{block}, H, "
-                            f"W, {block}), got shape {data.shape}; use layout='NCHW' for "
-                            "NCHW data")
-    if data.shape[4] != block:
-        raise op.type_error(f"input 'data' {data.shape} has {data.shape[4]} channels per block "
-                            f"but attribute 'layout'={layout!r} blocks them by {block}; "
-                            "set the layout to the data's block")
-
-
-def _in_nchw(reference: Any, data: np.ndarray, layout: str, **attrs: Any) -> np.ndarray:
-    """``reference`` (an NCHW reference) of ``data`` in ``layout``: NCHW in and out."""
-    if layout == "NCHW":
-        return reference(data, **attrs)
-    blocked, plain = Layout.parse(layout), Layout.parse("NCHW")
-    out = reference(transform_array(data, blocked, plain), **attrs)
-    return transform_array(out, plain, blocked)
 
 
 class _Pool2D(Op):
@@ -91,7 +45,7 @@ class _Pool2D(Op):
         "dilation": Attr("ints", 1, length=2, doc="(height, width) spacing of window taps"),
         "padding": Attr("ints", 0, always_print=True,
                         doc="1, 2 or 4 values, normalized to (top, left, bottom, right)"),
-        "layout": _LAYOUT,
+        "layout": LAYOUT_ATTR,
         "ceil_mode": Attr("bool", False, doc="round the output size up (keep partial windows)"),
     }
 
@@ -111,7 +65,7 @@ class _Pool2D(Op):
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
-        _check_data(self, data, attrs.layout)
+        check_layout_data(self, data, attrs.layout)
         check = float_dtype if self.float_only else numeric_dtype
         check(self, [data], self.inputs)
         out_h, out_w = spatial_output(self, data, attrs.pool_size, attrs.strides, attrs.dilation,
@@ -140,7 +94,7 @@ class MaxPool2D(_Pool2D):
            "counts as -inf.")
 
     def reference(self, data: np.ndarray, *, layout: str, **attrs: Any) -> np.ndarray:
-        return _in_nchw(self._nchw, data, layout, **attrs)
+        return in_nchw(self._nchw, data, layout, **attrs)
 
     def _nchw(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
               padding: tuple, ceil_mode: bool) -> np.ndarray:
@@ -162,7 +116,7 @@ class AvgPool2D(_Pool2D):
     }
 
     def reference(self, data: np.ndarray, *, layout: str, **attrs: Any) -> np.ndarray:
-        return _in_nchw(self._nchw, data, layout, **attrs)
+        return in_nchw(self._nchw, data, layout, **attrs)
 
     def _nchw(self, data: np.ndarray, *, pool_size: tuple, strides: tuple, dilation: tuple,
               padding: tuple, ceil_mode: bool, count_include_pad: bool) -> np.ndarray:
@@ -187,7 +141,7 @@ class AvgPool2D(_Pool2D):
 class _GlobalPool2D(Op):
     inputs = ("data",)
     pattern = OpPatternKind.kOutEWiseFusable
-    attrs = {"layout": _LAYOUT}
+    attrs = {"layout": LAYOUT_ATTR}
     float_only = False
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +150,7 @@ class _GlobalPool2D(Op):
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
-        _check_data(self, data, attrs.layout)
+        check_layout_data(self, data, attrs.layout)
         check = float_dtype if self.float_only else numeric_dtype
         check(self, [data], self.inputs)
         if data.shape[2] == 0 or data.shape[3] == 0:

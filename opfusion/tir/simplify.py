@@ -281,7 +281,27 @@ def _is_index(e: E.PrimExpr) -> bool:
 
 
 def _canonical(e: E.PrimExpr) -> E.PrimExpr:
-    return linear_to_expr(linear_form(e))
+    return linear_to_expr(_merge_div_mod(linear_form(e)))
+
+
+def _merge_div_mod(lin: Linear) -> Linear:
+    """``lin`` with each pair of terms ``m * c * (x // c) + m * (x % c)`` replaced by
+    ``m * x`` (floor division: true of every integer x and c > 0), so that an index split
+    into a block and a lane, ``buf[x // 8, x % 8]``, flattens back to the offset ``x``, which
+    a vector of lanes reads contiguously."""
+    for key, (coef, atom) in list(lin.terms.items()):
+        if key not in lin.terms or not isinstance(atom, E.FloorMod) \
+                or not isinstance(atom.b, E.IntImm) or atom.b.value <= 0:
+            continue
+        c = atom.b.value
+        for other, (quotient_coef, quotient) in list(lin.terms.items()):
+            if isinstance(quotient, E.FloorDiv) and isinstance(quotient.b, E.IntImm) \
+                    and quotient.b.value == c and quotient_coef == coef * c \
+                    and structural_equal(quotient.a, atom.a):
+                del lin.terms[key], lin.terms[other]
+                lin.add(linear_form(atom.a), coef)
+                break
+    return lin
 
 
 def _split_divisible(lin: Linear, c: int) -> tuple[Linear, Linear]:

@@ -109,3 +109,19 @@ def test_small_integer_powers_are_products_with_pows_specials(dtype, exponent):
     assert "pow(" not in exe.source() and "powf(" not in exe.source()
     np.testing.assert_allclose(got, want, rtol=3e-7 if dtype == "float32" else 1e-15)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("width", [1024, 1000], ids=["vector loop", "scalar remainder"])
+def test_square_roots_run_in_vectors_correctly_rounded(dtype, width):
+    # libm's sqrt lane by lane (one vector instruction): NumPy's results exactly, -0, the
+    # infinities, NaN for negatives and the subnormals included
+    x = opf.var("x", shape=(8, width), dtype=dtype)
+    exe = opf.compile(IRModule.from_expr(Function([x], opf.op.sqrt(x))))
+    if width == 1024:
+        assert f"opf_sqrt_{dtype}x" in exe.source()
+    values = np.abs(np.random.default_rng(3).standard_normal((8, width))).astype(dtype) * 1e3
+    values[0, :len(SPECIALS)] = SPECIALS
+    values[1, :3] = [np.finfo(dtype).smallest_subnormal, np.finfo(dtype).max, -2.0]
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(exe(values), np.sqrt(values))

@@ -32,6 +32,20 @@ def test_divisible_part_splits_off_division_and_modulo():
     assert simplify((xo * 64 + xi) % 64, RANGES) is xi
 
 
+def test_a_block_and_lane_split_of_an_offset_flattens_back():
+    # c * (x // c) + x % c is x for every integer x: the offset of buf[x // 8, x % 8] with
+    # rows of 8, whatever the ranges (x may be negative; floor division)
+    x = xo * 8 + xi + 6
+    assert str(simplify((x // 8) * 8 + x % 8)) == "xo*8 + xi + 6"
+    assert str(simplify(((x // 8) * 8 + x % 8) * 3 - xi, RANGES)) == "xo*24 + xi*2 + 18"
+    # a pair whose coefficients do not match stays
+    assert "//" in str(simplify((x // 8) * 4 + x % 8))
+    for value in range(-20, 20):
+        for c in (1, 3, 8):
+            got = simplify((E.IntImm(value) // c) * c + E.IntImm(value) % c)
+            assert got.value == value
+
+
 def test_division_keeps_what_it_cannot_prove():
     got = simplify((xo * 64 + xi + 8) // 64, RANGES)
     assert str(got) == "xo + (xi + 8) // 64"

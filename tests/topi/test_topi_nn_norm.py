@@ -14,6 +14,7 @@ from opfusion.testing import assert_close
 from opfusion.tir.interp import run
 from opfusion.topi import get_compute
 from opfusion.topi.testing import call_over_arrays, check_compute
+from opfusion.transform import InferType
 
 nn = opf.op.nn
 
@@ -141,3 +142,51 @@ def test_lrn_of_values_whose_squares_overflow_float32():
     assert np.all(np.isfinite(want)) and np.all(want[0, :, 0, 0] != 0)
     got = opf.compile(mod).run({params[0].name_hint: x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)  # 1e-12 is not 0 here
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("beta", [0.75, 0.6], ids=["float32-ranges", "float64-sums"])
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 20])
+@pytest.mark.parametrize("shape, layout", [((1, 3, 4, 5, 8), "NCHW8c"),
+                                           ((2, 2, 3, 2, 16), "NCHW16c"),
+                                           ((1, 1, 2, 3, 4), "NCHW4c")])
+def test_lrn_of_channel_blocked_data(shape, layout, size, beta, compiled):
+    # the window crosses the blocks (and, size 20 over blocks of 4 or 8, more than one
+    # block past each edge); the reference computes it in NCHW
+    check_compute(nn.lrn, normal(*shape) * 3, size=size, axis=1, bias=2.0, alpha=1e-3,
+                  beta=beta, layout=layout, compiled=compiled)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's inf / inf
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("alpha", [1e-4, 30.0, 1e12], ids=["small", "large", "huge"])
+def test_lrn_of_channel_blocked_data_whose_squares_overflow(alpha, compiled):
+    # as test_lrn_in_float32_of_values_whose_squares_overflow, the channels in blocks of 4
+    x = normal(1, 6, 2, 3)
+    x[0, :, 0, 0] = [-1e30, 1e30, 3e25, -1e20, 2.5, -3e38]
+    x[0, 1, 1, 2] = 2e19
+    x[0, 3, 1, 1] = 3e15
+    x[0, 4, 0, 1] = 4e9
+    x[0, 5, 1, 0], x[0, 2, 0, 2] = np.nan, np.inf
+    blocked = np.ascontiguousarray(
+        np.pad(x, ((0, 0), (0, 2), (0, 0), (0, 0))).reshape(1, 2, 4, 2, 3).transpose(
+            0, 1, 3, 4, 2))
+    attrs = {"size": 3, "axis": 1, "bias": 1.0, "alpha": alpha, "beta": 0.75,
+             "layout": "NCHW4c"}
+    check_compute(nn.lrn, blocked, compiled=compiled, **attrs)
+    call, params, values = call_over_arrays(nn.lrn, (blocked,), attrs)
+    want = evaluate(IRModule.from_expr(Function(params, call)), values)
+    v = opf.var("x", shape=x.shape)
+    plain = evaluate(IRModule.from_expr(Function([v], nn.lrn(v, size=3, bias=1.0,
+                                                              alpha=alpha))), [x])
+    # the blocked reference is the NCHW one, the padding channels zeros
+    np.testing.assert_array_equal(
+        want.transpose(0, 1, 4, 2, 3).reshape(1, 8, 2, 3)[:, :6], plain)
+
+
+def test_lrn_of_channel_blocked_data_checks_its_layout():
+    with pytest.raises(opf.OpfusionError, match="axis"):
+        nn.lrn(opf.var("x", shape=(1, 2, 3, 3, 8)), axis=2, layout="NCHW8c")
+    with pytest.raises(opf.OpfusionError, match="blocks them by 8"):
+        x = opf.var("x", shape=(1, 2, 3, 3, 4))
+        InferType()(IRModule.from_expr(Function([x], nn.lrn(x, layout="NCHW8c"))))

@@ -93,10 +93,11 @@ def test_pools_of_nchw_data_stay_nchw():
 
 
 def lrn_pool_conv():
-    """conv -> LRN (which runs NCHW) -> max_pool 3x3 s2 -> conv and, beside it, a 3x3 s1
-    max pool of the first pool -> conv (GoogLeNet's stem and first pool branch)."""
+    """conv -> LRN across the rows (which runs NCHW; one across the channels keeps the
+    blocks) -> max_pool 3x3 s2 -> conv and, beside it, a 3x3 s1 max pool of the first pool
+    -> conv (the shape of GoogLeNet's stem and first pool branch)."""
     x = opf.var("x", shape=(1, 3, 67, 67))
-    y = nn.lrn(conv_relu(x, 32, 3), size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    y = nn.lrn(conv_relu(x, 32, 3), size=5, axis=2, alpha=1e-4, beta=0.75, bias=1.0)
     y = nn.max_pool2d(y, pool_size=3, strides=2, ceil_mode=True)  # 33 x 33
     branch = nn.max_pool2d(y, pool_size=3, padding=1)
     # 1x1 convolutions of 2.2M multiply-adds: enough to block an NCHW input
@@ -139,3 +140,45 @@ def test_compiled_model_has_no_layout_transform_around_its_pools():
     assert len(pooling) == 3 and not [ops for ops in pooling if "layout_transform" in ops]
     # The input's and the result's conversions are the only layout kernels.
     assert sum("layout_transform" in ops for ops in kernels) == 2
+
+
+def conv_pool_lrn_conv():
+    """GoogLeNet's stem: conv -> max_pool 3x3 s2 -> LRN -> conv (blocked from the first
+    convolution on)."""
+    x = opf.var("x", shape=(1, 3, 61, 61))
+    y = nn.max_pool2d(conv_relu(x, 32, 3), pool_size=3, strides=2, padding=1)
+    y = nn.lrn(y, size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    return opf.IRModule.from_expr(opf.Function([x], conv_relu(y, 16, 32, kernel=1,
+                                                              padding=0)))
+
+
+@pytest.mark.parametrize("target, block", [(AVX2, 8), (AVX512, 16)])
+def test_lrn_of_blocked_data_runs_in_the_block(target, block):
+    original = conv_pool_lrn_conv()
+    mod = altered(original, Target(target))
+    nodes = calls(mod)
+    (lrn,) = [c for c in nodes if c.op.name == "nn.lrn"]
+    assert lrn.attrs.layout == f"NCHW{block}c" and lrn.attrs.axis == 1
+    assert lrn.args[0].op.name == "nn.max_pool2d"
+    assert [c.op.name for c in nodes if any(a is lrn for a in c.args)] == ["nn.conv2d_nchwc"]
+    # the RGB input in and the result out are the only conversions of data
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in nodes
+            if t.op.name == "layout_transform" and t.attrs.src_layout.startswith("NCHW")] == [
+        ("NCHW", "NCHW3c"), (f"NCHW{block}c", "NCHW")]
+    x = rng.standard_normal((1, 3, 61, 61)).astype("float32")
+    assert_close(evaluate(mod, [x]), evaluate(original, [x]))
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
+def test_compiled_blocked_lrn_computes_the_reference_in_vectors():
+    mod = conv_pool_lrn_conv()
+    x = rng.standard_normal((1, 3, 61, 61)).astype("float32") * 30  # some squares large
+    exe = opf.compile(mod, target=AVX2)
+    assert_close(exe(x), evaluate(mod, [x]), rtol=1e-4)
+    (step,) = [s for s in exe.steps if "nn.lrn" in s.group.op_names]
+    assert "layout_transform" not in step.group.op_names
+    source = exe.source()
+    start = source.index(f"kernel {step.group.name}\n")
+    kernel = source[start:source.index("//@opfusion-section", start)]
+    # both stages a block's 8 lanes at a time: the squares, and the quotients
+    assert kernel.count("opf_store_float32x8(") >= 2

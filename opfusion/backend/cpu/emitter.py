@@ -56,7 +56,7 @@ from .module import (
 from .regtile import RegisterTileEmitter
 from .units import SECTION_MARKER
 from .vector import VectorEmitter
-from .vector_math import VECTOR_INTRINSICS, expand_intrinsics, scalar_exp_helper
+from .vector_math import HELPER_INTRINSICS, expand_intrinsics, scalar_exp_helper
 
 #: The helper key of the cancel flag's declaration (its definition is in the table section).
 _CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
@@ -154,7 +154,7 @@ class CPUEmitter(CFamilyEmitter):
     def _call(self, node: E.Call, args: list[str]) -> str:
         """The intrinsics :mod:`.vector_math` computes (float32 exp) by its scalar helper, the
         same algorithm as the vector one; the rest as libm calls."""
-        if node.dtype in VECTOR_INTRINSICS.get(node.name, ()):
+        if node.dtype in HELPER_INTRINSICS.get(node.name, ()):
             name = f"opf_{node.name}_{node.dtype}"
             self.includes.add("string.h")
             self.need_helper(f"1_{name}", scalar_exp_helper(name))

@@ -290,7 +290,12 @@ class VectorAnalysis:
     def offset_coefficient(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...]) -> int | None:
         if not indices:
             return 0
-        return coefficient(buffer.offset_of(indices), self.coefficients, self.dependent)
+        offset = buffer.offset_of(indices)
+        if any(isinstance(n, (E.FloorDiv, E.FloorMod)) for n in E.post_order(offset)):
+            # a flat offset split into a block and a lane (``buf[x // 8, x % 8]``, LRN's
+            # blocked squares) is affine again once the two parts merge
+            offset = simplify(offset)
+        return coefficient(offset, self.coefficients, self.dependent)
 
     def index_depends(self, index: E.PrimExpr) -> bool:
         return any(isinstance(n, E.Var) and id(n) in self.dependent for n in E.post_order(index))

@@ -99,6 +99,11 @@ class VectorEmitter:
             self.c.includes.add("string.h")
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
                                      self.helper("splat", dtype, lanes))
+        elif kind == "sqrt":
+            self.c.includes.add("math.h")
+            root = "sqrtf" if dtype == "float32" else "sqrt"
+            text = (f"static inline {vt} {name}({vt} v) {{ {vt} r; for (int i = 0; i < {lanes}; "
+                    f"++i) r[i] = {root}(v[i]); return r; }}")
         elif kind == "stream":
             text = self._stream_helper(name, vt, scalar, lanes * VECTOR_DTYPES[dtype])
         else:  # pragma: no cover - internal

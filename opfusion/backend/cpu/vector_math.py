@@ -29,8 +29,14 @@ from ...tir import expr as E
 from ...tir import stmt as S
 from ...tir.simplify import map_stmt
 
-#: Functions computed here, by the IR intrinsic's name, and the dtypes they cover.
-VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",)}
+#: Functions a vectorized loop computes in vectors, by the IR intrinsic's name, and the dtypes
+#: they cover: ``exp`` by the helpers here, ``sqrt`` lane by lane with libm's correctly
+#: rounded ``sqrtf``/``sqrt`` (GCC makes the loop one vector square-root instruction), the
+#: same value as the scalar code's.
+VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",),
+                                                 "sqrt": ("float32", "float64")}
+#: Those whose scalar form is computed here as well (the rest are libm calls).
+HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",)}
 
 # Cephes expf: ln 2 in two parts, and the polynomial for e^r - 1 - r over r^2.
 _LN2_HI = "0.693359375f"

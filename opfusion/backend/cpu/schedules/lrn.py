@@ -1,17 +1,22 @@
-"""The local-response-normalization rule (nn.lrn over NCHW, the window along the channels).
+"""The local-response-normalization rule (nn.lrn, the window along the channels): over NCHW,
+and over NCHW<k>c (:func:`opfusion.topi.nn_norm._lrn_blocked`).
 
 Rows of pixels in parallel, and for each row the padded squares of every channel computed at
 the row, just before the quotients that read them: the squares (float64, see
 :func:`opfusion.topi.nn_norm.lrn`) stay in the core's cache instead of going to memory
 whole and coming back five times. Columns inside, split in vectors.
 
+Blocked: rows of pixels in parallel as well, each row's squares (channels last, padded with
+zero blocks) computed at the row, a block's lanes one vector in both stages.
+
 Knob: ``vector_width``, the columns of a vectorized inner loop (the last one of a row may be
-shorter)."""
+shorter); blocked, the lanes of a block or 1 (not vectorized)."""
 
 from __future__ import annotations
 
 from .... import te
 from ....target import Target
+from ....topi.nn_norm import LRN_BLOCKED_SQUARES
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import arrange_rest, owner_of, parallel_outer, tensor_size
 
@@ -41,8 +46,14 @@ class LrnRule(ScheduleRule):
     ops = ("nn.lrn",)
 
     def space(self, anchor: te.Tensor, output: te.Tensor, target: Target) -> ConfigSpace | None:
-        if len(anchor.shape) != 4 or anchor.op.attrs.get("axis") != 1 \
-                or _squares(anchor) is None:
+        squares = _squares(anchor)
+        if anchor.op.attrs.get("axis") != 1 or squares is None:
+            return None
+        if squares.op.tag == LRN_BLOCKED_SQUARES:
+            return ConfigSpace(self.name, [
+                Knob("vector_width", (int(anchor.shape[4]), 1),
+                     "lanes per vector (a channel block's, or 1: not vectorized)")])
+        if len(anchor.shape) != 4:
             return None
         width = int(anchor.shape[3])
         return ConfigSpace(self.name, [
@@ -58,6 +69,9 @@ class LrnRule(ScheduleRule):
               config: Config) -> None:
         squares = _squares(anchor)
         assert squares is not None
+        if squares.op.tag == LRN_BLOCKED_SQUARES:
+            _blocked_rows(s, anchor, output, squares, int(config["vector_width"]))
+            return
         owner = owner_of(s, anchor, output)
         stage = s[owner]
         n, c, y, x = stage.op.axis
@@ -73,3 +87,21 @@ class LrnRule(ScheduleRule):
             _, lanes = sq.split(sq.op.axis[3], factor=width)
             sq.vectorize(lanes)
         arrange_rest(s)
+
+
+def _blocked_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, squares: te.Tensor,
+                  width: int) -> None:
+    """Rows (n, y) in parallel; at each, its squares, then the blocks of its pixels, the
+    lanes of a block one vector (``width`` of them) in both stages."""
+    owner = owner_of(s, anchor, output)
+    stage = s[owner]
+    n, b, y, x, lane = stage.op.axis
+    stage.reorder(n, y, b, x, lane)
+    row = parallel_outer(stage, [n, y], tensor_size(owner))
+    if width > 1:
+        stage.vectorize(lane)
+    sq = s[squares]
+    sq.compute_at(stage, row)
+    if width > 1:
+        sq.vectorize(sq.op.axis[5])
+    arrange_rest(s)
