@@ -96,16 +96,23 @@ def test_lrn_in_float32_with_beta_three_quarters(size, shape, axis, compiled):
                   beta=0.75, compiled=compiled)
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
-@pytest.mark.parametrize("alpha", [1e-4, 30.0, 1e12], ids=["small", "large", "huge"])
-def test_lrn_in_float32_of_values_whose_squares_overflow(alpha, compiled):
-    # windows whose squares (or whose base, with a large alpha) overflow float32 take the
-    # second range; windows of ordinary values beside them keep the first
+def overflowing_squares():
+    """Six channels of 2 x 3 pixels, some whose squares (or whose windows' sums, with a large
+    alpha) overflow float32, beside ordinary ones."""
     x = normal(1, 6, 2, 3)
     x[0, :, 0, 0] = [-1e30, 1e30, 3e25, -1e20, 2.5, -3e38]
     x[0, 1, 1, 2] = 2e19
     x[0, 3, 1, 1] = 3e15
     x[0, 4, 0, 1] = 4e9
+    return x
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("alpha", [1e-4, 30.0, 1e12], ids=["small", "large", "huge"])
+def test_lrn_in_float32_of_values_whose_squares_overflow(alpha, compiled):
+    # windows whose squares (or whose base, with a large alpha) overflow float32 take the
+    # second range; windows of ordinary values beside them keep the first
+    x = overflowing_squares()
     attrs = {"size": 3, "axis": 1, "bias": 1.0, "alpha": alpha, "beta": 0.75}
     call, params, values = call_over_arrays(nn.lrn, (x,), attrs)
     mod = IRModule.from_expr(Function(params, call))
@@ -162,11 +169,7 @@ def test_lrn_of_channel_blocked_data(shape, layout, size, beta, compiled):
 @pytest.mark.parametrize("alpha", [1e-4, 30.0, 1e12], ids=["small", "large", "huge"])
 def test_lrn_of_channel_blocked_data_whose_squares_overflow(alpha, compiled):
     # as test_lrn_in_float32_of_values_whose_squares_overflow, the channels in blocks of 4
-    x = normal(1, 6, 2, 3)
-    x[0, :, 0, 0] = [-1e30, 1e30, 3e25, -1e20, 2.5, -3e38]
-    x[0, 1, 1, 2] = 2e19
-    x[0, 3, 1, 1] = 3e15
-    x[0, 4, 0, 1] = 4e9
+    x = overflowing_squares()
     x[0, 5, 1, 0], x[0, 2, 0, 2] = np.nan, np.inf
     blocked = np.ascontiguousarray(
         np.pad(x, ((0, 0), (0, 2), (0, 0), (0, 0))).reshape(1, 2, 4, 2, 3).transpose(
