@@ -247,12 +247,11 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
     window of one block's lanes is ``size`` loads at consecutive offsets (its channels' block
     and lane flatten back to the offset, :func:`opfusion.tir.simplify`); whether a channel is
     inside is a property of its block alone, so a vector of lanes is all inside or all
-    padding. Float32
-    data with beta 0.75 and a positive bias and alpha takes :func:`_lrn_float32`'s two ranges,
-    each element's range chosen by arithmetic on the sums rather than a select between them
-    (which the vector planner keeps scalar: its branches load): ``min(base, second + (0 or
-    inf))`` and a numerator scaled by 1 or 2^-99, the same values. Anything else sums in
-    float64 (:func:`sum_dtype`), as the NCHW compute does."""
+    padding. Float32 data with beta 0.75 and a positive bias and alpha takes
+    :func:`_lrn_float32`'s two ranges, each element's range chosen by arithmetic on the sums
+    rather than a select between them (which the vector planner keeps scalar: its branches
+    load): ``min(base, second + (0 or inf))`` and a numerator scaled by 1 or 2^-99, the same
+    values. Anything else sums in float64 (:func:`sum_dtype`), as the NCHW compute does."""
     batch, blocks, height, width, _ = (int(d) for d in data.shape)
     size = attrs.size
     before = (size - 1) // 2
@@ -273,7 +272,7 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
         # costs a microcode assist: 4x the kernel's time) is never computed
         scaled = te.if_then_else(r > 0, value * te.const(scale, wide), value)
         small_value = te.all(value < te.const(threshold, wide),
-                             value > te.const(-threshold, wide))  # (not NaN)
+                             value > te.const(-threshold, wide))  # (NaN: kept)
         keep = te.if_then_else(r > 0, te.if_then_else(small_value, te.const(0, wide),
                                                       te.const(1, wide)), te.const(1, wide))
         kept = scaled * keep
@@ -298,10 +297,11 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
         if not fast:
             base = window(n, b, y, x, lane, 0) * te.const(attrs.alpha / size, wide) + \
                 te.const(attrs.bias, wide)
-            denominator = te.power(base, te.const(attrs.beta, wide))
             if attrs.beta == 0.75 and attrs.bias > 0:  # as the NCHW compute: two roots
                 root = te.sqrt(base)
                 denominator = root * te.sqrt(root)
+            else:
+                denominator = te.power(base, te.const(attrs.beta, wide))
             return te.cast(te.cast(value, wide) / denominator, data.dtype)
         base = te.const(attrs.bias, wide) + te.const(alpha, wide) * window(n, b, y, x, lane, 0)
         first = base <= te.const(FLOAT32_MAX, wide)  # (NaN: the second range, NaN as well)
