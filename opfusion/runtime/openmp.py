@@ -19,12 +19,28 @@ loads, for the whole process: no OpenMP runtime can wait differently per executo
 sets ``GOMP_SPINCOUNT`` just before it loads its first kernel library — not at import, and
 never when the user has set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``OMP_WAIT_POLICY=
 passive`` always sleeps, ``active`` always spins) or when libgomp is loaded already (by
-another library; its settings stand, and :func:`wait_policy` says so)."""
+another library; its settings stand, and :func:`wait_policy` says so).
+
+``OPFUSION_OPENMP=intel`` runs the kernels on Intel's OpenMP runtime instead (libiomp5, from
+``pip install intel-openmp``, the ``intel-openmp`` extra; or the path of a libiomp5.so as the
+value): it is loaded before the first kernel library, globally, so that the kernels' GOMP_*
+calls resolve to it, and its threads wait ``KMP_BLOCKTIME`` (1 ms unless the user set it)
+spinning with yields, so that a busy machine gets its cores back. On the Xeon of
+``docs/benchmarks.md`` (a VM, where a sleeping thread's wake-up costs tens of microseconds),
+with one core kept busy by another process, ShuffleNet ran 6.3 ms (libgomp, 1,000 spins: 6.1;
+20,000 spins: 19.7) and quiet 2.58 ms (2.71 and 2.50). It needs libgomp not loaded before it
+(by torch, say): then it is not used, with a warning, and :func:`wait_policy` says so."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
+import warnings
+from pathlib import Path
+
+from ..errors import OpfusionError
 
 #: Iterations a waiting OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT).
 SPIN_COUNT = 1000
@@ -42,11 +58,56 @@ def _libgomp_loaded() -> bool:
         return False
 
 
+#: The environment variable that picks the OpenMP runtime (see the module docstring).
+RUNTIME_ENV = "OPFUSION_OPENMP"
+#: Milliseconds Intel's runtime spins (yielding) before its threads sleep, unless the user
+#: set ``KMP_BLOCKTIME``: long enough to bridge the kernels of a run, short against the
+#: 50 ms between two engines' batches in ``benchmarks/models.py`` (its default, 200 ms,
+#: kept the cores busy into ONNX Runtime's batches).
+INTEL_BLOCKTIME_MS = "1"
+
+
+def intel_library(value: str) -> Path | None:
+    """The libiomp5.so that ``OPFUSION_OPENMP=value`` names: the path itself, or for
+    ``intel`` the one the intel-openmp package installs (``<prefix>/lib``); None if none."""
+    if value != "intel":
+        return Path(value) if Path(value).is_file() else None
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        candidate = Path(prefix) / "lib" / "libiomp5.so"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _load_intel(value: str) -> str:
+    """Load Intel's OpenMP runtime globally (see the module docstring); what was decided."""
+    library = intel_library(value)
+    if library is None:
+        raise OpfusionError(
+            f"{RUNTIME_ENV}={value!r}: no libiomp5.so found. The value is 'gnu' (libgomp, the "
+            f"default), 'intel' (the libiomp5.so of `pip install intel-openmp`, the "
+            f"opfusion[intel-openmp] extra) or the path of a libiomp5.so")
+    if _libgomp_loaded():
+        warnings.warn(f"{RUNTIME_ENV}={value!r} is not used: libgomp was loaded before "
+                      "opfusion's first kernel library (by another library), and the kernels "
+                      "would call it; compile with opfusion before importing that library",
+                      RuntimeWarning, stacklevel=3)
+        return f"libgomp (loaded before opfusion's kernels; {RUNTIME_ENV} not used)"
+    os.environ.setdefault("KMP_BLOCKTIME", INTEL_BLOCKTIME_MS)
+    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    return (f"Intel's OpenMP runtime {library}: spin with yields for "
+            f"KMP_BLOCKTIME={os.environ['KMP_BLOCKTIME']} ms, then sleep")
+
+
 def configure_wait_policy() -> str:
     """Settle libgomp's wait policy before the first kernel library loads (see the module
-    docstring); returns what was decided, as :func:`wait_policy` does. Idempotent."""
+    docstring), or load Intel's runtime when ``OPFUSION_OPENMP`` asks for it; returns what
+    was decided, as :func:`wait_policy` does. Idempotent."""
     global _decided
     with _lock:
+        runtime = os.environ.get(RUNTIME_ENV, "gnu")
+        if _decided is None and runtime != "gnu":
+            _decided = _load_intel(runtime)
         if _decided is None:
             user = {key: os.environ[key] for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
                     if key in os.environ}

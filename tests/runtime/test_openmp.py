@@ -1,5 +1,6 @@
 """How OpenMP's threads wait: decided when the first kernel library loads (a short spin, then
-sleep), never at import, and never over the user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT."""
+sleep), never at import, and never over the user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT; or
+Intel's runtime, when OPFUSION_OPENMP asks for it."""
 
 import json
 import os
@@ -27,7 +28,8 @@ print(json.dumps(seen))
 
 def _child(**env):
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",
-                                                               "GOMP_SPINCOUNT")}
+                                                               "GOMP_SPINCOUNT",
+                                                               "OPFUSION_OPENMP")}
     out = subprocess.run([sys.executable, "-c", _CHILD], env={**clean, **env},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -49,3 +51,47 @@ def test_the_users_setting_stands(setting):
     assert seen["policy"].startswith("set by the user")
     assert seen["after_compile"] == setting.get("GOMP_SPINCOUNT")
     assert seen["omp"] == setting.get("OMP_WAIT_POLICY")
+
+
+_INTEL_CHILD = """
+import json
+import numpy as np
+import opfusion as opf
+from opfusion.runtime.openmp import wait_policy
+x = opf.var("x", (64, 4096))
+exe = opf.compile(opf.Function([x], opf.op.exp(x)))
+a = np.random.default_rng(0).standard_normal((64, 4096)).astype("float32")
+gap = float(np.max(np.abs(exe(a) - np.exp(a.astype("float64"))) / np.exp(a)))
+maps = [line.split()[-1] for line in open("/proc/self/maps") if "iomp5" in line]
+print(json.dumps({"policy": wait_policy(), "gap": gap, "iomp": bool(maps)}))
+"""
+
+
+def test_an_unknown_openmp_runtime_is_refused_naming_the_choices():
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                         env={**os.environ, "OPFUSION_OPENMP": "clang"}, timeout=300)
+    assert out.returncode != 0
+    assert "OPFUSION_OPENMP='clang'" in out.stderr and "intel-openmp" in out.stderr
+
+
+def test_intel_library_takes_a_path_of_a_file(tmp_path):
+    from opfusion.runtime.openmp import intel_library
+
+    library = tmp_path / "libiomp5.so"
+    library.write_bytes(b"")
+    assert intel_library(str(library)) == library
+    assert intel_library(str(tmp_path / "missing.so")) is None
+
+
+def test_the_kernels_run_on_intels_runtime_when_asked():
+    from opfusion.runtime.openmp import intel_library
+
+    if intel_library("intel") is None:
+        pytest.skip("Intel's OpenMP runtime is not installed (pip install intel-openmp)")
+    out = subprocess.run([sys.executable, "-c", _INTEL_CHILD], capture_output=True,
+                         text=True, env={**os.environ, "OPFUSION_OPENMP": "intel"},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["policy"].startswith("Intel's OpenMP runtime") and "KMP_BLOCKTIME" in seen["policy"]
+    assert seen["iomp"] and seen["gap"] < 1e-6
