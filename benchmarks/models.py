@@ -39,6 +39,9 @@ ends with
 
     geomean ort/opfusion <x> openvino/opfusion <y> fused/unfused <z>
 
+after a line saying how opfusion's OpenMP threads wait (``opfusion.runtime.openmp``: libgomp's
+short spin, or Intel's runtime with ``OPFUSION_OPENMP=intel``).
+
 each the geometric mean over the models of the peer's time over opfusion's (unfused's over
 fused's for the last).
 
@@ -64,6 +67,7 @@ from overhead import interleaved
 
 import opfusion as opf
 from opfusion.frontend import from_onnx
+from opfusion.runtime.openmp import wait_policy
 from opfusion.target import Target, host_cpu_name
 from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
 from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
@@ -301,6 +305,7 @@ def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino
     if openvino_f32:
         print(f"# openvino in f32 on every model (hint and every operation's runtime "
               f"precision): {'yes' if all(openvino_f32) else 'NO'}")
+    print(f"# opfusion's OpenMP threads: {wait_policy()}")
     print(f"geomean ort/opfusion {geomean(ratios['ort']):.3f} "
           f"openvino/opfusion {geomean(ratios['openvino']):.3f} "
           f"fused/unfused {geomean(ratios['unfused']):.3f}")
