@@ -29,7 +29,9 @@ spinning with yields, so that a busy machine gets its cores back. On the Xeon of
 ``docs/benchmarks.md`` (a VM, where a sleeping thread's wake-up costs tens of microseconds),
 with one core kept busy by another process, ShuffleNet ran 6.3 ms (libgomp, 1,000 spins: 6.1;
 20,000 spins: 19.7) and quiet 2.58 ms (2.71 and 2.50). It needs libgomp not loaded before it
-(by torch, say): then it is not used, with a warning, and :func:`wait_policy` says so."""
+(by torch, say): then it is not used, with a warning, and :func:`wait_policy` says so. A path
+given as the value is loaded as it is, and its code runs in this process (as ``LD_PRELOAD``'s
+would): name only a library you trust."""
 
 from __future__ import annotations
 
