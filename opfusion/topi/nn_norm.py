@@ -161,6 +161,22 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
+def _three_quarters(base: te.PrimExpr) -> te.PrimExpr:
+    """``base ** 0.75`` as two square roots (AlexNet's and GoogLeNet's beta), which vectorize
+    where pow is a libm call per element: the same value to an ulp, and with base >= bias > 0
+    no -0 or -inf, where sqrt and pow differ."""
+    root = te.sqrt(base)
+    return root * te.sqrt(root)
+
+
+def _denominator(base: te.PrimExpr, attrs: Any, dtype: str) -> te.PrimExpr:
+    """``base ** beta`` of an LRN that sums in ``dtype``: two roots for beta 0.75 and a
+    positive bias, else pow."""
+    if attrs.beta == 0.75 and attrs.bias > 0:
+        return _three_quarters(base)
+    return te.power(base, te.const(attrs.beta, dtype))
+
+
 def _float32_ranges(attrs: Any) -> tuple[float, float, float, float]:
     """The constants of float32 LRN's two ranges (:func:`_lrn_float32`): alpha / size, the
     second range's scale 2^-66, the threshold below which its squares are dropped, and its
@@ -217,17 +233,14 @@ def _lrn_float32(data: te.Tensor, attrs: Any, axis: int) -> te.Tensor:
             total = total + squares[_insert(_drop(i, axis), axis, i[axis] + offset + k)]
         return total
 
-    def power(base: te.PrimExpr) -> te.PrimExpr:  # base ** 0.75 as two square roots
-        root = te.sqrt(base)
-        return root * te.sqrt(root)
-
     def quotient(*i: Any) -> te.PrimExpr:
         base = te.const(attrs.bias, "float32") + te.const(alpha, "float32") * window(i, 0)
-        wide = data[i] * te.const(2.0 ** -(3 * LRN_SCALE_EXPONENT // 2), "float32") / power(
-            te.const(small, "float32") + te.const(alpha, "float32") * window(i, padded))
+        second = te.const(small, "float32") + te.const(alpha, "float32") * window(i, padded)
+        wide = data[i] * te.const(2.0 ** -(3 * LRN_SCALE_EXPONENT // 2), "float32") / \
+            _three_quarters(second)
         # (a NaN base takes the second range too, which is NaN as well)
         return te.if_then_else(base <= te.const(FLOAT32_MAX, "float32"),
-                               data[i] / power(base), wide)
+                               data[i] / _three_quarters(base), wide)
 
     return te.compute(data.shape, quotient, name="lrn", tag=NORM_OUT, attrs={"axis": axis})
 
@@ -297,12 +310,8 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
         if not fast:
             base = window(n, b, y, x, lane, 0) * te.const(attrs.alpha / size, wide) + \
                 te.const(attrs.bias, wide)
-            if attrs.beta == 0.75 and attrs.bias > 0:  # as the NCHW compute: two roots
-                root = te.sqrt(base)
-                denominator = root * te.sqrt(root)
-            else:
-                denominator = te.power(base, te.const(attrs.beta, wide))
-            return te.cast(te.cast(value, wide) / denominator, data.dtype)
+            return te.cast(te.cast(value, wide) / _denominator(base, attrs, wide),
+                           data.dtype)
         base = te.const(attrs.bias, wide) + te.const(alpha, wide) * window(n, b, y, x, lane, 0)
         first = base <= te.const(FLOAT32_MAX, wide)  # (NaN: the second range, NaN as well)
         second = te.const(small, wide) + te.const(alpha, wide) * window(n, b, y, x, lane, 1)
@@ -310,8 +319,7 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
                                                         te.const(0, wide)))
         numerator = value * te.if_then_else(
             first, te.const(1, wide), te.const(2.0 ** -(3 * LRN_SCALE_EXPONENT // 2), wide))
-        root = te.sqrt(chosen)
-        return numerator / (root * te.sqrt(root))
+        return numerator / _three_quarters(chosen)
 
     return te.compute(data.shape, quotient, name="lrn", tag=NORM_OUT, attrs={"axis": 1})
 
@@ -360,18 +368,10 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     scale = te.const(attrs.alpha / size, wide)
     bias = te.const(attrs.bias, wide)
 
-    def denominator(base: te.PrimExpr) -> te.PrimExpr:
-        # AlexNet's and GoogLeNet's beta 0.75 as two square roots, which vectorize where
-        # pow is a libm call per element: the same value to an ulp of float64, and with
-        # base >= bias > 0 no -0 or -inf, where sqrt and pow differ.
-        if attrs.beta == 0.75 and attrs.bias > 0:
-            root = te.sqrt(base)
-            return root * te.sqrt(root)
-        return te.power(base, te.const(attrs.beta, wide))
-
     return te.compute(
         data.shape,
-        lambda *i: te.cast(te.cast(data[i], wide) / denominator(window(i) * scale + bias),
+        lambda *i: te.cast(te.cast(data[i], wide) / _denominator(window(i) * scale + bias,
+                                                                attrs, wide),
                            data.dtype),
         name="lrn", tag=NORM_OUT, attrs={"axis": axis})
 
