@@ -39,8 +39,8 @@ ends with
 
     geomean ort/opfusion <x> openvino/opfusion <y> fused/unfused <z>
 
-after a line saying how opfusion's OpenMP threads wait (``opfusion.runtime.openmp``: libgomp's
-short spin, or Intel's runtime with ``OPFUSION_OPENMP=intel``).
+after a line saying how opfusion's OpenMP threads wait (``opfusion.runtime.openmp``: Intel's
+runtime when installed, else libgomp's short spin; ``OPFUSION_OPENMP=gnu`` forces libgomp).
 
 each the geometric mean over the models of the peer's time over opfusion's (unfused's over
 fused's for the last).

@@ -6,7 +6,9 @@ Every kernel is an OpenMP parallel region; between two kernels of a run the work
 wait. libgomp's wait policy decides how: ``passive`` (sleep at once: waking them for the next
 kernel costs a futex wake and a reschedule, microseconds per kernel), ``active`` (spin: no
 wake-up cost, but a spinning thread takes its core from any other work), or spin for
-``GOMP_SPINCOUNT`` iterations and then sleep. libgomp reads these when it loads, once per
+``GOMP_SPINCOUNT`` iterations and then sleep; the last column is Intel's runtime
+(``OPFUSION_OPENMP=intel``: spin with yields for 1 ms, then sleep), which opfusion takes when
+it is installed. The runtimes read these when they load, once per
 process, so each setting runs in a process of its own (the same models, the kernel cache
 shared). Each process times the light models (batch 1, standard-normal input) and the MLP of
 ``benchmarks/overhead.py``, and the table shows the median latency per setting. Quote only
@@ -22,14 +24,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+_GNU = {"OPFUSION_OPENMP": "gnu"}
 SETTINGS = {
-    "passive": {"OMP_WAIT_POLICY": "passive"},
-    "spin 1k": {"GOMP_SPINCOUNT": "1000"},
-    "spin 3k": {"GOMP_SPINCOUNT": "3000"},
-    "spin 10k": {"GOMP_SPINCOUNT": "10000"},
-    "spin 100k": {"GOMP_SPINCOUNT": "100000"},
-    "default": {"OMP_WAIT_POLICY": ""},  # empty: libgomp's default (spin ~300k, then sleep)
-    "active": {"OMP_WAIT_POLICY": "active"},
+    "passive": {**_GNU, "OMP_WAIT_POLICY": "passive"},
+    "spin 1k": {**_GNU, "GOMP_SPINCOUNT": "1000"},
+    "spin 3k": {**_GNU, "GOMP_SPINCOUNT": "3000"},
+    "spin 10k": {**_GNU, "GOMP_SPINCOUNT": "10000"},
+    "spin 100k": {**_GNU, "GOMP_SPINCOUNT": "100000"},
+    # empty: libgomp's default (spin ~300k, then sleep)
+    "default": {**_GNU, "OMP_WAIT_POLICY": ""},
+    "active": {**_GNU, "OMP_WAIT_POLICY": "active"},
+    # Intel's runtime, opfusion's choice when it is installed (skipped when it is not)
+    "intel": {"OPFUSION_OPENMP": "intel"},
 }
 
 _CHILD = r"""
@@ -81,7 +87,11 @@ def main() -> None:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     table: dict[str, dict[str, float]] = {}
+    from opfusion.runtime.openmp import intel_library
+
     for label, setting in SETTINGS.items():
+        if label == "intel" and intel_library("intel") is None:
+            continue
         env = {**clean, **setting}
         out = subprocess.run([sys.executable, "-c", _CHILD, here, json.dumps(args.names),
                               str(args.repeat)], env=env, capture_output=True, text=True)

@@ -21,15 +21,20 @@ never when the user has set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``OMP_WAI
 passive`` always sleeps, ``active`` always spins) or when libgomp is loaded already (by
 another library; its settings stand, and :func:`wait_policy` says so).
 
-``OPFUSION_OPENMP=intel`` runs the kernels on Intel's OpenMP runtime instead (libiomp5, from
-``pip install intel-openmp``, the ``intel-openmp`` extra; or the path of a libiomp5.so as the
-value): it is loaded before the first kernel library, globally, so that the kernels' GOMP_*
-calls resolve to it, and its threads wait ``KMP_BLOCKTIME`` (1 ms unless the user set it)
-spinning with yields, so that a busy machine gets its cores back. On the Xeon of
-``docs/benchmarks.md`` (a VM, where a sleeping thread's wake-up costs tens of microseconds),
-with one core kept busy by another process, ShuffleNet ran 6.3 ms (libgomp, 1,000 spins: 6.1;
-20,000 spins: 19.7) and quiet 2.58 ms (2.71 and 2.50). It needs libgomp not loaded before it
-(by torch, say): then it is not used, with a warning, and :func:`wait_policy` says so. A path
+Intel's OpenMP runtime (libiomp5, from ``pip install intel-openmp``, the ``intel-openmp``
+extra) runs the kernels instead whenever it is installed (``OPFUSION_OPENMP`` unset or
+``auto``): it is loaded before the first kernel library, globally, so that the kernels'
+GOMP_* calls resolve to it, and its threads wait ``KMP_BLOCKTIME`` (1 ms unless the user set
+it) spinning with yields, so that a quiet machine pays no wake-ups between kernels and a busy
+one gets its cores back. On the Xeon of ``docs/benchmarks.md`` (a VM, where a sleeping
+thread's wake-up costs tens of microseconds), with one core kept busy by another process,
+ShuffleNet ran 6.3 ms (libgomp, 1,000 spins: 6.1; 20,000 spins: 19.7) and quiet 2.58 ms (2.71
+and 2.50); the nine light models ran 1.09x faster in geomean (ONNX Runtime's and OpenVINO's
+times unchanged by it). ``auto`` keeps libgomp when Intel's runtime is not installed, when
+the user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (a libgomp setting), and when libgomp
+is loaded already (by torch, say: the kernels would call it). ``OPFUSION_OPENMP=gnu`` always
+takes libgomp; ``intel`` (or the path of a libiomp5.so) insists on Intel's, and is refused
+when it is missing, or not used, with a warning, when libgomp was loaded first. A path
 given as the value is loaded as it is, and its code runs in this process (as ``LD_PRELOAD``'s
 would): name only a library you trust."""
 
@@ -81,45 +86,77 @@ def intel_library(value: str) -> Path | None:
     return None
 
 
-def _load_intel(value: str) -> str:
+def _refuse_missing(value: str) -> OpfusionError:
+    return OpfusionError(
+        f"{RUNTIME_ENV}={value!r}: no libiomp5.so found. The value is 'auto' (the default: "
+        f"Intel's runtime when installed, else libgomp), 'gnu' (libgomp), 'intel' (the "
+        f"libiomp5.so of `pip install intel-openmp`, the opfusion[intel-openmp] extra) or the "
+        f"path of a libiomp5.so")
+
+
+def _load_intel(library: Path) -> str:
     """Load Intel's OpenMP runtime globally (see the module docstring); what was decided."""
-    library = intel_library(value)
-    if library is None:
-        raise OpfusionError(
-            f"{RUNTIME_ENV}={value!r}: no libiomp5.so found. The value is 'gnu' (libgomp, the "
-            f"default), 'intel' (the libiomp5.so of `pip install intel-openmp`, the "
-            f"opfusion[intel-openmp] extra) or the path of a libiomp5.so")
-    if _libgomp_loaded():
-        warnings.warn(f"{RUNTIME_ENV}={value!r} is not used: libgomp was loaded before "
-                      "opfusion's first kernel library (by another library), and the kernels "
-                      "would call it; compile with opfusion before importing that library",
-                      RuntimeWarning, stacklevel=3)
-        return f"libgomp (loaded before opfusion's kernels; {RUNTIME_ENV} not used)"
     os.environ.setdefault("KMP_BLOCKTIME", INTEL_BLOCKTIME_MS)
     ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     return (f"Intel's OpenMP runtime {library}: spin with yields for "
             f"KMP_BLOCKTIME={os.environ['KMP_BLOCKTIME']} ms, then sleep")
 
 
+def _insist_on_intel(value: str) -> str:
+    """``OPFUSION_OPENMP=intel`` or a path: Intel's runtime, refused when missing, not used
+    (with a warning) when libgomp is loaded already; what was decided."""
+    library = intel_library(value)
+    if library is None:
+        raise _refuse_missing(value)
+    if _libgomp_loaded():
+        warnings.warn(f"{RUNTIME_ENV}={value!r} is not used: libgomp was loaded before "
+                      "opfusion's first kernel library (by another library), and the kernels "
+                      "would call it; compile with opfusion before importing that library",
+                      RuntimeWarning, stacklevel=3)
+        return f"libgomp (loaded before opfusion's kernels; {RUNTIME_ENV} not used)"
+    return _load_intel(library)
+
+
+#: libgomp's own settings: when the user set one, ``auto`` keeps libgomp and the setting.
+_LIBGOMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def _configure_libgomp() -> str:
+    """libgomp's short spin, unless the user or another library settled it; what was
+    decided."""
+    user = {key: os.environ[key] for key in _LIBGOMP_SETTINGS if key in os.environ}
+    if user:
+        return "set by the user: " + ", ".join(f"{k}={v}" for k, v in user.items())
+    if _libgomp_loaded():
+        return "libgomp was loaded before opfusion's kernels: its own settings"
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    return f"spin {SPIN_COUNT} iterations, then sleep (GOMP_SPINCOUNT)"
+
+
+def _automatic() -> str:
+    """``auto``: Intel's runtime when installed and nothing speaks for libgomp (see the
+    module docstring), else libgomp's short spin; what was decided."""
+    library = intel_library("intel")
+    if (library is not None and not _libgomp_loaded()
+            and not any(key in os.environ for key in _LIBGOMP_SETTINGS)):
+        return _load_intel(library)
+    return _configure_libgomp()
+
+
 def configure_wait_policy() -> str:
-    """Settle libgomp's wait policy before the first kernel library loads (see the module
-    docstring), or load Intel's runtime when ``OPFUSION_OPENMP`` asks for it; returns what
+    """Pick the kernels' OpenMP runtime and settle how its threads wait, before the first
+    kernel library loads (see the module docstring, and ``OPFUSION_OPENMP``); returns what
     was decided, as :func:`wait_policy` does. Idempotent."""
     global _decided
     with _lock:
-        runtime = os.environ.get(RUNTIME_ENV, "gnu")
-        if _decided is None and runtime != "gnu":
-            _decided = _load_intel(runtime)
         if _decided is None:
-            user = {key: os.environ[key] for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-                    if key in os.environ}
-            if user:
-                _decided = "set by the user: " + ", ".join(f"{k}={v}" for k, v in user.items())
-            elif _libgomp_loaded():
-                _decided = "libgomp was loaded before opfusion's kernels: its own settings"
+            runtime = os.environ.get(RUNTIME_ENV, "auto") or "auto"
+            if runtime == "auto":
+                _decided = _automatic()
+            elif runtime == "gnu":
+                _decided = _configure_libgomp()
             else:
-                os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-                _decided = f"spin {SPIN_COUNT} iterations, then sleep (GOMP_SPINCOUNT)"
+                _decided = _insist_on_intel(runtime)
         return _decided
 
 

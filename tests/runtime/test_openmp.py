@@ -1,6 +1,7 @@
-"""How OpenMP's threads wait: decided when the first kernel library loads (a short spin, then
-sleep), never at import, and never over the user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT; or
-Intel's runtime, when OPFUSION_OPENMP asks for it."""
+"""How OpenMP's threads wait: decided when the first kernel library loads, never at import:
+Intel's runtime when it is installed (OPFUSION_OPENMP=auto, the default) or asked for, else
+libgomp's short spin, then sleep, never over the user's own OMP_WAIT_POLICY or
+GOMP_SPINCOUNT."""
 
 import json
 import os
@@ -26,18 +27,18 @@ print(json.dumps(seen))
 """
 
 
-def _child(**env):
+def _child(child: str = _CHILD, *options: str, **env):
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",
                                                                "GOMP_SPINCOUNT",
                                                                "OPFUSION_OPENMP")}
-    out = subprocess.run([sys.executable, "-c", _CHILD], env={**clean, **env},
+    out = subprocess.run([sys.executable, *options, "-c", child], env={**clean, **env},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_the_first_kernel_library_sets_a_short_spin_not_the_import():
-    seen = _child()
+    seen = _child(OPFUSION_OPENMP="gnu")
     assert seen["after_import"] is None and seen["before"].startswith("not decided")
     assert seen["after_compile"] == str(seen["spin"])
     assert seen["policy"].startswith(f"spin {seen['spin']} iterations")
@@ -65,6 +66,24 @@ gap = float(np.max(np.abs(exe(a) - np.exp(a.astype("float64"))) / np.exp(a)))
 maps = [line.split()[-1] for line in open("/proc/self/maps") if "iomp5" in line]
 print(json.dumps({"policy": wait_policy(), "gap": gap, "iomp": bool(maps)}))
 """
+
+
+def test_auto_takes_intels_runtime_when_installed_else_libgomps_short_spin():
+    from opfusion.runtime.openmp import intel_library
+
+    seen = _child()
+    assert seen["after_import"] is None and seen["before"].startswith("not decided")
+    if intel_library("intel") is None:
+        assert seen["policy"].startswith(f"spin {seen['spin']} iterations")
+    else:
+        assert seen["policy"].startswith("Intel's OpenMP runtime")
+        assert seen["after_compile"] is None  # libgomp's setting left alone
+
+
+def test_auto_keeps_libgomp_loaded_before_it_without_a_warning():
+    load_first = "import ctypes; ctypes.CDLL('libgomp.so.1', mode=ctypes.RTLD_GLOBAL)\n"
+    seen = _child(load_first + _CHILD, "-W", "error")
+    assert seen["policy"].startswith("libgomp was loaded before")
 
 
 def test_an_unknown_openmp_runtime_is_refused_naming_the_choices():
