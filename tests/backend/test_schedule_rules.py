@@ -486,6 +486,45 @@ def test_tasks_go_rows_first_where_the_weights_are_the_smaller_read(
     assert knobs["rows_first"] is want
 
 
+@pytest.mark.parametrize("channels_in, channels_out, size, want", [
+    # 1 MiB of weights, K-blocked: tasks of 2 channel blocks x all 14 rows (25 KiB of sums)
+    # and reduction blocks of 4 (8 KiB of weights), half what the sums leave of the L1
+    (1024, 256, 14, (14, 4)),
+    (1024, 512, 14, (14, 4)),
+    # 256 -> 64 at 56 x 56 goes rows first; 2048 -> 512 at 7 x 7 is one line, all its rows
+    (256, 64, 56, None),
+    (2048, 512, 7, (7, 8)),
+    # 128 -> 32 at 14 x 14: 2 channel tiles, too few for two cores without splitting rows
+    (512, 32, 14, None),
+])
+def test_a_k_blocked_pointwise_task_takes_every_row_where_its_sums_fit_the_l1(
+        channels_in, channels_out, size, want):
+    shapes = [(1, channels_in // 16, size, size, 16),
+              (channels_out // 16, channels_in // 16, 1, 1, 16, 16)]
+    avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
+    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    if want is None:
+        assert knobs["row_block"] < size or knobs["rows_first"]
+    else:
+        assert (knobs["row_block"], knobs["k_blocks"]) == want
+
+
+def test_a_k_blocked_task_of_every_row_computes_the_reference():
+    # the whole-height default of a 1x1 layer whose weights need K-blocking, with a residual
+    # epilogue: the sums of every row stay in the task's accumulator across reduction blocks
+    target = Target(f"{AVX2} -l1-cache=32K -num-cores=2")
+    with target:
+        group = Group(nn.conv2d_nchwc, (normal(1, 32, 10, 10, 8),
+                                        normal(32, 32, 1, 1, 8, 8, seed=1) * .05), True,
+                      data_layout="NCHW8c", kernel_layout="OIHW8i8o", out_layout="NCHW8c")
+        _, anchor, output = group.schedule()
+        rule, space = RULES.find(group.op_name, anchor, output, target)
+        default = dict(rule.default_config(anchor, output, target))
+        assert default["row_block"] == 10 and 1 < default["k_blocks"] < 32
+        config = space.config(**default)
+        assert group.check(target, config) == config
+
+
 @pytest.mark.parametrize("rows_first", [False, True])
 def test_both_task_orders_compute_the_reference(rows_first):
     # several channel tiles and row tasks, padding and a residual epilogue; compiled for

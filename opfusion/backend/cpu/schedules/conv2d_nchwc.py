@@ -155,9 +155,15 @@ class Conv2dNCHWcRule(ScheduleRule):
         chunks = line_chunks(acc, height, channel_tasks, target)
         row_block = height if int(acc.shape[2]) < height and chunks == 1 \
             else task_rows(height, channel_tasks, target)
+        k_blocks = reduction_blocks(acc, tile, target)
+        first = rows_first(acc, target)
+        whole = whole_height_task(acc, tile, channel_tasks, k_blocks, target) \
+            if not first and row_block < height else None
+        if whole is not None:
+            row_block, k_blocks = height, whole
         return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
-                            row_block=row_block, k_blocks=reduction_blocks(acc, tile, target),
-                            line_chunks=chunks, rows_first=rows_first(acc, target))
+                            row_block=row_block, k_blocks=k_blocks, line_chunks=chunks,
+                            rows_first=first)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:
@@ -214,6 +220,34 @@ def reduction_blocks(acc: te.Tensor, tile: int, target: Target) -> int:
         else (1, 1)
     per_block = tile * in_block * kh * kw * int(acc.shape[5]) * itemsize(acc)
     return divisor(blocks, max(1, target.cache_bytes(1) // 2 // per_block))
+
+
+def whole_height_task(acc: te.Tensor, tile: int, channel_tasks: int, k_blocks: int,
+                      target: Target) -> int | None:
+    """The reduction blocks of a task of every output row, for a 1x1 convolution in channel
+    tile order whose tile's weights need K-blocking (``k_blocks`` short of its input blocks)
+    and whose sums over every row fit in the L1 cache with two input blocks of weights beside
+    them; None otherwise, or when the channel tiles alone leave a core fewer than four tasks.
+    A task of a row or two reuses each reduction block's weights for a few columns only and
+    walks every input block's rows side by side; a task of every row reads each block of
+    weights once and each input block's pixels in one run, which the hardware prefetches,
+    the sums staying in L1 (the reduction blocks: as many as fit in half what they leave).
+    ResNet-50's 1024 -> 256 layers at 14 x 14 (a Xeon with AVX-512, in the model's
+    sequence): 0.389 ms a layer in tasks of one row and 8 reduction blocks, 0.324 of every
+    row and 8, 0.308 of every row and 4; its 1024 -> 512 layer 0.706 -> 0.644."""
+    if not is_pointwise(acc) or channel_tasks < 4 * target.num_cores:
+        return None
+    blocks = _input_blocks(acc)
+    if k_blocks >= blocks:
+        return None
+    _, _, _, _, in_block = _shape(acc)
+    per_block = tile * in_block * int(acc.shape[5]) * itemsize(acc)
+    sums = tile * int(acc.shape[2]) * int(acc.shape[3]) * int(acc.shape[4]) \
+        * int(acc.shape[5]) * itemsize(acc)
+    room = target.cache_bytes(1) - sums
+    if room < 2 * per_block:
+        return None
+    return divisor(blocks, max(1, room // 2 // per_block))
 
 
 def _line_chunk_counts(acc: te.Tensor, height: int) -> tuple[int, ...]:
