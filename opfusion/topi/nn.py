@@ -322,11 +322,17 @@ def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     time fill the 16 registers: 7 loads per 12 multiply-adds where 4 x 2 needs 6 per 8, and
     12 independent sums cover the multiply-add latency with room to spare where 8 just do
     (Zen 3, AVX2, resnet50's 1x1 layers alone: 1.03-1.11x faster, stride 1 and 2; its 3x3
-    stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8). Whether a 1x1
+    stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8). On 32 registers
+    (AVX-512), 28: 4 blocks x 7 columns, its 4 weight vectors and one broadcast at a time
+    live (the register tile's updates go column by column, see
+    :func:`opfusion.backend.cpu.regtile._scalar_major`); with the whole-height tasks of
+    :func:`opfusion.backend.cpu.schedules.conv2d_nchwc.whole_height_task`, on a Xeon
+    (``benchmarks/ab_checkouts.py``): densenet121 0.933x the time, squeezenet 0.948x,
+    resnet50 0.970x, shufflenet 0.982x, inception_v1 and v2 0.99x. Whether a 1x1
     convolution takes it: :func:`pointwise_accumulators`."""
     registers = target.vector_registers
-    if pointwise and registers == 16:
-        return registers - 4
+    if pointwise and registers in (16, 32):
+        return registers - 4  # the sums, the weight vectors (or broadcasts) of a row, one more
     return max(2, registers // 2)
 
 

@@ -487,17 +487,17 @@ def test_tasks_go_rows_first_where_the_weights_are_the_smaller_read(
 
 
 @pytest.mark.parametrize("channels_in, channels_out, size, want", [
-    # 1 MiB of weights, K-blocked: tasks of 2 channel blocks x all 14 rows (25 KiB of sums)
-    # and reduction blocks of 4 (8 KiB of weights), half what the sums leave of the L1
-    (1024, 256, 14, (14, 4)),
-    (1024, 512, 14, (14, 4)),
+    # 1 MiB of weights, K-blocked: tasks of 4 channel blocks x all 14 rows (50 KiB of sums)
+    (1024, 256, 14, 14),
+    (1024, 512, 14, 14),
+    (256, 1024, 14, 14),
     # 256 -> 64 at 56 x 56 goes rows first; 2048 -> 512 at 7 x 7 is one line, all its rows
     (256, 64, 56, None),
-    (2048, 512, 7, (7, 8)),
-    # 128 -> 32 at 14 x 14: 2 channel tiles, too few for two cores without splitting rows
+    (2048, 512, 7, 7),
+    # 512 -> 32 at 14 x 14: 1 channel tile, too few for two cores without splitting rows
     (512, 32, 14, None),
 ])
-def test_a_k_blocked_pointwise_task_takes_every_row_where_its_sums_fit_the_l1(
+def test_a_k_blocked_pointwise_task_takes_every_row_when_its_tiles_make_enough_tasks(
         channels_in, channels_out, size, want):
     shapes = [(1, channels_in // 16, size, size, 16),
               (channels_out // 16, channels_in // 16, 1, 1, 16, 16)]
@@ -506,7 +506,19 @@ def test_a_k_blocked_pointwise_task_takes_every_row_where_its_sums_fit_the_l1(
     if want is None:
         assert knobs["row_block"] < size or knobs["rows_first"]
     else:
-        assert (knobs["row_block"], knobs["k_blocks"]) == want
+        assert knobs["row_block"] == want and knobs["k_blocks"] < channels_in // 16
+
+
+def test_an_avx512_pointwise_tile_is_4_blocks_by_7_columns():
+    # 28 sums, 4 weight vectors and one broadcast at a time of the 32 registers (the tile's
+    # updates column by column); other convolutions keep 16 sums, 2 x 7
+    shapes = [(1, 16, 28, 28, 16), (32, 16, 1, 1, 16, 16)]
+    avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
+    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    assert (knobs["channel_tile"], knobs["col_units"]) == (4, 1)
+    shapes = [(1, 16, 30, 30, 16), (32, 16, 3, 3, 16, 16)]
+    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    assert (knobs["channel_tile"], knobs["col_units"]) == (2, 1)
 
 
 def test_a_k_blocked_task_of_every_row_computes_the_reference():

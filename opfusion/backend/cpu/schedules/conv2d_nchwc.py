@@ -157,10 +157,8 @@ class Conv2dNCHWcRule(ScheduleRule):
             else task_rows(height, channel_tasks, target)
         k_blocks = reduction_blocks(acc, tile, target)
         first = rows_first(acc, target)
-        whole = whole_height_task(acc, tile, channel_tasks, k_blocks, target) \
-            if not first and row_block < height else None
-        if whole is not None:
-            row_block, k_blocks = height, whole
+        if not first and whole_height_task(acc, tile, channel_tasks, k_blocks, target):
+            row_block = height
         return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
                             row_block=row_block, k_blocks=k_blocks, line_chunks=chunks,
                             rows_first=first)
@@ -223,31 +221,23 @@ def reduction_blocks(acc: te.Tensor, tile: int, target: Target) -> int:
 
 
 def whole_height_task(acc: te.Tensor, tile: int, channel_tasks: int, k_blocks: int,
-                      target: Target) -> int | None:
-    """The reduction blocks of a task of every output row, for a 1x1 convolution in channel
-    tile order whose tile's weights need K-blocking (``k_blocks`` short of its input blocks)
-    and whose sums over every row fit in the L1 cache with two input blocks of weights beside
-    them; None otherwise, or when the channel tiles alone leave a core fewer than four tasks.
-    A task of a row or two reuses each reduction block's weights for a few columns only and
-    walks every input block's rows side by side; a task of every row reads each block of
-    weights once and each input block's pixels in one run, which the hardware prefetches,
-    the sums staying in L1 (the reduction blocks: as many as fit in half what they leave).
-    ResNet-50's 1024 -> 256 layers at 14 x 14 (a Xeon with AVX-512, in the model's
-    sequence): 0.389 ms a layer in tasks of one row and 8 reduction blocks, 0.324 of every
-    row and 8, 0.308 of every row and 4; its 1024 -> 512 layer 0.706 -> 0.644."""
-    if not is_pointwise(acc) or channel_tasks < 4 * target.num_cores:
-        return None
-    blocks = _input_blocks(acc)
-    if k_blocks >= blocks:
-        return None
-    _, _, _, _, in_block = _shape(acc)
-    per_block = tile * in_block * int(acc.shape[5]) * itemsize(acc)
+                      target: Target) -> bool:
+    """Whether a 1x1 convolution's default task takes every output row: in channel-tile
+    order, when its tile's weights need K-blocking (``k_blocks`` short of its input blocks),
+    its channel tiles alone give each core two tasks, and the sums of every row fit in a
+    quarter of the L2. A task of a row or two reuses each reduction block's weights for a
+    few columns only and walks every input block's rows side by side; a task of every row
+    reads each block of weights once and each input block's pixels in one run, which the
+    hardware prefetches. ResNet-50's 1024 -> 256 layers at 14 x 14 (a Xeon with AVX-512, in
+    the model's sequence): tiles of 2 blocks, 0.389 ms a layer in tasks of one row, 0.324 of
+    every row; tiles of 4 blocks, 0.396 and 0.301 (its 256 -> 1024 layers 0.341 and
+    0.329)."""
+    if not is_pointwise(acc) or channel_tasks < 2 * target.num_cores \
+            or k_blocks >= _input_blocks(acc):
+        return False
     sums = tile * int(acc.shape[2]) * int(acc.shape[3]) * int(acc.shape[4]) \
         * int(acc.shape[5]) * itemsize(acc)
-    room = target.cache_bytes(1) - sums
-    if room < 2 * per_block:
-        return None
-    return divisor(blocks, max(1, room // 2 // per_block))
+    return sums <= target.cache_bytes(2) // 4
 
 
 def _line_chunk_counts(acc: te.Tensor, height: int) -> tuple[int, ...]:
