@@ -315,7 +315,7 @@ def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:
 
 def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     """Accumulator vectors of a blocked convolution's register tile: half the vector
-    registers (16 with AVX-512, 8 with AVX2), leaving the rest for the weight vectors and
+    registers (8 with AVX2; AVX-512: see below), leaving the rest for the weight vectors and
     the broadcast inputs of one multiply-add row. ``pointwise`` (a 1x1 convolution) on a
     target of 16 registers: 12, a tile of 4 channel blocks x 3 columns
     (:func:`nchwc_width_unit`), whose 12 sums, 3 broadcast inputs and one weight vector at a
@@ -323,15 +323,17 @@ def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     12 independent sums cover the multiply-add latency with room to spare where 8 just do
     (Zen 3, AVX2, resnet50's 1x1 layers alone: 1.03-1.11x faster, stride 1 and 2; its 3x3
     stride-2 layers measured level and the 7x7 stem 0.68x, so they keep 8). On 32 registers
-    (AVX-512), 28: 4 blocks x 7 columns, its 4 weight vectors and one broadcast at a time
-    live (the register tile's updates go column by column, see
-    :func:`opfusion.backend.cpu.regtile._scalar_major`); with the whole-height tasks of
-    :func:`opfusion.backend.cpu.schedules.conv2d_nchwc.whole_height_task`, on a Xeon
-    (``benchmarks/ab_checkouts.py``): densenet121 0.933x the time, squeezenet 0.948x,
-    resnet50 0.970x, shufflenet 0.982x, inception_v1 and v2 0.99x. Whether a 1x1
-    convolution takes it: :func:`pointwise_accumulators`."""
+    (AVX-512) every convolution gets 28: 4 blocks x 7 columns, its 4 weight vectors and one
+    broadcast at a time live (the register tile's updates go column by column, see
+    :func:`opfusion.backend.cpu.regtile._scalar_major`). On a Xeon
+    (``benchmarks/ab_checkouts.py``): 1x1 convolutions alone, with the whole-height tasks of
+    :func:`opfusion.backend.cpu.schedules.conv2d_nchwc.whole_height_task`, densenet121
+    0.933x the time, squeezenet 0.948x, resnet50 0.970x, shufflenet 0.982x, inception_v1 and
+    v2 0.99x; then every convolution, vgg19 0.920x, inception_v1 0.940x, resnet50 0.959x,
+    shufflenet 0.965x, zfnet512 0.977x (geomean of the nine light models 0.967x). Whether a
+    1x1 convolution takes it: :func:`pointwise_accumulators`."""
     registers = target.vector_registers
-    if pointwise and registers in (16, 32):
+    if registers == 32 or (pointwise and registers == 16):
         return registers - 4  # the sums, the weight vectors (or broadcasts) of a row, one more
     return max(2, registers // 2)
 

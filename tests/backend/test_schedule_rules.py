@@ -457,18 +457,18 @@ def test_a_small_output_takes_every_row_in_a_task_when_its_channel_tiles_are_eno
     assert knobs["row_block"] == want
 
 
-@pytest.mark.parametrize("l2, want", [("2M", 4), ("4M", 8), ("512K", 2)])
+@pytest.mark.parametrize("l2, want", [("2M", 4), ("4M", 8), ("512K", 4)])
 def test_a_winograd_task_takes_the_output_blocks_whose_weights_fit_half_the_l2(l2, want):
     # ResNet-50's 256-channel 3x3 layers at 14 x 14 by F(2x2): 256 KiB of transformed weights
     # per output block of 16, so 4 blocks a task with a 2 MiB L2 (each core reads its weights
     # once for every row of tiles; 8 blocks re-read them from memory), never fewer than the
-    # register tile's 2
+    # register tile's 4 (x 7 tiles: 28 sums)
     shapes = [(1, 16, 14, 14, 16),
               winograd.transform_weight(np.zeros((16, 16, 3, 3, 16, 16), "float32"), 2).shape]
     target = f"c -mattr=+avx512f -l2-cache={l2} -num-cores=2"
     _, knobs = _default(nn.conv2d_winograd_nchwc, shapes, target, padding=1, tile_size=2,
                         data_layout="NCHW16c", out_layout="NCHW16c")
-    assert (knobs["channel_tile"], knobs["task_blocks"]) == (2, want)
+    assert (knobs["channel_tile"], knobs["task_blocks"]) == (4, want)
 
 
 @pytest.mark.parametrize("channels_in, channels_out, size, want", [
@@ -509,16 +509,15 @@ def test_a_k_blocked_pointwise_task_takes_every_row_when_its_tiles_make_enough_t
         assert knobs["row_block"] == want and knobs["k_blocks"] < channels_in // 16
 
 
-def test_an_avx512_pointwise_tile_is_4_blocks_by_7_columns():
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_an_avx512_convolution_tile_is_4_blocks_by_7_columns(kernel):
     # 28 sums, 4 weight vectors and one broadcast at a time of the 32 registers (the tile's
-    # updates column by column); other convolutions keep 16 sums, 2 x 7
-    shapes = [(1, 16, 28, 28, 16), (32, 16, 1, 1, 16, 16)]
+    # updates column by column)
+    size = 28 + kernel - 1
+    shapes = [(1, 16, size, size, 16), (32, 16, kernel, kernel, 16, 16)]
     avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
     _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
     assert (knobs["channel_tile"], knobs["col_units"]) == (4, 1)
-    shapes = [(1, 16, 30, 30, 16), (32, 16, 3, 3, 16, 16)]
-    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
-    assert (knobs["channel_tile"], knobs["col_units"]) == (2, 1)
 
 
 def test_a_k_blocked_task_of_every_row_computes_the_reference():

@@ -234,11 +234,11 @@ def test_conv2d_nchwc_wide_tiles_with_few_registers():
 def test_pointwise_tiles_with_few_registers():
     """A dense 1x1 convolution on a target of 16 registers gets 12 accumulators: 4 blocks x 3
     columns (2 x 4 with an even block count that 4 does not divide, never 2 x 6, whose six
-    live broadcasts spill); on AVX-512's 32, 28 (4 blocks x 7 columns); other convolutions
-    keep half the registers."""
+    live broadcasts spill), other convolutions half the registers; on AVX-512's 32 every
+    convolution gets 28 (4 blocks x 7 columns)."""
     avx2, avx512 = Target("c -mattr=+avx2,+fma"), Target("c -mattr=+avx512f")
     assert conv_accumulators(avx2, pointwise=True) == 12 and conv_accumulators(avx2) == 8
-    assert conv_accumulators(avx512, pointwise=True) == 28 and conv_accumulators(avx512) == 16
+    assert conv_accumulators(avx512, pointwise=True) == conv_accumulators(avx512) == 28
     assert [nchwc_width_unit(w, 12, 8) for w in (56, 28, 14, 24)] == [3, 3, 3, 3]
     assert [nchwc_width_unit(w, 12, 6) for w in (56, 28)] == [4, 4]
     assert channel_tile(8, 3, 12) == 4 and channel_tile(6, 4, 12) == 2
@@ -275,10 +275,11 @@ def test_group_window_tiles(out_w, local, pointwise, want):
         assert group_window_tile(out_w, local, target, pointwise) == want
 
 
-def test_group_window_tiles_on_avx512_as_before():
+def test_group_window_tiles_on_avx512_take_up_to_28_sums():
+    # units of 7 columns, as many blocks as divide the window within 28 sums (5 blocks: one)
     target = Target("c -mattr=+avx512f")
     assert group_window_tile(28, 5, target, True) == (1, 7)
-    assert group_window_tile(28, 4, target, True) == (2, 7)
+    assert group_window_tile(28, 4, target, True) == (4, 7)
 
 
 @pytest.mark.parametrize("data, weight, groups, attrs", [
