@@ -471,6 +471,15 @@ def test_a_winograd_task_takes_the_output_blocks_whose_weights_fit_half_the_l2(l
     assert (knobs["channel_tile"], knobs["task_blocks"]) == (4, want)
 
 
+def _avx512_conv_knobs(channels_in: int, channels_out: int, size: int, kernel: int = 1):
+    """The default knobs of a stride-1 blocked convolution in blocks of 16 of a square input
+    on a 2-core AVX-512 target with a 48 KiB L1 and a 2 MiB L2 (the Xeon of the benchmarks)."""
+    shapes = [(1, channels_in // 16, size, size, 16),
+              (channels_out // 16, channels_in // 16, kernel, kernel, 16, 16)]
+    avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
+    return _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))[1]
+
+
 @pytest.mark.parametrize("channels_in, channels_out, size, want", [
     (256, 64, 56, True),     # 64 KiB of weights, 3.2 MB of input: each core its own rows
     (64, 256, 56, True),
@@ -479,11 +488,7 @@ def test_a_winograd_task_takes_the_output_blocks_whose_weights_fit_half_the_l2(l
 ])
 def test_tasks_go_rows_first_where_the_weights_are_the_smaller_read(
         channels_in, channels_out, size, want):
-    shapes = [(1, channels_in // 16, size, size, 16),
-              (channels_out // 16, channels_in // 16, 1, 1, 16, 16)]
-    avx512 = "c -mattr=+avx512f -l2-cache=2M -num-cores=2"
-    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
-    assert knobs["rows_first"] is want
+    assert _avx512_conv_knobs(channels_in, channels_out, size)["rows_first"] is want
 
 
 @pytest.mark.parametrize("channels_in, channels_out, size, want", [
@@ -499,10 +504,7 @@ def test_tasks_go_rows_first_where_the_weights_are_the_smaller_read(
 ])
 def test_a_k_blocked_pointwise_task_takes_every_row_when_its_tiles_make_enough_tasks(
         channels_in, channels_out, size, want):
-    shapes = [(1, channels_in // 16, size, size, 16),
-              (channels_out // 16, channels_in // 16, 1, 1, 16, 16)]
-    avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
-    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    knobs = _avx512_conv_knobs(channels_in, channels_out, size)
     if want is None:
         assert knobs["row_block"] < size or knobs["rows_first"]
     else:
@@ -513,10 +515,7 @@ def test_a_k_blocked_pointwise_task_takes_every_row_when_its_tiles_make_enough_t
 def test_an_avx512_convolution_tile_is_4_blocks_by_7_columns(kernel):
     # 28 sums, 4 weight vectors and one broadcast at a time of the 32 registers (the tile's
     # updates column by column)
-    size = 28 + kernel - 1
-    shapes = [(1, 16, size, size, 16), (32, 16, kernel, kernel, 16, 16)]
-    avx512 = "c -mattr=+avx512f -l1-cache=48K -l2-cache=2M -num-cores=2"
-    _, knobs = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes))
+    knobs = _avx512_conv_knobs(256, 512, 28 + kernel - 1, kernel)
     assert (knobs["channel_tile"], knobs["col_units"]) == (4, 1)
 
 
