@@ -90,9 +90,20 @@ def test_functions_built_on_exp_are_within_a_few_ulp(name, width):
 
 
 def test_tanh_and_erf_loops_run_in_vectors():
-    for op in (opf.op.tanh, opf.op.erf):
-        source = compiled_exp((4, 1024), op).source()
-        assert "opf_exp_float32x" in source and "tanhf(" not in source and "erff(" not in source
+    source = compiled_exp((4, 1024), opf.op.tanh).source()
+    assert "opf_exp_float32x" in source and "tanhf(" not in source
+    source = compiled_exp((4, 1024), opf.op.erf).source()  # a polynomial: no exp, no erff
+    assert "opf_float32x" in source and "erff(" not in source and "opf_exp" not in source
+
+
+def test_erf_is_within_3_ulp_across_its_polynomials():
+    # densely over both pieces and their seams (0.875 and 3.92), either sign
+    exe = compiled_exp((64, 32768), opf.op.erf)
+    values = np.linspace(0.0, 4.5, 64 * 32768 // 2, dtype="float32")
+    values = np.concatenate([values, -values]).reshape(64, 32768)
+    got = exe(values)
+    exact = ERF(values.astype("float64")).astype("float32")
+    assert ulps(got, exact).max() <= 3
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -12,14 +12,17 @@ float32 in [-104, 89]: 1 ulp (``tests/backend/test_vector_math.py``). NaN gives 
 as ``numpy.exp`` in float32 does.
 
 ``tanh`` and ``erf`` (float32) are rewritten, before code generation, into arithmetic, selects
-and that ``exp`` (:func:`expand_intrinsics`), so they vectorize with it (and ``pow(x, n)``
+and (tanh) that ``exp`` (:func:`expand_intrinsics`), so they vectorize (and ``pow(x, n)``
 for n = 2, 3, 4, of any float dtype, into products):
 
 - ``tanh``: Cephes' odd polynomial below 0.625, ``1 - 2 / (exp(2|x|) + 1)`` with the sign above;
   at most 3 ulp; NaN stays NaN, +-inf give +-1.
-- ``erf``: ``x * P(x^2)`` (degree 5, fitted to erf(x)/x) below 0.875, ``1 - exp(-x^2) * Q(t)``
-  with ``t = 1 / (1 + x/2)`` (degree 7, fitted to erfc(x) e^(x^2) on [0.875, 4]) above, with
-  the sign; at most 3 ulp; NaN stays NaN, +-inf give +-1.
+- ``erf``: ``x * P(x^2)`` (degree 5, fitted to erf(x)/x) below 0.875; on [0.875, 3.92) a
+  polynomial of degree 14 in ``(|x| - 2.3975) / 1.5225`` (Chebyshev interpolation of erf,
+  1.1e-8 in float64, 2.1 ulp in float32's arithmetic), 1 from 3.92 (where erf rounds to 1),
+  with the sign; at most 3 ulp; NaN stays NaN, +-inf give +-1. No exp and no division (the
+  form it replaced, ``1 - exp(-x^2) * Q(1 / (1 + x/2))``, cost 5x an exp: a GELU epilogue
+  took 0.29 ms of ViT-B/16's 2.93 ms 768 -> 3072 product on a Xeon).
 
 The maximum errors are measured in ``tests/backend/test_vector_math.py``."""
 
@@ -114,12 +117,16 @@ _TANH_SPLIT = 0.625
 #: (relative error 1.1e-8 in float64).
 _ERF_SMALL = (-0.0006253727223322476, 0.005042236068756952, -0.026798588879527078,
               0.11282667767938301, -0.3761257423154565, 1.1283791632035556)
-#: erfc(x) * exp(x^2) as a polynomial in 1 / (1 + x / 2) on [0.875, 4] (relative error
-#: 6e-10); beyond 4, erf(x) is 1 in float32 and the polynomial's drift is multiplied by
-#: exp(-x^2) < 1.2e-7.
-_ERF_LARGE = (0.12018435317435887, -0.47417028792633964, 0.5677415197977951,
-              -0.10730808677159369, 0.349612516349868, 0.2591629682207722,
-              0.2849959253291949, -0.00015978959780936283)
+#: erf(x) on [0.875, 3.92] as a polynomial in u = (x - 2.3975) / 1.5225 (u in [-1, 1]), highest
+#: power first: Chebyshev interpolation at 4000 points, degree 14 (1.1e-8 in float64; 2.1 ulp
+#: evaluated in float32). From 3.92 on, erf(x) rounds to 1 in float32.
+_ERF_LARGE = (0.00048643440804157785, -0.0002778706596101677, -0.002910846245089918,
+              0.004037770135248491, 0.0039479708224417235, -0.015191718126498855,
+              0.01531954574390126, 0.004603826560165221, -0.03847135473909368,
+              0.06487285565600093, -0.06563793650176349, 0.044438969269505364,
+              -0.01999884101714241, 0.005478630717026145, 0.9993025449044057)
+_ERF_CENTER, _ERF_HALF_WIDTH = 2.3975, 1.5225
+_ERF_ONE = 3.92
 _ERF_SPLIT = 0.875
 
 
@@ -159,8 +166,9 @@ def erf_expr(x: E.PrimExpr) -> E.PrimExpr:
     """float32 erf as arithmetic, selects and exp (see the module docstring)."""
     a = _magnitude(x)
     small = x * _horner(_ERF_SMALL, x * x)
-    t = _f(1.0) / (_f(1.0) + _f(0.5) * a)
-    large = _f(1.0) - _exp(_f(0.0) - a * a) * _horner(_ERF_LARGE, t)
+    u = (a - _f(_ERF_CENTER)) * _f(1.0 / _ERF_HALF_WIDTH)
+    # a >= 3.92, not a < 3.92: NaN takes the polynomial and stays NaN
+    large = E.Select(a >= _f(_ERF_ONE), _f(1.0), _horner(_ERF_LARGE, u))
     return E.Select(a < _f(_ERF_SPLIT), small, _with_sign_of(x, large))
 
 
