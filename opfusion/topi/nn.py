@@ -273,14 +273,23 @@ def group_window_tile(out_width: int, local: int, target: Any,
     weight vector at a time). ShuffleNet's 1x1 group windows of 5 blocks at 28 columns as 5
     x 2 tiles took 0.74x the time of 1 x 7; its windows of 9 blocks at 14 columns as 3 x 3
     tiles, the last column cropped, 1.11x, and now take 3 x 2 (0.94x of 1 x 7): else
-    :func:`nchwc_width_unit`'s unit with :func:`channel_tile`'s blocks (Zen 3, AVX2)."""
+    :func:`nchwc_width_unit`'s unit with :func:`channel_tile`'s blocks (Zen 3, AVX2). On 32
+    registers (AVX-512: 28 sums) the same search, up to 7 columns: windows of 5 blocks at 28
+    columns as 5 x 4 tiles (20 sums) rather than 1 x 7."""
     budget = conv_accumulators(target, pointwise)
-    if budget <= 12 and out_width > 7:
+    many = target.vector_registers >= 32
+    if (budget <= 12 or many) and out_width > 7:
         best: tuple[tuple[int, float, int], tuple[int, int]] | None = None
+        columns = 7 if many else WIDE_TILE_MAX_COLUMNS
         for blocks in (b for b in range(1, min(local, budget) + 1) if local % b == 0):
-            for unit in range(2, WIDE_TILE_MAX_COLUMNS + 1):
+            for unit in range(2, columns + 1):
                 sums = blocks * unit
-                if (not 8 <= sums <= budget or sums + unit + 1 > target.vector_registers
+                # live beside the sums: a row's broadcasts and one weight vector; on 32
+                # registers, where a tile of fewer blocks than columns goes broadcast by
+                # broadcast (regtile._scalar_major), its weight vectors, the broadcast
+                # folded into the multiply-adds (4 x 7 with 28 sums measured fastest)
+                live = min(blocks, unit) if many else unit + 1
+                if (not 8 <= sums <= budget or sums + live > target.vector_registers
                         or out_width % unit):
                     continue
                 key = (sums, -(blocks + unit) / sums, blocks)
