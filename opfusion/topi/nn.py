@@ -206,6 +206,10 @@ WIDE_TILE_MAX_COLUMNS = 4
 #: The vector registers of the targets that take wide tiles (budgets of 12 accumulators or
 #: fewer: AVX2's 16).
 WIDE_TILE_REGISTERS = 16
+#: Columns of a group-window tile at most on a target of 32 registers, whose tiles go
+#: broadcast by broadcast (only the weight vectors stay live beside the sums): a unit of 7,
+#: the best measured on AVX-512 (see :func:`nchwc_width_unit`).
+MANY_REGISTERS_MAX_COLUMNS = 7
 
 
 def nchwc_width_unit(out_width: int, budget: int, out_blocks: int = 0) -> int:
@@ -280,7 +284,7 @@ def group_window_tile(out_width: int, local: int, target: Any,
     many = target.vector_registers >= 32
     if (budget <= 12 or many) and out_width > 7:
         best: tuple[tuple[int, float, int], tuple[int, int]] | None = None
-        columns = 7 if many else WIDE_TILE_MAX_COLUMNS
+        columns = MANY_REGISTERS_MAX_COLUMNS if many else WIDE_TILE_MAX_COLUMNS
         for blocks in (b for b in range(1, min(local, budget) + 1) if local % b == 0):
             for unit in range(2, columns + 1):
                 sums = blocks * unit
