@@ -86,14 +86,6 @@ def intel_library(value: str) -> Path | None:
     return None
 
 
-def _refuse_missing(value: str) -> OpfusionError:
-    return OpfusionError(
-        f"{RUNTIME_ENV}={value!r}: no libiomp5.so found. The value is 'auto' (the default: "
-        f"Intel's runtime when installed, else libgomp), 'gnu' (libgomp), 'intel' (the "
-        f"libiomp5.so of `pip install intel-openmp`, the opfusion[intel-openmp] extra) or the "
-        f"path of a libiomp5.so")
-
-
 def _load_intel(library: Path) -> str:
     """Load Intel's OpenMP runtime globally (see the module docstring); what was decided."""
     os.environ.setdefault("KMP_BLOCKTIME", INTEL_BLOCKTIME_MS)
@@ -107,7 +99,11 @@ def _insist_on_intel(value: str) -> str:
     (with a warning) when libgomp is loaded already; what was decided."""
     library = intel_library(value)
     if library is None:
-        raise _refuse_missing(value)
+        raise OpfusionError(
+            f"{RUNTIME_ENV}={value!r}: no libiomp5.so found. The value is 'auto' (the "
+            f"default: Intel's runtime when installed, else libgomp), 'gnu' (libgomp), 'intel' "
+            f"(the libiomp5.so of `pip install intel-openmp`, the opfusion[intel-openmp] "
+            f"extra) or the path of a libiomp5.so")
     if _libgomp_loaded():
         warnings.warn(f"{RUNTIME_ENV}={value!r} is not used: libgomp was loaded before "
                       "opfusion's first kernel library (by another library), and the kernels "
