@@ -237,6 +237,12 @@ class Target:
         """Elements of ``dtype`` in one vector register (16 float32 with AVX-512)."""
         return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
 
+    @property
+    def cache_line_bytes(self) -> int:
+        """Bytes of one cache line, the unit a prefetch fetches: 64 on x86-64 and on the Arm
+        cores this target models."""
+        return 64
+
     def cache_bytes(self, level: int) -> int:
         """Data-cache size of ``level`` (1, 2 or 3) per core, in bytes."""
         if level not in self._caches:

@@ -466,7 +466,7 @@ class _Lowering:
                 kid_stmt = self._emit(kinfo, inside_parallel)
                 local = None if kid in self.arg_buffers else kinfo.buffer
                 emitted.setdefault(pos, []).append((local, kid_stmt))
-        nest = _NestBuilder(info, kinds, emitted)
+        nest = _NestBuilder(info, kinds, emitted, self._prefetches(info))
         # Shared stages computed in this nest put barriers in its loops, which every thread
         # must reach: its guards then go around the stores they protect, never around a loop.
         at_stores = any((local is not None and local.scope == "shared") or _has_barrier(kid)
@@ -498,6 +498,27 @@ class _Lowering:
         return nest.build(list(range(len(leaves))), conds, store)
 
 
+    def _prefetches(self, info: _StageInfo) -> dict[int, list[S.Stmt]]:
+        """The stage's prefetch hints (:meth:`Stage.prefetch`) as statements, by the position
+        of the leaf loop whose body starts with them: their indices over the loop variables,
+        the loops inside that one at their first iteration."""
+        stage = info.stage
+        if not stage.prefetches:
+            return {}
+        values = {iv.var: value for iv, value in info.values.items()}
+        values.update(info.axis_values)
+        found: dict[int, list[S.Stmt]] = {}
+        for tensor, var, indices in stage.prefetches:
+            pos = stage.leaf_iter_vars.index(var)
+            first = {info.loop_vars[leaf]: E.IntImm(0, info.loop_vars[leaf].dtype)
+                     for leaf in stage.leaf_iter_vars[pos + 1:] if leaf in info.loop_vars}
+            load = E.substitute(E.substitute(TensorLoad(tensor, indices), values), first)
+            load = self._to_buffers(load)
+            assert isinstance(load, E.BufferLoad)
+            found.setdefault(pos, []).append(S.Prefetch(load.buffer, load.indices))
+        return found
+
+
 def _same(a: E.PrimExpr, b: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr]:
     return (a, E.cast(b, a.dtype)) if a.dtype != b.dtype else (a, b)
 
@@ -507,11 +528,13 @@ class _NestBuilder:
     producer stages."""
 
     def __init__(self, info: _StageInfo, kinds: list[S.ForKind],
-                 emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]]) -> None:
+                 emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]],
+                 prefetches: dict[int, list[S.Stmt]]) -> None:
         self.info = info
         self.leaves = info.stage.leaf_iter_vars
         self.kinds = kinds
         self.emitted = emitted
+        self.prefetches = prefetches
         self.position = {info.loop_vars[v]: p for p, v in enumerate(self.leaves)
                          if v in info.loop_vars}
 
@@ -603,6 +626,8 @@ class _NestBuilder:
                     stmt = S.SeqStmt([*parts, stmt])
                     if local is not None:
                         stmt = S.Allocate(local, stmt)
+                if p in self.prefetches:
+                    stmt = S.SeqStmt([*self.prefetches[p], stmt])
             stmt = _guard(placed.get(i + 1, []), stmt)
             var = self.info.loop_vars.get(self.leaves[p])
             if var is not None:
@@ -717,6 +742,9 @@ def _rename(func: S.PrimFunc) -> S.PrimFunc:
             return S.Allocate(buffers[b], walk(stmt.body))
         if isinstance(stmt, S.Evaluate):
             return S.Evaluate(fexpr(stmt.value))
+        if isinstance(stmt, S.Prefetch):
+            return S.Prefetch(buffers.get(stmt.buffer, stmt.buffer),
+                              [fexpr(i) for i in stmt.indices])
         if isinstance(stmt, S.Barrier):
             return stmt
         raise TypeError(type(stmt).__name__)

@@ -10,6 +10,8 @@ record relations between iteration variables, as in Halide and TVM:
 - ``compute_inline``, ``compute_at(parent_stage, var)``, ``compute_root`` choose where the
   stage's values are computed; ``Schedule.cache_write`` computes into a temporary first,
   ``Schedule.cache_read`` copies what some readers read into one;
+- ``prefetch(tensor, x, indices)`` starts each iteration of loop ``x`` with a hint that
+  ``tensor[indices]`` will be read soon (a CPU prefetch into L2; nothing on a GPU);
 - for GPUs, ``bind(x, thread_axis("threadIdx.x"))`` makes a loop a block or thread index and
   ``set_scope("shared")`` keeps a stage's buffer in the memory a block's threads share (its
   region then covers every thread of the block; lowering puts a barrier before and after
@@ -126,6 +128,8 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "local"  # of its buffer, when it is not an argument
+        # (tensor, loop, indices) of each prefetch hint, in the order given
+        self.prefetches: list[tuple[Tensor, IterVar, tuple[Any, ...]]] = []
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -283,6 +287,24 @@ class Stage:
     def unroll(self, var: IterVar) -> None:
         """Unroll the loop over ``var``."""
         self._set_kind(var, ForKind.UNROLLED, "unroll")
+
+    def prefetch(self, tensor: Tensor, var: IterVar, indices: Sequence[Any]) -> None:
+        """At the start of every iteration of the loop over ``var``, hint that
+        ``tensor[indices]`` will be read soon (its cache line is fetched toward the core; no
+        value changes). ``indices`` are expressions of this stage's iteration variables
+        (its axes, reduction axes and the loops made from them): loops outside ``var`` and
+        ``var`` itself at their current values, loops inside it at their first. The indices
+        must stay within ``tensor``'s shape (clamp them with ``te.min``). A schedule
+        prefetches what a later iteration, or a later task, will read from memory that the
+        hardware prefetchers do not follow in time."""
+        self._leaf(var, "prefetch")
+        if not isinstance(tensor, Tensor):
+            raise self._fail(f"prefetch needs a te.Tensor, got {type(tensor).__name__}")
+        indices = tuple(indices)
+        if len(indices) != len(tensor.shape):
+            raise self._fail(f"prefetch of {tensor.name} with {len(indices)} indices; it has "
+                             f"{len(tensor.shape)} dimension(s)")
+        self.prefetches.append((tensor, var, indices))
 
     def bind(self, var: IterVar, axis: ThreadAxis | str) -> None:
         """Make the loop over ``var`` a GPU block or thread index (``thread_axis(...)`` or its

@@ -49,6 +49,7 @@ from .stmt import (
     ForKind,
     IfThenElse,
     LetStmt,
+    Prefetch,
     PrimFunc,
     SeqStmt,
     Stmt,
@@ -59,6 +60,6 @@ __all__ = [
     "Barrier", "Buffer",
     "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
     "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
-    "Not", "Or", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var", "const",
-    "const_bound", "prove", "simplify", "simplify_stmt",
+    "Not", "Or", "Prefetch", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var",
+    "const", "const_bound", "prove", "simplify", "simplify_stmt",
 ]

@@ -238,6 +238,9 @@ class _Source:
             self.stmt(s.body, indent)
         elif isinstance(s, S.Evaluate):
             self.lines.append(f"{pad}{self.expr(s.value)}")
+        elif isinstance(s, S.Prefetch):
+            # Nothing to fetch here; the element's offset is still checked, as a load's.
+            self.lines.append(f"{pad}{self.offset(s.buffer, s.indices)}")
         else:
             raise EvaluationError(f"the interpreter cannot run {type(s).__name__}")
 

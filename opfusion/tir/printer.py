@@ -145,6 +145,9 @@ def _stmt_lines(stmt: S.Stmt, indent: int, out: list[str]) -> None:
         out.append(f"{pad}evaluate({expr_to_str(stmt.value)})")
     elif isinstance(stmt, S.Barrier):
         out.append(f"{pad}sync_threads()")
+    elif isinstance(stmt, S.Prefetch):
+        index = ", ".join(expr_to_str(i) for i in stmt.indices)
+        out.append(f"{pad}prefetch({stmt.buffer.name}[{index}])")
     else:
         out.append(f"{pad}<{type(stmt).__name__}>")
 

@@ -498,6 +498,8 @@ def map_stmt(stmt: S.Stmt, fexpr: Callable[[E.PrimExpr], E.PrimExpr]) -> S.Stmt:
         return S.Allocate(stmt.buffer, map_stmt(stmt.body, fexpr))
     if isinstance(stmt, S.Evaluate):
         return S.Evaluate(fexpr(stmt.value))
+    if isinstance(stmt, S.Prefetch):
+        return S.Prefetch(stmt.buffer, [fexpr(i) for i in stmt.indices])
     if isinstance(stmt, S.Barrier):
         return stmt
     raise TypeError(f"unknown statement {type(stmt).__name__}")
@@ -566,6 +568,8 @@ def _simplify_stmt(stmt: S.Stmt, ranges: Ranges) -> S.Stmt | None:
         return None if body is None else S.Allocate(stmt.buffer, body)
     if isinstance(stmt, S.Evaluate):
         return S.Evaluate(simplify(stmt.value, ranges))
+    if isinstance(stmt, S.Prefetch):
+        return S.Prefetch(stmt.buffer, [simplify(i, ranges) for i in stmt.indices])
     if isinstance(stmt, S.Barrier):
         return stmt
     raise TypeError(f"unknown statement {type(stmt).__name__}")

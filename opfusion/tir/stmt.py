@@ -25,6 +25,10 @@ Nodes and their fields (read-only attributes; expressions are :mod:`opfusion.tir
 ``SeqStmt``       ``stmts: tuple[Stmt, ...]`` — in order; never empty, never nested directly
                   in another SeqStmt (the constructor flattens).
 ``Evaluate``      ``value: PrimExpr`` — evaluate for side effects (not produced by lower()).
+``Prefetch``      ``buffer: Buffer``, ``indices: tuple[PrimExpr, ...]`` — a hint that
+                  ``buffer[indices]`` will be read soon: its cache line is fetched toward the
+                  core's caches. No effect on any value; the indices are in bounds (from
+                  :meth:`opfusion.te.Stage.prefetch`, whose schedule clamps them).
 ``PrimFunc``      ``name: str``, ``params: tuple[Buffer, ...]``, ``body: Stmt``,
                   ``attrs: dict[str, Any]`` — one kernel; params are "global" buffers in
                   argument order, the kernel reads and writes through them.
@@ -66,7 +70,7 @@ from .expr import Buffer, PrimExpr, Var, as_expr, cast
 
 __all__ = [
     "Allocate", "Buffer", "BufferStore", "Evaluate", "For", "ForKind", "IfThenElse", "LetStmt",
-    "PrimFunc", "SeqStmt", "Stmt", "seq",
+    "Prefetch", "PrimFunc", "SeqStmt", "Stmt", "seq",
 ]
 
 _set = object.__setattr__
@@ -223,6 +227,22 @@ class SeqStmt(Stmt):
         if not flat:
             raise TensorExprError("SeqStmt needs at least one statement")
         _set(self, "stmts", tuple(flat))
+
+
+class Prefetch(Stmt):
+    """A hint that ``buffer[indices]`` will be read soon (see the module docstring)."""
+
+    __slots__ = ("buffer", "indices")
+
+    def __init__(self, buffer: Buffer, indices: Sequence[Any]) -> None:
+        indices = tuple(as_expr(i) for i in indices)
+        if len(indices) != len(buffer.shape):
+            raise TensorExprError(
+                f"prefetch of buffer {buffer.name} with {len(indices)} indices; it has "
+                f"{len(buffer.shape)} dimension(s)"
+            )
+        _set(self, "buffer", buffer)
+        _set(self, "indices", indices)
 
 
 class Evaluate(Stmt):

@@ -112,6 +112,10 @@ class _Verifier:
             self.stmt(s.body, scope, buffers + [s.buffer], in_parallel)
         elif isinstance(s, S.Evaluate):
             self.expr(s.value, scope, buffers)
+        elif isinstance(s, S.Prefetch):
+            self.access(s.buffer, s.indices, buffers)
+            for i in s.indices:
+                self.expr(i, scope, buffers)
         elif isinstance(s, S.Barrier):
             pass
         else:

@@ -375,13 +375,13 @@ def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
     # tiles a row has, so that no block is partial.
     (nn.dense, [(8, 512), (1000, 512)], {}, ("matmul_dot", {"rows": 4, "cols": 2, "block": 25})),
     (nn.dense, [(16, 32), (64, 32)], {},
-     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 4})),
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 4, "prefetch": 0})),
     (nn.matmul, [(37, 24), (24, 50)], {},
-     ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 5})),
+     ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 5, "prefetch": 0})),
     (nn.matmul, [(128, 64), (64, 96)], {},
-     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 6})),
+     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 6, "prefetch": 0})),
     (nn.matmul, [(1, 768), (768, 3072)], {},  # one row: 8 vectors of columns
-     ("matmul_plain", {"rows": 1, "cols": 64, "k_unroll": 4, "block": 1})),
+     ("matmul_plain", {"rows": 1, "cols": 64, "k_unroll": 4, "block": 1, "prefetch": 0})),
     (nn.max_pool2d, [(1, 8, 32, 32)], {"pool_size": 2, "strides": 2},
      ("pool", {"vector_width": 8})),
     # blocked: 8 accumulators; 55 columns in tiles of 5, 13 computed as 16 in tiles of 8

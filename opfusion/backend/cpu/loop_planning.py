@@ -88,6 +88,9 @@ class RegisterTilePlan:
     #: zero and adds that partial sum to the accumulator after them (see
     #: :func:`partial_sum_update`)
     partial_sum: bool = False
+    #: per reduction loop, the prefetch hints its body starts with (see
+    #: :meth:`opfusion.te.Stage.prefetch`)
+    prefetches: tuple[tuple[S.Prefetch, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -440,15 +443,27 @@ def _lanes(extent: int, element_size: int, vector_bytes: int) -> int | None:
 
 
 def _chain(loop: S.For) -> list[S.For]:
-    """The perfectly nested loops from ``loop`` down to the first VECTORIZED one."""
+    """The perfectly nested loops from ``loop`` down to the first VECTORIZED one (a loop's
+    body may start with prefetch hints: :func:`_leading_prefetches`)."""
     chain: list[S.For] = []
     stmt: S.Stmt = loop
     while isinstance(stmt, S.For):
         chain.append(stmt)
         if stmt.kind is S.ForKind.VECTORIZED:
             return chain
-        stmt = stmt.body
+        stmt = _leading_prefetches(stmt.body)[1]
     return []
+
+
+def _leading_prefetches(body: S.Stmt) -> tuple[tuple[S.Prefetch, ...], S.Stmt]:
+    """The prefetch hints a loop body starts with, and the one statement after them (the
+    body itself when it has none, or more than one other statement)."""
+    if not isinstance(body, S.SeqStmt):
+        return (), body
+    *first, last = body.stmts
+    if all(isinstance(s, S.Prefetch) for s in first):
+        return tuple(first), last  # type: ignore[arg-type]
+    return (), body
 
 
 def _is_const_loop(loop: S.For) -> bool:
@@ -530,6 +545,10 @@ def plan_register_tile(loop: S.For, target: Target,
     if not reduce_loops or any(r.kind not in (S.ForKind.SERIAL, S.ForKind.UNROLLED)
                                for r in reduce_loops):
         return None
+    # Prefetch hints stay at the head of their reduction loop; inside the tile they would
+    # run once per accumulator.
+    if any(_leading_prefetches(t.body)[0] for t in tile_loops):
+        return None
     if _uses(offset, [r.loop_var for r in reduce_loops]):
         return None
     # The lanes' variable may appear only inside load indices (a ramp value would be lost).
@@ -555,7 +574,8 @@ def plan_register_tile(loop: S.For, target: Target,
     if not _disjoint_vectors(offset, tile_vars, points, vector.lanes):
         return None
     return RegisterTilePlan(tuple(reduce_loops), tuple(tile_loops), vector_loop, vector, store,
-                            self_load, partial_sum_update(store, self_load))
+                            self_load, partial_sum_update(store, self_load),
+                            tuple(_leading_prefetches(r.body)[0] for r in reduce_loops))
 
 
 def partial_sum_update(store: S.BufferStore, self_load: E.BufferLoad) -> bool:

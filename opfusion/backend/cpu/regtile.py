@@ -131,9 +131,11 @@ class RegisterTileEmitter:
             address = self._address(plan.store.buffer, plan.store.indices, point)
             start = zero if plan.partial_sum else f"{load}({address})"
             c.line(indent, f"{vt} {c.bind_var(register)} = {start};")
-        for loop in plan.reduce_loops:
+        for at, loop in enumerate(plan.reduce_loops):
             c.open_loop(loop, indent)
             indent += 1
+            for hint in plan.prefetches[at] if plan.prefetches else ():
+                c.emit_prefetch(hint, indent)
         temps = self._emit_products(points, registers, indent)
         for loop in reversed(plan.reduce_loops):
             indent -= 1

@@ -135,6 +135,10 @@ class CUDAEmitter(CFamilyEmitter):
         self.line(indent, f"{shared}{c_type(buffer.dtype)} __align__(16) {name}[{size}];")
         stack.append((alloc.body, indent))
 
+    def emit_prefetch(self, stmt: S.Prefetch, indent: int) -> None:
+        """Nothing: a prefetch hint is for a CPU's caches; a GPU schedule stages its reads
+        in shared memory instead."""
+
     def emit_stmt(self, stmt: S.Stmt, indent: int, stack: list[WorkItem]) -> None:
         if isinstance(stmt, S.Barrier):
             self.line(indent, "__syncthreads();")
