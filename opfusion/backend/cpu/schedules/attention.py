@@ -19,7 +19,6 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import register_rows
 from ....topi.nn_attention import (
     ATTN_ACC,
     ATTN_EXP,
@@ -31,6 +30,7 @@ from ....topi.nn_attention import (
     ATTN_SUM,
     ATTN_SUM_LANES,
     query_block,
+    query_tile_rows,
 )
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import arrange_rest, owner_of, parallel_outer, producer, tensor_size
@@ -101,7 +101,7 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
         if isinstance(copy.op, te.ComputeOp) and copy.op.tag in (ATTN_KEYS, ATTN_PAD):
             copy_axes = list(copy.op.axis)
             parallel_outer(copy, copy_axes[:-1], tensor_size(copy.op.output(0)))
-    _register_tile(s[scores], key_cols, register_rows(target))
+    _register_tile(s[scores], key_cols, query_tile_rows(target))
     for tag in (ATTN_MAX_LANES, ATTN_SUM_LANES):
         partial = stages[tag]
         assert partial is not None
@@ -113,7 +113,7 @@ def attention_blocks(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targe
     exps = s[stages[ATTN_EXP]]
     _, exp_lane = exps.split(exps.op.axis[-1], factor=lanes)
     exps.vectorize(exp_lane)
-    _register_tile(s[acc], value_cols, register_rows(target))
+    _register_tile(s[acc], value_cols, query_tile_rows(target))
     for tag in (ATTN_SCORES, ATTN_MAX_LANES, ATTN_MAX, ATTN_EXP, ATTN_SUM_LANES, ATTN_SUM,
                 ATTN_ACC):
         tensor = stages[tag]
