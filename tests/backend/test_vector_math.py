@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),
                                 reason="no C compiler")
 
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 88.72283, 88.7229,
-                     89.5, -87.33655, -103.972, -103.98, -200.0, 1e30, -1e30], "float32")
+                     89.5, -87.33655, -103.972, -103.97207, -103.97209, -103.9799, -103.98,
+                     -103.9801, -200.0, 1e30, -1e30], "float32")
 
 
 def compiled_exp(shape, op=opf.op.exp):

@@ -9,7 +9,10 @@ scaled by ``2^n`` as two exact powers of two (so that results round correctly in
 subnormals and overflow to infinity). Maximum error measured against float64 over every
 float32 in [-104, 89]: 1 ulp (``tests/backend/test_vector_math.py``). NaN gives NaN,
 +inf gives +inf, -inf and anything below -103.97 give 0, anything above 88.72 gives +inf,
-as ``numpy.exp`` in float32 does.
+as ``numpy.exp`` in float32 does. Below -103.98 the result is set to 0 rather than scaled
+there: a multiplication whose result falls below the normal range takes a microcode assist
+on Intel cores, and softmax's masked (-inf) scores made a third of an attention kernel's time
+of them.
 
 ``tanh`` and ``erf`` (float32) are rewritten, before code generation, into arithmetic, selects
 and (tanh) that ``exp`` (:func:`expand_intrinsics`), so they vectorize (and ``pow(x, n)``
@@ -47,8 +50,14 @@ _LN2_LO = "-2.12194440e-4f"
 _LOG2E = "1.44269504088896341f"
 _POLY = ("1.9875691500E-4f", "1.3981999507E-3f", "8.3334519073E-3f", "4.1665795894E-2f",
          "1.6666665459E-1f", "5.0000001201E-1f")
-#: Beyond these, exp(x) is 0 or +inf in float32 (the clamp keeps n inside the exponent).
-_LOW, _HIGH = "-104.0f", "89.0f"
+#: Above this, exp(x) is +inf in float32 (the clamp keeps n inside the exponent).
+_HIGH = "89.0f"
+#: Below this, exp(x) is below half the smallest subnormal (x < -150 ln 2 = -103.97208) and
+#: rounds to 0. Such lanes compute exp(0) and are set to 0 after: scaling them by 2^-150
+#: would round to 0 too, but through the processor's microcode assist for a result below
+#: the normal range (about 150 cycles on Intel cores; softmax's masked keys are -inf, and
+#: those assists were a third of ViT-B/16's attention kernel).
+_ZERO_BELOW = "-103.98f"
 #: 1.5 * 2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer.
 _ROUNDER = "12582912.0f"
 
@@ -65,28 +74,28 @@ def exp_body(vt: str, it: str, splat: str | None) -> str:
     for coefficient in _POLY[1:]:
         poly = f"({poly} * r + {c(coefficient)})"
     if splat is None:
-        nan = "x != x"
-        clamp = (f"float v = x != x ? 0.0f : x; v = v < {_LOW} ? {_LOW} : v; "
+        clamp = (f"float v = (x != x || x < {_ZERO_BELOW}) ? 0.0f : x; "
                  f"v = v > {_HIGH} ? {_HIGH} : v;")
         ints = "int32_t n = (int32_t)k;"
         scale = ("int32_t h = n >> 1; int32_t b1 = (h + 127) << 23; "
                  "int32_t b2 = (n - h + 127) << 23; float s1, s2; "
                  "memcpy(&s1, &b1, 4); memcpy(&s2, &b2, 4);")
-        result = f"return {nan} ? x : (y * s1) * s2;"
+        result = f"return x != x ? x : (x < {_ZERO_BELOW} ? 0.0f : (y * s1) * s2);"
     else:
-        nan = "(x != x)"
+        nan, zero = "(x != x)", f"(x < {c(_ZERO_BELOW)})"
 
         def pick(mask: str, a: str, b: str) -> str:
             return f"({vt})(({mask} & ({it}){a}) | (~{mask} & ({it}){b}))"
 
-        low, high = c(_LOW), c(_HIGH)
-        clamp = (f"{vt} v = ({vt})(~{nan} & ({it})x); "
-                 f"v = {pick(f'(v < {low})', low, 'v')}; "
+        high = c(_HIGH)
+        # (a lane of 0 where the result is x or 0: the and-not of the mask)
+        clamp = (f"{vt} v = ({vt})(~({nan} | {zero}) & ({it})x); "
                  f"v = {pick(f'(v > {high})', high, 'v')};")
         ints = f"{it} n = __builtin_convertvector(k, {it});"
         scale = (f"{it} h = n >> 1; {vt} s1 = ({vt})((h + 127) << 23); "
                  f"{vt} s2 = ({vt})((n - h + 127) << 23);")
-        result = f"{vt} out = (y * s1) * s2; return {pick(nan, 'x', 'out')};"
+        result = (f"{vt} out = ({vt})(~{zero} & ({it})((y * s1) * s2)); "
+                  f"return {pick(nan, 'x', 'out')};")
     return " ".join([
         clamp,
         f"{vt} k = (v * {c(_LOG2E)} + {c(_ROUNDER)}) - {c(_ROUNDER)};",
