@@ -175,3 +175,54 @@ def test_the_default_prefetches_only_constant_panels():
         anchor = get_compute("nn.matmul")([a, b], call.attrs, call.checked_type)
         rule, space = RULES.find("nn.matmul", anchor, anchor, Target(AVX2))
         assert space.knob("prefetch").values == (0,)
+
+
+class BlockedConvolution:
+    """A 1x1 NCHW8c convolution of 8 input blocks into 4 output blocks at 3 x 5, its tasks
+    every row of a tile of 2 output blocks, the input channels in reduction blocks of 2."""
+
+    def __init__(self):
+        arrays = (normal(1, 8, 3, 5, 8), normal(4, 8, 1, 1, 8, 8, seed=1) * 0.2)
+        attrs = {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o", "out_layout": "NCHW8c"}
+        call, params, values = call_over_arrays(opf.op.nn.conv2d_nchwc, arrays, attrs)
+        self.call, self.values = call, values
+        self.want = evaluate(IRModule.from_expr(Function(params, call)), values)
+        self.holders = [te.placeholder(p.type_annotation.shape, "float32", name=p.name_hint)
+                        for p in params]
+
+    def lowered(self, prefetch: int):
+        target = Target(AVX2)
+        with target:
+            anchor = get_compute("nn.conv2d_nchwc")(self.holders, self.call.attrs,
+                                                    self.call.checked_type)
+            s = te.create_schedule(anchor.op)
+            rule, space = RULES.find("nn.conv2d_nchwc", anchor, anchor, target)
+            config = space.config(**{**rule.default_config(anchor, anchor, target),
+                                     "channel_tile": 2, "task_blocks": 2, "row_block": 3,
+                                     "k_blocks": 2, "prefetch": prefetch})
+            get_backend(target).schedule(s, anchor, anchor, "nn.conv2d_nchwc", config)
+        return s, anchor
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_a_k_blocked_convolution_prefetches_the_next_block_in_bounds(prefetch):
+    conv = BlockedConvolution()
+    s, out = conv.lowered(prefetch)
+    func = opf.lower(s, [*conv.holders, out], name="conv")
+    assert len(prefetches(func)) == prefetch
+    got = np.empty(conv.want.shape, "float32")
+    run(func, *conv.values, got)  # the last block's prefetch clamped to the weights
+    assert_close(got, conv.want, 1e-5)
+
+
+@needs_cc
+def test_a_k_blocked_convolution_prefetches_inside_its_register_tile():
+    conv = BlockedConvolution()
+    s, out = conv.lowered(1)
+    kernel = opf.build(s, [*conv.holders, out], target=AVX2, name="conv")
+    source = kernel.get_source()
+    tile = source[source.index("opf_float32x8 acc"):]
+    assert PREFETCH.search(tile[:tile.index("acc = (acc +")])
+    got = np.empty(conv.want.shape, "float32")
+    kernel(*conv.values, got)
+    assert_close(got, conv.want, 1e-5)

@@ -409,20 +409,20 @@ def _nchwc(data, weight, **attrs):
     # tile's weights for them are 16 KiB, half the L1)
     ([(1, 64, 13, 13, 8), (125, 64, 1, 1, 8, 8)], {},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 13, "k_blocks": 16,
-      "line_chunks": 1, "rows_first": False}),
+      "line_chunks": 1, "rows_first": False, "prefetch": 1}),
     # ResNet-50's 2048 -> 512 at 7 x 7: the 49 pixels one line, every row in each task
     ([(1, 256, 7, 7, 8), (64, 256, 1, 1, 8, 8)], {},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 7, "k_blocks": 16,
-      "line_chunks": 1, "rows_first": False}),
+      "line_chunks": 1, "rows_first": False, "prefetch": 1}),
     # a 3x3 stride-2 one: 9 taps, one input block per reduction block
     ([(1, 16, 56, 56, 8), (16, 16, 3, 3, 8, 8)], {"strides": 2, "padding": 1},
      {"channel_tile": 4, "col_units": 1, "task_blocks": 4, "row_block": 1, "k_blocks": 1,
-      "line_chunks": 1, "rows_first": False}),
+      "line_chunks": 1, "rows_first": False, "prefetch": 1}),
     # SqueezeNet's squeeze (96 -> 16 at 55 x 55): one channel tile, so the line's sums run in
     # 16 parallel chunks of its units and the epilogue over rows (it ran on one thread)
     ([(1, 12, 55, 55, 8), (2, 12, 1, 1, 8, 8)], {},
      {"channel_tile": 2, "col_units": 1, "task_blocks": 2, "row_block": 1, "k_blocks": 12,
-      "line_chunks": 16, "rows_first": True}),
+      "line_chunks": 16, "rows_first": True, "prefetch": 1}),
 ])
 def test_avx2_blocked_convolution_defaults(shapes, attrs, want):
     got = _default(nn.conv2d_nchwc, shapes, AVX2_MEASURED, **_nchwc(*shapes, **attrs))
@@ -439,7 +439,7 @@ def test_an_rgb_stem_takes_wide_column_tiles_where_registers_allow(kernel, strid
     got = _default(nn.conv2d_nchwc, shapes, avx512, **_nchwc(*shapes, strides=stride))
     assert got == ("conv2d_nchwc", {"channel_tile": 1, "col_units": 4, "task_blocks": 4,
                                     "row_block": 1, "k_blocks": 1, "line_chunks": 1,
-                                    "rows_first": False})
+                                    "rows_first": False, "prefetch": 0})
     avx2 = [(1, 1, size, size, 3), (8, 1, kernel, kernel, 3, 8)]
     _, knobs = _default(nn.conv2d_nchwc, avx2, AVX2_MEASURED, **_nchwc(*avx2, strides=stride))
     assert knobs["channel_tile"] > 1
