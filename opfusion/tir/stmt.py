@@ -66,7 +66,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import TensorExprError
-from .expr import Buffer, PrimExpr, Var, as_expr, cast
+from .expr import Buffer, BufferLoad, PrimExpr, Var, as_expr, cast
 
 __all__ = [
     "Allocate", "Buffer", "BufferStore", "Evaluate", "For", "ForKind", "IfThenElse", "LetStmt",
@@ -235,14 +235,9 @@ class Prefetch(Stmt):
     __slots__ = ("buffer", "indices")
 
     def __init__(self, buffer: Buffer, indices: Sequence[Any]) -> None:
-        indices = tuple(as_expr(i) for i in indices)
-        if len(indices) != len(buffer.shape):
-            raise TensorExprError(
-                f"prefetch of buffer {buffer.name} with {len(indices)} indices; it has "
-                f"{len(buffer.shape)} dimension(s)"
-            )
+        read = BufferLoad(buffer, indices)  # the indices checked as a read's
         _set(self, "buffer", buffer)
-        _set(self, "indices", indices)
+        _set(self, "indices", read.indices)
 
 
 class Evaluate(Stmt):
