@@ -7,12 +7,15 @@ conv2d         nn.conv2d, nn.conv2d_transpose              channel_block, col_bl
                                                            task_channels, row_block,
                                                            channel_pass
 conv2d_nchwc   nn.conv2d_nchwc                             channel_tile, col_units,
-                                                           task_blocks, row_block
+                                                           task_blocks, row_block,
+                                                           k_blocks, line_chunks,
+                                                           rows_first, prefetch
 conv2d_        nn.conv2d_winograd_nchwc                    channel_tile, col_tiles,
 winograd                                                   task_blocks, row_tiles
 matmul_dot     nn.dense, nn.matmul, nn.batch_matmul        rows, cols, block
                (both operands along the contraction)
-matmul_plain   the same (any other product)                rows, cols, k_unroll, block
+matmul_plain   the same (any other product)                rows, cols, k_unroll, block,
+                                                           prefetch
 pool           nn.max_pool2d, nn.avg_pool2d, global forms  vector_width (NCHW), col_tile
                                                            (NCHW<k>c)
 rows           nn.softmax, nn.log_softmax, nn.layer_norm   vector_width
