@@ -60,10 +60,11 @@ def query_block(target: Any) -> int:
 
 def query_tile_rows(target: Any) -> int:
     """Query rows of the attention's register tiles (rows x two vectors of keys, or of the
-    values' columns): :func:`.nn.register_rows`, or 8 with 32 vector registers, as the
-    products' 8 x 2 tiles (each vector of keys or values loaded once for 16 multiply-adds,
-    not 8). ViT-B/16's attention kernels on a Xeon with AVX-512: 10.2 -> 9.6 ms a run."""
-    return 8 if target.vector_registers >= 32 else register_rows(target)
+    values' columns): as the products' tiles, half the vector registers as accumulators in
+    rows of two vectors (8 rows with 32 registers, each vector of keys or values loaded once
+    for 16 multiply-adds, not 8), at least :func:`.nn.register_rows`. ViT-B/16's attention
+    kernels on a Xeon with AVX-512: 10.2 -> 9.6 ms a run."""
+    return max(register_rows(target), target.vector_registers // 4)
 
 
 def _round_up(value: int, multiple: int) -> int:
