@@ -334,7 +334,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     result = tune(mod, params, target=args.target, trials=args.trials, records=args.output,
                   runner=runner, seconds=args.seconds, opt_level=args.opt_level,
-                  fusion=args.fusion, callback=report)
+                  fusion=args.fusion, callback=report, model_check=not args.no_model_check)
     _print(result.render())
     _print(f"records: {args.output}; compile with: opfusion compile {args.model} "
            f"--records {args.output}")
@@ -736,6 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(on the GPU for --target cuda...) and checked against the reference "
                     "interpreter; every result is "
                     "appended to the records (a second run with the same file continues). "
+                    "Last, the tuned groups are timed in the compiled model beside the "
+                    "heuristic's, and a config slower there is not kept. "
                     "Compile with the records: opfusion compile MODEL.onnx --records FILE.")
     tune_.add_argument("model", metavar="MODEL.onnx")
     tune_.add_argument("--trials", type=int, default=1000,
@@ -747,6 +749,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune_.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                        help="measure on a Ray cluster (ADDRESS: 'auto', 'ray://host:port'; "
                             "none: a local Ray); needs pip install opfusion[tune]")
+    tune_.add_argument("--no-model-check", action="store_true",
+                       help="keep the configs that won alone, without timing them in the "
+                            "model")
     _compile_options(tune_)
     tune_.set_defaults(handler=cmd_tune)
 

@@ -433,6 +433,7 @@ def test_tune_writes_records_that_compile_takes(files, cache, tmp_path):
     out = opfusion("tune", files / "tiny.onnx", "--trials", "6", "-o", tmp_path / "t.json",
                    cwd=tmp_path, cache=cache).stdout
     assert out.startswith("[    ") and "tuned groups" in out and "untuned" in out
+    assert "model check" in out  # the last step: the tuned groups timed in the model
     assert f"compile with: opfusion compile {files / 'tiny.onnx'} --records" in out
     records = [json.loads(line) for line in (tmp_path / "t.json").read_text().splitlines()]
     # the 6 trials, then confirmations when a trial measured faster than the heuristic (noise

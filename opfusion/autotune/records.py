@@ -5,16 +5,19 @@ Each line is an object::
     {"version": 1, "task": "<32 hex>", "target": "c -mcpu=... cores=2", "rule": "conv2d_nchwc",
      "knobs": {"channel_tile": 4, ...}, "seconds": 0.00067, "error": null,
      "ops": ["nn.conv2d_nchwc", "add"], "weight": 6, "runner": "local", "time": 1764172800.0,
-     "confirmed": false}
+     "confirmed": false, "in_model": false}
 
 ``seconds`` is the kernel's median time when it ran and matched the reference (on the scale
 of the task's heuristic config's first measured time: every later candidate is timed beside
 the heuristic and scaled by it), else null with ``error`` saying why (``build:``,
 ``crashed:``, ``timeout:``, ``wrong:``, ``failed:``). ``confirmed`` marks the times of a
 tuning run's last step, which times the few best configs of each task again, longer and side
-by side with the heuristic's: the best confirmed record is the task's best. Lines are only
-ever appended, so a tuning run that stops anywhere leaves a usable file, and a second run
-with the same file continues from it.
+by side with the heuristic's: the best confirmed record is the task's best, unless
+``in_model`` records say otherwise. Those come from the model check (:mod:`.model_check`),
+which times the tuned and the heuristic's kernels where they run, in the whole model, one
+after another, and has the last word: a config that wins alone, with its caches to itself,
+can lose in the model's sequence. Lines are only ever appended, so a tuning run that stops
+anywhere leaves a usable file, and a second run with the same file continues from it.
 
 A records file is read as untrusted data: a line that is not such an object (a damaged
 write, another program's file, hostile values) is skipped with a warning naming the line,
@@ -66,6 +69,7 @@ class Record:
     runner: str = ""
     time: float = 0.0
     confirmed: bool = False
+    in_model: bool = False
 
     @property
     def ok(self) -> bool:
@@ -80,7 +84,7 @@ class Record:
                            "rule": self.rule, "knobs": self.knobs, "seconds": self.seconds,
                            "error": self.error, "ops": list(self.ops), "weight": self.weight,
                            "runner": self.runner, "time": self.time,
-                           "confirmed": self.confirmed})
+                           "confirmed": self.confirmed, "in_model": self.in_model})
 
 
 def parse_record(line: str) -> Record:
@@ -118,11 +122,13 @@ def parse_record(line: str) -> Record:
         raise ValueError(f"weight {weight!r} is not a positive count")
     stamp = data.get("time", 0.0)
     confirmed = data.get("confirmed", False)
-    if not isinstance(confirmed, bool):
-        raise ValueError("confirmed must be true or false")
+    in_model = data.get("in_model", False)
+    if not isinstance(confirmed, bool) or not isinstance(in_model, bool):
+        raise ValueError("confirmed and in_model must be true or false")
     return Record(task, target, rule, dict(knobs), None if seconds is None else float(seconds),
                   error, tuple(ops), weight, str(data.get("runner", "")),
-                  float(stamp) if isinstance(stamp, (int, float)) else 0.0, confirmed)
+                  float(stamp) if isinstance(stamp, (int, float)) else 0.0, confirmed,
+                  in_model)
 
 
 @dataclass
@@ -138,6 +144,7 @@ class TuningRecords:
     skipped: int = 0
     _best: dict[tuple[str, str], Record] = field(default_factory=dict, repr=False)
     _confirmed: dict[tuple[str, str], Record] = field(default_factory=dict, repr=False)
+    _in_model: dict[tuple[str, str], Record] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], create: bool = False) -> TuningRecords:
@@ -174,7 +181,8 @@ class TuningRecords:
         self.records.append(record)
         if record.ok:
             key = (record.task, record.target)
-            table = self._confirmed if record.confirmed else self._best
+            table = (self._in_model if record.in_model
+                     else self._confirmed if record.confirmed else self._best)
             best = table.get(key)
             if best is None or record.seconds < best.seconds:  # type: ignore[operator]
                 table[key] = record
@@ -189,12 +197,14 @@ class TuningRecords:
                 raise RecordsError(f"cannot write tuning records {self.path}: {err}") from None
         self._add(record)
 
-    def best(self, task: str, target: str) -> Record | None:
-        """The fastest correct record of ``task`` on ``target``, if any: among the confirmed
-        ones when there are (a search's fastest of hundreds of noisy measurements is too
-        often lucky; a confirmation times the few best again, side by side)."""
+    def best(self, task: str, target: str, in_model: bool = True) -> Record | None:
+        """The fastest correct record of ``task`` on ``target``, if any: among the model
+        check's when there are (and ``in_model``), else among the confirmed ones when there
+        are (a search's fastest of hundreds of noisy measurements is too often lucky; a
+        confirmation times the few best again, side by side)."""
         key = (task, target)
-        return self._confirmed.get(key) or self._best.get(key)
+        checked = self._in_model.get(key) if in_model else None
+        return checked or self._confirmed.get(key) or self._best.get(key)
 
     def for_task(self, task: str, target: str) -> Iterator[Record]:
         """Every record (failed ones too) of ``task`` on ``target``, in file order."""

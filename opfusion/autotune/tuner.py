@@ -37,6 +37,7 @@ from .measure import (
     generate_candidates,
     task_data,
 )
+from .model_check import DEFAULT_ROUNDS, ModelCheck, check_in_model
 from .records import Record, TuningRecords
 from .runner import LocalRunner, Runner
 from .search import TaskSearch
@@ -52,6 +53,8 @@ DEFAULT_CONFIRM = 3
 CONFIRM_REPEAT = 15
 #: The share of a ``seconds`` budget kept for the confirmations.
 CONFIRM_SHARE = 0.1
+#: The share of a ``seconds`` budget kept for the model check (a few builds of the model).
+MODEL_CHECK_SHARE = 0.05
 
 
 @dataclass
@@ -81,6 +84,7 @@ class TuneResult:
     trials: int
     seconds: float
     records: TuningRecords
+    model: ModelCheck | None = None
 
     def estimated_seconds(self, tuned: bool = True) -> float:
         """The tuned groups' share of one model run: sum over tasks of weight x best time
@@ -106,6 +110,8 @@ class TuneResult:
         lines.append(f"tuned groups per run: {before * 1e3:.2f} ms untuned -> "
                      f"{after * 1e3:.2f} ms tuned ({self.trials} trials this run, "
                      f"{self.seconds:.0f} s)")
+        if self.model is not None:
+            lines.append(self.model.render())
         return "\n".join(lines)
 
 
@@ -257,7 +263,8 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
          *, seconds: float | None = None, batch: int = DEFAULT_BATCH,
          options: MeasureOptions | None = None, opt_level: int | None = None,
          fusion: str | None = None, seed: int = 0, workers: int | None = None,
-         confirm: int = DEFAULT_CONFIRM,
+         confirm: int = DEFAULT_CONFIRM, model_check: bool = True,
+         check_rounds: int = DEFAULT_ROUNDS,
          callback: Callable[[TuneProgress], None] | None = None) -> TuneResult:
     """Tune the schedule knobs of ``mod``'s fused groups on ``target`` (default: the host).
 
@@ -272,6 +279,11 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
     ``confirm``: after the search, each task's ``confirm`` best configs are timed again
     beside the heuristic's, longer, and the best of those is the task's best (0: the
     search's fastest measurement is; a ``seconds`` budget keeps ``CONFIRM_SHARE`` for this).
+    ``model_check``: last, the model is built with the heuristic's configs and with the best
+    ones, and each tuned group's kernels are timed where they run, in the model, for
+    ``check_rounds`` runs (:mod:`.model_check`); a config slower there than the heuristic's
+    is not kept (``TuneResult.model`` says what the model gained; ``MODEL_CHECK_SHARE`` of a
+    ``seconds`` budget is kept for it).
     ``callback`` gets a :class:`TuneProgress` after every round. Compile with
     ``opf.compile(mod, params=params, records=records)`` to use the best configs."""
     if trials < 0 or batch < 1:
@@ -288,7 +300,7 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
     _resume(state)
     try:
         search_seconds = None if seconds is None else seconds * (
-            1 - (CONFIRM_SHARE if confirm else 0))
+            1 - (CONFIRM_SHARE if confirm else 0) - (MODEL_CHECK_SHARE if model_check else 0))
         _search(state, trials, search_seconds, start, callback)
         if confirm:
             for index in range(len(tasks)):
@@ -296,8 +308,12 @@ def tune(mod: IRModule | Function, params: Mapping[str, Any] | None = None,
     finally:
         if own_runner:
             active.close()
+    checked = None
+    if model_check and resolved.device != "cuda":  # (GPU builds run through their own executor)
+        checked = check_in_model(mod, params, resolved, tasks, store, opt_level, fusion,
+                                 check_rounds, active.name)
     return TuneResult([state.result(i) for i in range(len(tasks))], state.trials,
-                      time.monotonic() - start, store)
+                      time.monotonic() - start, store, checked)
 
 
 def _records(records: str | TuningRecords | None) -> TuningRecords:
@@ -340,6 +356,8 @@ def _resume(state: _Tuning) -> None:
             if record.rule != task.rule or record.knobs not in task.space:
                 continue
             config = task.space.check(record.knobs)
+            if record.in_model:
+                continue  # the model check's times: another scale, and the check's to read
             if record.confirmed:
                 if record.ok:
                     search.confirm(config, record.seconds)

@@ -59,6 +59,20 @@ def test_a_confirmed_record_is_preferred_to_a_faster_unconfirmed_one():
     assert parse_record(records.records[1].to_json()).confirmed
 
 
+def test_the_model_checks_records_have_the_last_word():
+    records = TuningRecords()
+    records.append(Record(TASK, TARGET, "conv2d_nchwc", {"channel_tile": 2}, 0.0015,
+                          confirmed=True))  # won alone, side by side with the heuristic
+    records.append(Record(TASK, TARGET, "conv2d_nchwc", {"channel_tile": 1}, 0.0030,
+                          confirmed=True, in_model=True))  # the heuristic, in the model
+    records.append(Record(TASK, TARGET, "conv2d_nchwc", {"channel_tile": 2}, 0.0031,
+                          confirmed=True, in_model=True))  # slower there: not kept
+    assert records.best(TASK, TARGET).knobs == {"channel_tile": 1}
+    assert records.best(TASK, TARGET).in_model
+    assert records.best(TASK, TARGET, in_model=False).knobs == {"channel_tile": 2}
+    assert parse_record(records.records[2].to_json()) == records.records[2]
+
+
 def test_a_failed_record_is_never_the_best():
     records = TuningRecords()
     records.append(record(None, "timeout: no result within 20 s (killed)", channel_tile=8))
@@ -81,6 +95,7 @@ BAD_LINES = [
     json.dumps({**json.loads(record().to_json()), "weight": 0}),
     json.dumps({**json.loads(record().to_json()), "ops": "conv"}),
     json.dumps({**json.loads(record().to_json()), "confirmed": "yes"}),
+    json.dumps({**json.loads(record().to_json()), "in_model": 1}),
     "[" * 100000,
     json.dumps({**json.loads(record().to_json()), "error": "x" * MAX_LINE_BYTES}),
 ]
