@@ -553,14 +553,52 @@ def test_both_task_orders_compute_the_reference(rows_first):
         assert group.check(target, config) == config
 
 
-def test_avx512_products_take_tiles_of_8_rows_by_2_vectors():
-    # 16 sums of 32 registers, the contraction unrolled by 8 (BERT's products 0.88-0.91x the
-    # time of 4 x 2); AVX2 keeps its measured 4 x 2, unrolled by 4
+def test_avx512_products_take_tiles_of_8_rows_by_3_vectors():
+    # 24 sums of 32 registers, the contraction unrolled by 8 (BERT's products 0.88-0.91x the
+    # time of 4 x 2; ViT's 0.91-0.96x the time of 8 x 2), panels of 2 vectors where 3 do not
+    # divide the columns; AVX2 keeps its measured 4 x 2, unrolled by 4
     avx512 = "c -mattr=+avx512f -l2-cache=2M -num-cores=2"
     _, knobs = _default(nn.matmul, [(128, 768), (768, 768)], avx512)
+    assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (8, 48, 8)
+    _, knobs = _default(nn.matmul, [(128, 768), (768, 1024)], avx512)
     assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (8, 32, 8)
     _, knobs = _default(nn.matmul, [(128, 768), (768, 768)], AVX2_MEASURED)
     assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (4, 16, 4)
+
+
+@pytest.fixture
+def three_vector_panels(monkeypatch):
+    """Panels of three vectors on any target (AVX-512's, whose kernels this host may not
+    run), so that AVX2 kernels with them run here."""
+    import opfusion.topi.nn as topi_nn
+
+    monkeypatch.setattr(topi_nn, "panel_vectors", lambda target: 3)
+
+
+def test_panels_of_three_vectors_compute_the_reference(three_vector_panels):
+    # packed in the compute: 21 rows (a partial row tile), an epilogue, 24-column panels
+    target = Target(f"{AVX2} -num-cores=2")
+    with target:
+        group = Group(nn.matmul, (normal(21, 40), normal(40, 72, seed=1)), True)
+        _, anchor, output = group.schedule()
+        rule, space = RULES.find(group.op_name, anchor, output, target)
+        default = dict(rule.default_config(anchor, output, target))
+        assert default["cols"] == 24
+        config = space.config(**default)
+        assert group.check(target, config) == config
+
+
+def test_constant_weights_in_panels_of_three_vectors_compute_the_reference(three_vector_panels):
+    # packed at compile time and prefetched a block ahead, 197 rows as ViT's
+    x = opf.var("x", shape=(197, 64))
+    weight, bias = normal(64, 96, seed=1), normal(96, seed=2)
+    body = opf.op.add(opf.op.nn.matmul(x, opf.const(weight)), opf.const(bias))
+    mod = IRModule.from_expr(Function([x], body))
+    exe = opf.compile(mod, target=f"{AVX2} -num-cores=2")
+    (config,) = [s.group.schedule_config for s in exe.steps if s.group.schedule_config]
+    assert config["knobs"]["cols"] == 24 and config["knobs"]["prefetch"] == 1
+    data = normal(197, 64, seed=3)
+    assert_close(exe(data), data @ weight + bias, 1e-4)
 
 
 def test_an_image_is_laid_out_in_its_rgb_block_lanes_inside():
