@@ -54,7 +54,10 @@ def product_accumulators(target: Target) -> int:
     broadcasts and 2 weight vectors for 16 multiply-adds; ``opf.tune`` chose it for every
     product of the BERT layer on a Xeon with AVX-512 (1.794 -> 1.528 ms for the 768 x 2304
     one), and ``benchmarks/ab_checkouts.py`` timed bert_layer 0.879x, gpt_block 0.908x and
-    the transformer_encoder workload 0.888x the time of 4 x 2."""
+    the transformer_encoder workload 0.888x the time of 4 x 2. The tile's rows are half this
+    count; its columns are a packed panel's (:func:`opfusion.topi.nn.panel_vectors`: three
+    vectors with AVX-512 where they divide the columns, so 8 x 3 = 24 sums: vit_b_16 0.952x,
+    bert_layer 0.975x, gpt_block 0.957x the time of 8 x 2)."""
     return max(accumulators(target), target.vector_registers // 2)
 
 
