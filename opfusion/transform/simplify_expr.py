@@ -1,10 +1,11 @@
 """SimplifyExpr: remove data movement and arithmetic that do nothing, as a table of rewrites.
 
 The rules (:data:`SIMPLIFY_RULES`): reshape-like ops, broadcast_to and tile that keep the
-shape go; chains of reshape-like ops become one reshape; identity transposes go and
-consecutive ones compose; casts to the same dtype go and a cast through a dtype that holds
-every value exactly is skipped; ``x * 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)``
-become ``x``.
+shape go; chains of reshape-like ops become one reshape; identity transposes go,
+consecutive ones compose, and one that moves only axes of extent 1 is a reshape (torch's
+``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); casts to the
+same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
+1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``.
 
 Every rule keeps values bit for bit and the rewritten node's type exactly (the rewriter
 checks the type). Rules only look at a node and its operands; a merged chain whose inner
@@ -110,6 +111,25 @@ def _merge_transposes() -> PatternCallback:
     return rule(is_op("transpose")(inner), merge, "merge_transposes")
 
 
+def _transpose_as_reshape() -> PatternCallback:
+    # transpose(x, axes) -> reshape(x, newshape=<result shape>)    (when only axes of extent 1
+    #                                                              move: the same row-major order)
+    x = wildcard()
+
+    def to_reshape(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        shape = m[x].checked_type.shape
+        axes = get_op("transpose").permutation(len(shape), post.attrs["axes"])
+        if [a for a in axes if shape[a] != 1] != [a for a in range(len(shape)) if shape[a] != 1]:
+            return None  # an axis of several elements moves past another: a real transpose
+        out = post.checked_type
+        assert isinstance(out, TensorType)
+        if 0 in out.shape:  # newshape reads 0 as "copy the input's dimension"
+            return None
+        return Call(get_op("reshape"), [m[x]], {"newshape": out.shape})
+
+    return rule(is_op("transpose")(x), to_reshape, "transpose_as_reshape")
+
+
 # -- rules: casts ------------------------------------------------------------------------------
 
 def _identity_cast() -> PatternCallback:
@@ -194,6 +214,7 @@ def _rules() -> list[PatternCallback]:
         _merge_reshapes(),
         _identity_transpose(),
         _merge_transposes(),
+        _transpose_as_reshape(),
         _identity_cast(),
         _merge_casts(),
         # x * 1 -> x, 1 * x -> x

@@ -134,6 +134,25 @@ def test_transposes_that_cancel_disappear():
     _check([x], body, lambda x: opf.op.transpose(x, axes=[0, 2, 1]))
 
 
+def test_a_transpose_of_axes_of_one_is_a_reshape():
+    # torch's transpose(0, 1) of a batch of one around nn.MultiheadAttention: the same order
+    x = opf.var("x", (197, 1, 768))
+    _check([x], opf.op.exp(opf.op.transpose(x, axes=[1, 0, 2])),
+           lambda x: opf.op.exp(opf.op.reshape(x, newshape=[1, 197, 768])))
+    y = opf.var("y", (1, 3, 1, 4))
+    _check([y], opf.op.transpose(y, axes=[2, 1, 3, 0]),
+           lambda y: opf.op.reshape(y, newshape=[1, 3, 4, 1]))
+    # and merges with the reshapes around it
+    _check([x], opf.op.reshape(opf.op.transpose(x, axes=[1, 0, 2]), newshape=[197, 768]),
+           lambda x: opf.op.reshape(x, newshape=[197, 768]))
+
+
+def test_a_transpose_that_moves_axes_of_several_elements_stays():
+    x = opf.var("x", (1, 3, 1, 4))
+    _unchanged([x], opf.op.transpose(x, axes=[0, 3, 2, 1]))
+    _unchanged([x], opf.op.transpose(x, axes=[3, 0, 1, 2]))
+
+
 # -- casts -------------------------------------------------------------------------------------
 
 def test_a_cast_to_the_same_dtype_is_removed():
