@@ -48,6 +48,7 @@ from ..transform.merge_parallel_products import MergeParallelProducts
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pass_infra import Sequential
+from ..transform.simplify_expr import RESHAPE_OPS
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
@@ -251,6 +252,11 @@ register_pass_config(
     "Concatenations of intermediates whose operands are contiguous pieces of the result "
     "(along the channels at batch 1) run in place: each operand's kernel writes its piece of "
     "the result and no kernel copies them (the memory plan aliases the operands into it).")
+INPLACE_RESHAPE = "compile.inplace_reshape"
+register_pass_config(
+    INPLACE_RESHAPE, bool, True,
+    "Kernels that only reshape an intermediate (the same elements in the same order) are "
+    "not run: the memory plan places the intermediate where the result is.")
 
 
 class _ExecutorBuilder:
@@ -358,11 +364,15 @@ class _ExecutorBuilder:
         return executor
 
     def _concatenate_in_place(self) -> dict[int, tuple[int, int]]:
-        if not PassContext.current().get_config(INPLACE_CONCATENATE, True):
+        context = PassContext.current()
+        concatenate = context.get_config(INPLACE_CONCATENATE, True)
+        reshape = context.get_config(INPLACE_RESHAPE, True)
+        if not (concatenate or reshape):
             return {}
-        return self._alias_concatenations()
+        return self._alias_concatenations(concatenate, reshape)
 
-    def _alias_concatenations(self) -> dict[int, tuple[int, int]]:
+    def _alias_concatenations(self, concatenate: bool = True, reshape: bool = True
+                              ) -> dict[int, tuple[int, int]]:
         """Remove the steps that only concatenate intermediates along an axis with nothing
         but ones before it (NCHW or NCHW<x>c channels at batch 1, so each operand is one
         contiguous piece of the result), having their operands written where the result
@@ -371,13 +381,19 @@ class _ExecutorBuilder:
         growing concatenations nest), it is no model output, this is the only concatenation
         it is placed in, and its offset is aligned; a concatenation whose operands do not
         all qualify stays a copy. Saves a pass over memory per concatenation, and DenseNet's
-        copies of every earlier feature map at each layer."""
+        copies of every earlier feature map at each layer. A step that only reshapes an
+        intermediate is a concatenation of one operand (``reshape``): ViT's reshapes of
+        each layer norm's result for the product after it."""
         keep = set(self.outputs)
         written = {value for step in self.steps for value in step.writes}
         aliases: dict[int, tuple[int, int]] = {}
         kept_steps = []
         for step in self.steps:
-            placed = self._concatenation_offsets(step, keep, written, aliases)
+            placed = None
+            if concatenate:
+                placed = self._concatenation_offsets(step, keep, written, aliases)
+            if placed is None and reshape and _is_reshape(step.group):
+                placed = self._concatenation_offsets(step, keep, written, aliases, whole=True)
             if placed is None:
                 kept_steps.append(step)
                 continue
@@ -387,10 +403,12 @@ class _ExecutorBuilder:
         return aliases
 
     def _concatenation_offsets(self, step: ExecStep, keep: set[int], written: set[int],
-                               aliases: dict[int, tuple[int, int]]) -> list[int] | None:
+                               aliases: dict[int, tuple[int, int]], whole: bool = False
+                               ) -> list[int] | None:
         """The byte offsets of a step's operands in its result when the step is a
-        concatenation that can be done in place (see :meth:`_concatenate_in_place`)."""
-        axis = _concatenation_axis(step.group)
+        concatenation that can be done in place (see :meth:`_concatenate_in_place`);
+        ``whole``: the step is known to place its one operand whole (a reshape)."""
+        axis = 0 if whole else _concatenation_axis(step.group)
         if axis is None or len(step.writes) != 1 or step.writes[0] in keep:
             return None
         result = self.values[step.writes[0]].type
@@ -443,6 +461,19 @@ def tuned_config(func: Function, backend: Backend, records: Any) -> Any:
                     record.rule, record.knobs)
         return None
     return found[1].check(record.knobs)
+
+
+def _is_reshape(group: LoweredGroup) -> bool:
+    """Whether a kernel only reshapes its one parameter (reshape-like operators: the same
+    elements in the same row-major order, in the same dtype)."""
+    func = group.function
+    if func is None or group.constants or len(func.params) != 1:
+        return False
+    node = func.body
+    while isinstance(node, Call) and isinstance(node.op, Op) and node.op.name in RESHAPE_OPS:
+        node = node.args[0]
+    return (node is func.params[0] and isinstance(func.body, Call)
+            and func.body.checked_type.dtype == node.checked_type.dtype)
 
 
 def _concatenation_axis(group: LoweredGroup) -> int | None:

@@ -306,3 +306,51 @@ def test_concatenations_that_cannot_run_in_place_stay_copies(case):
         assert len(steps) == 1 and len(exe.plan.aliases) == 2  # the first is in place
     else:
         assert len(steps) == 1 and not exe.plan.aliases
+
+
+
+def _reshape_steps(exe):
+    return [s for s in exe.steps if s.group.op_names and set(s.group.op_names) <= {"reshape"}]
+
+
+def _reshaped_model():
+    """exp(x) reshaped for a product, and read again after it (a concatenation with the
+    product's result, reshaped back)."""
+    x = opf.var("x", shape=(6, 8))
+    w = np.random.default_rng(1).standard_normal((4, 5)).astype("float32")
+    e = opf.op.exp(x)
+    product = opf.op.nn.matmul(opf.op.reshape(e, newshape=[12, 4]), opf.const(w))
+    out = opf.op.concatenate([opf.op.reshape(product, newshape=[6, 10]), e], axis=1)
+    return opf.IRModule.from_expr(opf.Function([x], opf.op.nn.relu(out)))
+
+
+@pytest.mark.parametrize("fusion", ["tvm", "none"])
+def test_a_reshape_of_an_intermediate_runs_in_place(fusion):
+    # the reshape's operand is placed where its result is, and no kernel copies it
+    mod = _reshaped_model()
+    value = np.random.default_rng(0).standard_normal((6, 8)).astype("float32")
+    exe = opf.compile(mod, fusion=fusion)
+    assert_close(exe.run([value])[0], evaluate(mod, [value]), 1e-5)
+    if fusion == "none":  # (fused, each reshape joins a neighbour's kernel)
+        assert not _reshape_steps(exe) and exe.plan.aliases
+        with opf.transform.PassContext(config={"compile.inplace_reshape": False}):
+            copied = opf.compile(mod, fusion=fusion)
+        assert len(_reshape_steps(copied)) == 2
+        assert_close(copied.run([value])[0], exe.run([value])[0], 0)
+
+
+@pytest.mark.parametrize("case", ["a model input", "a model output"])
+def test_reshapes_that_cannot_run_in_place_stay_copies(case):
+    x = opf.var("x", shape=(6, 8))
+    if case == "a model input":
+        out = opf.op.exp(opf.op.reshape(x, newshape=[12, 4]))
+    else:
+        e = opf.op.exp(x)
+        out = opf.Tuple([e, opf.op.reshape(e, newshape=[12, 4])])
+    mod = opf.IRModule.from_expr(opf.Function([x], out))
+    value = np.random.default_rng(0).standard_normal((6, 8)).astype("float32")
+    exe = opf.compile(mod, fusion="none")
+    got, want = exe.run([value]), evaluate(mod, [value])
+    for g, w in zip(got, want if isinstance(want, tuple) else [want]):
+        assert_close(g, w, 1e-5)
+    assert len(_reshape_steps(exe)) == 1 and not exe.plan.aliases
