@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.compile import random_array
+from ..compiler.compile import random_inputs
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..target import Target
@@ -96,14 +96,14 @@ def check_in_model(mod: IRModule | Function, params: Mapping[str, Any] | None,
     if not chosen:
         return ModelCheck([], note="no group has a tuned config other than the heuristic's")
     untuned = _build(mod, params, target, opt_level, fusion, TuningRecords())
-    candidates = TuningRecords(records=[])
+    candidates = TuningRecords()
     for record in chosen.values():
         candidates.append(record)
     tuned = _build(mod, params, target, opt_level, fusion, candidates)
     if untuned is None or tuned is None:
         return ModelCheck([], note="the model's shapes are not all known (a specializing "
                                    "build): not checked")
-    feeds = _model_inputs(untuned)
+    feeds = random_inputs(untuned)
     agree = _agree(untuned, tuned, feeds)
     if not agree:
         logger.warning("the tuned model's outputs differ from the untuned one's by more than "
@@ -154,15 +154,7 @@ def _build(mod: IRModule | Function, params: Mapping[str, Any] | None, target: T
     return exe if isinstance(exe, Executor) else None
 
 
-def _model_inputs(exe: Any) -> dict[str, np.ndarray]:
-    """Standard-normal inputs (small integers for integer ones) for the model's inputs."""
-    rng = np.random.default_rng(0)
-    types = {v.input_index: v.type for v in exe.values if v.input_index is not None}
-    return {name: random_array(rng, types[i].shape, types[i].dtype)
-            for i, name in enumerate(exe.input_names)}
-
-
-def _agree(first: Any, second: Any, feeds: Mapping[str, np.ndarray]) -> bool:
+def _agree(first: Any, second: Any, feeds: Sequence[np.ndarray]) -> bool:
     """Whether the two builds compute the same outputs on ``feeds`` (to AGREEMENT of the
     largest output, NaN and infinities in the same places)."""
     from ..compiler.executor import _relative_error
@@ -171,7 +163,7 @@ def _agree(first: Any, second: Any, feeds: Mapping[str, np.ndarray]) -> bool:
                zip(second.run(None, feeds), first.run(None, feeds), strict=True))
 
 
-def _in_model_times(untuned: Any, tuned: Any, feeds: Mapping[str, np.ndarray], target: Target,
+def _in_model_times(untuned: Any, tuned: Any, feeds: Sequence[np.ndarray], target: Target,
                     rounds: int, keys: set[str]) -> dict[str, tuple[float, float]]:
     """Per task key in ``keys``: the summed per-kernel medians in the untuned and the tuned
     build, timed in the model's order, the builds alternating run by run."""
@@ -208,7 +200,7 @@ def _kernel_keys(exe: Any, target: Target) -> list[str | None]:
     return found
 
 
-def _whole_runs(first: Any, second: Any, feeds: Mapping[str, np.ndarray],
+def _whole_runs(first: Any, second: Any, feeds: Sequence[np.ndarray],
                 rounds: int) -> tuple[float, float]:
     """The median time of a whole run of each build, alternating run by run."""
     spent: tuple[list[float], list[float]] = ([], [])
