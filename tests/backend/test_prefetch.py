@@ -48,6 +48,18 @@ def scaled_copy(ahead: int):
     return s, a, b
 
 
+def call_arguments(source: str, function: str) -> list[str]:
+    """The argument text of every call of ``function`` in ``source`` (parentheses balanced)."""
+    found = []
+    for match in re.finditer(re.escape(function) + r"\(", source):
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            end += 1
+        found.append(source[match.end():end - 1])
+    return found
+
+
 def prefetches(func) -> list[Prefetch]:
     return [stmt for stmt in walk_stmts(func.body) if isinstance(stmt, Prefetch)]
 
@@ -222,7 +234,12 @@ def test_a_k_blocked_convolution_prefetches_inside_its_register_tile():
     kernel = opf.build(s, [*conv.holders, out], target=AVX2, name="conv")
     source = kernel.get_source()
     tile = source[source.index("opf_float32x8 acc"):]
-    assert PREFETCH.search(tile[:tile.index("acc = (acc +")])
+    hint = PREFETCH.search(tile[:tile.index("acc = (acc +")])
+    assert hint
+    # The clamp to the last reduction block is of the block loop alone: the innermost
+    # (channel) loop advances the address by a constant stride.
+    clamps = call_arguments(hint.group(0), "opf_min_int32")
+    assert clamps and all("rc_inner" not in clamp for clamp in clamps)
     got = np.empty(conv.want.shape, "float32")
     kernel(*conv.values, got)
     assert_close(got, conv.want, 1e-5)
