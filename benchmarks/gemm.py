@@ -47,15 +47,31 @@ SETTLE_SECONDS = 0.15
 BLOCK_SECONDS = 0.2
 
 
+#: Seconds of calls each side runs before its per-call time is taken to size the blocks.
+WARM_SECONDS = 0.05
+
+
+def warm_call_seconds(fn) -> float:
+    """Seconds per call of ``fn`` once warm: after WARM_SECONDS of calls, the mean of as
+    many again. The first calls are slow (page faults, threads starting, a core's clock
+    coming up); a block sized from them held 48 calls of a 25 us product, which then took
+    the wake-up after each pause as well (1 x 768 x 768 at 150-190 us a call, 25 alone)."""
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < WARM_SECONDS:
+        fn()
+        calls += 1
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
 def medians(first, second, repeat: int) -> tuple[float, float]:
     """Median seconds per call of each, timed in alternating blocks of calls of about
-    BLOCK_SECONDS each, after a pause of SETTLE_SECONDS and one untimed call."""
-    for fn in (first, second):
-        fn()
-    start = time.perf_counter()
-    first()
-    second()
-    block = max(1, int(BLOCK_SECONDS / max(time.perf_counter() - start, 1e-7)))
+    BLOCK_SECONDS each (sized from the warm per-call times), after a pause of
+    SETTLE_SECONDS and one untimed call."""
+    per_call = warm_call_seconds(first) + warm_call_seconds(second)
+    block = max(1, int(BLOCK_SECONDS / max(per_call, 1e-7)))
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeat):
         for fn, out in zip((first, second), times):
