@@ -48,7 +48,7 @@ from ..transform.merge_parallel_products import MergeParallelProducts
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pass_infra import Sequential
-from ..transform.simplify_expr import RESHAPE_OPS
+from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
@@ -194,14 +194,17 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     """``mod`` with its convolutions in the blocked layout of ``target`` (None: the current
     target, else the host) by AlterOpLayout, the constant right operands of products in
     column panels by PackMatmulWeights (both opt_level 3, unless the pass context disables
-    them), and the weights' layout transforms folded into constants; then a channel shuffle
-    that a group-window convolution reads becomes that convolution's ``input_shuffle``
-    (FoldChannelShuffle)."""
+    them), and the weights' layout transforms folded into constants; SimplifyExpr again, which
+    moves an elementwise operator above the reshapes around a packed product of a batch of
+    rows; then a channel shuffle that a group-window convolution reads becomes that
+    convolution's ``input_shuffle`` (FoldChannelShuffle)."""
     if target is not None and as_target(target).device != "cpu":
         # The GPU schedules read the plain layouts (threads, not vectors, along the rows).
         return Sequential([FoldConstant(), InferType()], name="AlterLayout")(mod)
+    # SimplifyExpr again: the reshapes around a packed product of a batch of rows keep an
+    # elementwise operator after them (a bias) from its epilogue until it moves above them.
     return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),
-                       FoldChannelShuffle(), InferType()],
+                       SimplifyExpr(), FoldChannelShuffle(), InferType()],
                       name="AlterLayout")(mod)
 
 

@@ -3,7 +3,10 @@
 The rules (:data:`SIMPLIFY_RULES`): reshape-like ops, broadcast_to and tile that keep the
 shape go; chains of reshape-like ops become one reshape; identity transposes go,
 consecutive ones compose, and one that moves only axes of extent 1 is a reshape (torch's
-``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); casts to the
+``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); an elementwise
+operator with a constant moves above a reshape that inserts unit axes (``add(reshape(x), c)``
+-> ``reshape(add(x, c'))``: a bias after the reshapes around a packed product of a batch of
+rows then follows the product and fuses into its epilogue); casts to the
 same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``.
 
@@ -130,6 +133,81 @@ def _transpose_as_reshape() -> PatternCallback:
     return rule(is_op("transpose")(x), to_reshape, "transpose_as_reshape")
 
 
+#: Binary elementwise operators whose operands may be reshaped alike (element by element).
+ELEMENTWISE_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+
+
+def _inserted_unit_axes(source: Sequence[int], result: Sequence[int]) -> list[int] | None:
+    """The positions of ``result`` that are axes of extent 1 inserted into ``source`` (the
+    rest are ``source``'s axes in order), or None when ``result`` is not ``source`` with unit
+    axes inserted (or has no axis more)."""
+    if len(result) <= len(source):
+        return None
+    inserted, j = [], 0
+    for i, extent in enumerate(result):
+        if j < len(source) and extent == source[j]:
+            j += 1
+        elif extent == 1:
+            inserted.append(i)
+        else:
+            return None
+    return inserted if j == len(source) else None
+
+
+def _elementwise_before_reshape() -> PatternCallback:
+    # add(reshape(x), c) -> reshape(add(x, c'))    (any of ELEMENTWISE_BINARY, either operand
+    #                                               order; c a constant; the reshape inserts
+    #                                               unit axes; c' is c without them, c
+    #                                               broadcasting into the reshaped x without
+    #                                               enlarging it)
+    a, b = wildcard(), wildcard()
+
+    def reorder(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        out = post.checked_type
+        assert isinstance(out, TensorType)
+        if 0 in out.shape:  # newshape reads 0 as "copy the input's dimension"
+            return None
+        for side, (reshaped, const) in enumerate(((m[a], m[b]), (m[b], m[a]))):
+            moved = _move_below(post, reshaped, const, out, side)
+            if moved is not None:
+                return moved
+        return None
+
+    return rule(_any_of(ELEMENTWISE_BINARY, a, b), reorder, "elementwise_before_reshape")
+
+
+def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
+                side: int) -> Expr | None:
+    """``reshape(op(x, c'))`` for ``node = op(reshaped, const)`` (``side`` 1: ``op(const,
+    reshaped)``) when ``reshaped`` is a reshape of ``x`` that inserts unit axes and ``const``
+    a constant, else None. Only constants move: a computed operand would need a reshape of
+    its own, which takes the operator from that operand's producer instead (a residual add
+    between two products' results fuses with one or the other)."""
+    if not (isinstance(reshaped, Call) and reshaped.op.name in RESHAPE_OPS
+            and isinstance(const, Constant)):
+        return None
+    source = reshaped.args[0].checked_type
+    const_shape = tuple(const.data.shape)
+    if (not isinstance(source, TensorType) or reshaped.checked_type != out
+            or const.data.dtype != np.dtype(out.dtype) or len(const_shape) > len(out.shape)):
+        return None  # the constant enlarges the result or changes its dtype
+    inserted = _inserted_unit_axes(source.shape, out.shape)
+    if inserted is None:
+        return None
+    # The constant right-aligned to the result has extent 1 at every inserted axis (it does
+    # not enlarge the result, whose extent there is 1): without them it aligns with x.
+    full = (1,) * (len(out.shape) - len(const_shape)) + const_shape
+    shape = tuple(e for i, e in enumerate(full) if i not in inserted)
+    while len(shape) > len(const_shape) and shape[0] == 1:
+        shape = shape[1:]  # leading unit axes broadcast alike: keep the constant's rank
+    if shape != const_shape:
+        const = Constant(np.ascontiguousarray(const.data.reshape(shape)))
+    operands = [reshaped.args[0], const] if side == 0 else [const, reshaped.args[0]]
+    assert isinstance(node, Call)
+    return Call(get_op("reshape"), [Call(node.op, operands, node.attrs)],
+                {"newshape": out.shape})
+
+
 # -- rules: casts ------------------------------------------------------------------------------
 
 def _identity_cast() -> PatternCallback:
@@ -215,6 +293,7 @@ def _rules() -> list[PatternCallback]:
         _identity_transpose(),
         _merge_transposes(),
         _transpose_as_reshape(),
+        _elementwise_before_reshape(),
         _identity_cast(),
         _merge_casts(),
         # x * 1 -> x, 1 * x -> x

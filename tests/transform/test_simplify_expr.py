@@ -153,6 +153,36 @@ def test_a_transpose_that_moves_axes_of_several_elements_stays():
     _unchanged([x], opf.op.transpose(x, axes=[3, 0, 1, 2]))
 
 
+# -- elementwise operators with a constant, above a reshape -------------------------------------
+
+def test_a_bias_moves_above_a_reshape_that_inserts_unit_axes():
+    # a packed product of a batch of rows, reshaped back before its bias: the add then follows
+    # the product and fuses with it
+    x = opf.var("x", (4, 6))
+    bias = np.arange(6, dtype="float32")
+    _check([x], opf.op.add(opf.const(bias), opf.op.reshape(x, newshape=[4, 1, 6])),
+           lambda x: opf.op.reshape(opf.op.add(opf.const(bias), x), newshape=[4, 1, 6]))
+    # a constant of the result's rank loses the inserted axes; the operand order stays
+    scale = np.arange(1, 7, dtype="float32").reshape(1, 1, 6)
+    _check([x], opf.op.subtract(opf.op.reshape(x, newshape=[1, 4, 1, 6]), opf.const(scale)),
+           lambda x: opf.op.reshape(opf.op.subtract(x, opf.const(scale.reshape(1, 6))),
+                                    newshape=[1, 4, 1, 6]))
+    _check([x], opf.op.divide(opf.const(scale), opf.op.expand_dims(x, axis=0)),
+           lambda x: opf.op.reshape(opf.op.divide(opf.const(scale.reshape(1, 6)), x),
+                                    newshape=[1, 4, 6]))
+
+
+def test_elementwise_operators_stay_below_other_reshapes():
+    x = opf.var("x", (4, 6))
+    row = opf.const(np.arange(12, dtype="float32"))
+    _unchanged([x], opf.op.add(opf.op.reshape(x, newshape=[2, 12]), row))  # not unit axes
+    wide = opf.const(np.ones((3, 1, 6), "float32"))
+    _unchanged([x], opf.op.add(opf.op.reshape(x, newshape=[1, 4, 6]), wide))  # enlarges it
+    y = opf.var("y", (1, 4, 6))
+    # a computed operand stays: moving the add would put a reshape on it instead
+    _unchanged([x, y], opf.op.add(opf.op.reshape(x, newshape=[1, 4, 6]), y))
+
+
 # -- casts -------------------------------------------------------------------------------------
 
 def test_a_cast_to_the_same_dtype_is_removed():
