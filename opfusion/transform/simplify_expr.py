@@ -6,7 +6,10 @@ consecutive ones compose, and one that moves only axes of extent 1 is a reshape 
 ``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); an elementwise
 operator with a constant moves above a reshape that inserts unit axes (``add(reshape(x), c)``
 -> ``reshape(add(x, c'))``: a bias after the reshapes around a packed product of a batch of
-rows then follows the product and fuses into its epilogue); casts to the
+rows then follows the product and fuses into its epilogue); a ``take`` of one constant index
+moves before a transpose, and before a reshape that keeps the axis it takes (torch's split
+of ``nn.MultiheadAttention``'s projection into q, k and v then reads the projection, not a
+transposed copy of it); casts to the
 same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``.
 
@@ -22,6 +25,7 @@ largest int64 values."""
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Sequence
 
@@ -208,6 +212,73 @@ def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
                 {"newshape": out.shape})
 
 
+def _take_before_movement() -> PatternCallback:
+    # take(transpose(t, perm), i, axis=a) -> transpose(take(t, i, axis=perm[a]), <perm
+    #                                                        without perm[a]>)
+    # take(reshape(t), i, axis=a)          -> reshape(take(t, i, axis=b))    (axis b of t has
+    #                                                        axis a's extent and elements before)
+    # (i a constant index in range: the slice is the same elements in the same order)
+    data, index = wildcard(), is_constant()
+
+    def push(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        picked = _constant_index(post, m[data], m[index])
+        if picked is None or not isinstance(m[data], Call):
+            return None
+        axis, value = picked
+        inner = m[data]
+        if inner.op.name == "transpose":
+            return _take_before_transpose(post, inner, axis, value)
+        if inner.op.name in RESHAPE_OPS:
+            return _take_before_reshape(post, inner, axis, value)
+        return None
+
+    return rule(is_op("take")(data, index), push, "take_before_movement")
+
+
+def _constant_index(node: Expr, data: Expr, index: Expr) -> tuple[int, int] | None:
+    """(axis, index) of a ``take`` of one constant index in range along an axis, else None."""
+    assert isinstance(node, Call) and isinstance(index, Constant)
+    ty = data.checked_type
+    if (node.attrs["axis"] is None or index.data.shape != () or index.data.dtype.kind not in "iu"
+            or not isinstance(ty, TensorType)):
+        return None
+    axis = node.attrs["axis"] % len(ty.shape)
+    extent, value = ty.shape[axis], int(index.data)
+    if not -extent <= value < extent:
+        return None  # an out-of-range index keeps its own error or clamp
+    return axis, value % extent
+
+
+def _take(data: Expr, value: int, axis: int, like: Call) -> Call:
+    return Call(get_op("take"), [data, Constant(np.asarray(value, "int64"))],
+                {"axis": axis, "mode": like.attrs["mode"]})
+
+
+def _take_before_transpose(node: Call, transpose: Call, axis: int, value: int) -> Expr:
+    source = transpose.args[0]
+    perm = get_op("transpose").permutation(len(source.checked_type.shape),
+                                           transpose.attrs["axes"])
+    along = perm[axis]
+    rest = [p - (p > along) for p in perm if p != along]
+    return Call(get_op("transpose"), [_take(source, value, along, node)], {"axes": rest})
+
+
+def _take_before_reshape(node: Call, reshape: Call, axis: int, value: int) -> Expr | None:
+    source = reshape.args[0].checked_type
+    shape = reshape.checked_type
+    assert isinstance(source, TensorType) and isinstance(shape, TensorType)
+    before = math.prod(shape.shape[:axis])
+    for along, extent in enumerate(source.shape):
+        if math.prod(source.shape[:along]) == before and extent == shape.shape[axis]:
+            out = node.checked_type
+            assert isinstance(out, TensorType)
+            if 0 in out.shape:  # newshape reads 0 as "copy the input's dimension"
+                return None
+            taken = _take(reshape.args[0], value, along, node)
+            return Call(get_op("reshape"), [taken], {"newshape": out.shape})
+    return None
+
+
 # -- rules: casts ------------------------------------------------------------------------------
 
 def _identity_cast() -> PatternCallback:
@@ -294,6 +365,7 @@ def _rules() -> list[PatternCallback]:
         _merge_transposes(),
         _transpose_as_reshape(),
         _elementwise_before_reshape(),
+        _take_before_movement(),
         _identity_cast(),
         _merge_casts(),
         # x * 1 -> x, 1 * x -> x

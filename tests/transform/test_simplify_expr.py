@@ -183,6 +183,48 @@ def test_elementwise_operators_stay_below_other_reshapes():
     _unchanged([x, y], opf.op.add(opf.op.reshape(x, newshape=[1, 4, 6]), y))
 
 
+# -- a take of one constant index, before transposes and reshapes -----------------------------
+
+def _index(value):
+    return opf.const(np.asarray(value, "int64"))
+
+
+def test_a_take_of_one_index_moves_before_a_transpose_and_a_reshape():
+    x = opf.var("x", (3, 4, 5))
+    # the transpose left is the identity and goes too
+    _check([x], opf.op.take(opf.op.transpose(x, axes=[2, 0, 1]), _index(1), axis=0),
+           lambda x: opf.op.take(x, _index(1), axis=2))
+    _check([x], opf.op.take(opf.op.transpose(x, axes=[1, 2, 0]), _index(-1), axis=1),
+           lambda x: opf.op.transpose(opf.op.take(x, _index(4), axis=2), axes=[1, 0]))
+    y = opf.var("y", (6, 8))
+    # axis 2 of (2, 3, 8) is axis 1 of (6, 8): the same extent, the same elements before it
+    _check([y], opf.op.take(opf.op.reshape(y, newshape=[2, 3, 8]), _index(2), axis=2),
+           lambda y: opf.op.reshape(opf.op.take(y, _index(2), axis=1), newshape=[2, 3]))
+
+
+def test_the_heads_split_of_torch_multihead_attention_reads_the_projection_itself():
+    # nn.MultiheadAttention's unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
+    # then q, k, v = proj[0], proj[1], proj[2]: each take reads the projection's output
+    x = opf.var("x", (5, 12))
+    split = opf.op.squeeze(opf.op.transpose(opf.op.reshape(x, newshape=[1, 5, 1, 3, 4]),
+                                            axes=[3, 1, 2, 0, 4]), axis=[3])
+    body = opf.Tuple([opf.op.take(split, _index(i), axis=0) for i in range(3)])
+    new = SimplifyExpr()(_module([x], body))
+    names = [n.op_name for n in post_order(new["main"]) if isinstance(n, Call)]
+    assert "transpose" not in names and "squeeze" not in names
+    _assert_same_values(_module([x], body), new)
+
+
+def test_other_takes_stay():
+    x = opf.var("x", (3, 4))
+    t = opf.op.transpose(x, axes=[1, 0])
+    _unchanged([x], opf.op.take(t, _index(9), axis=0, mode="clip"))  # out of range: clamped
+    _unchanged([x], opf.op.take(t, opf.const(np.array([0, 2], "int64")), axis=0))  # several
+    _unchanged([x], opf.op.take(t, _index(1)))  # the flat tensor
+    # a reshape that splits the axis taken
+    _unchanged([x], opf.op.take(opf.op.reshape(x, newshape=[2, 6]), _index(1), axis=1))
+
+
 # -- casts -------------------------------------------------------------------------------------
 
 def test_a_cast_to_the_same_dtype_is_removed():
