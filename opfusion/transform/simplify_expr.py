@@ -240,7 +240,7 @@ def _constant_index(node: Expr, data: Expr, index: Expr) -> tuple[int, int] | No
     assert isinstance(node, Call) and isinstance(index, Constant)
     ty = data.checked_type
     if (node.attrs["axis"] is None or index.data.shape != () or index.data.dtype.kind not in "iu"
-            or not isinstance(ty, TensorType)):
+            or not isinstance(ty, TensorType) or not ty.shape):
         return None
     axis = node.attrs["axis"] % len(ty.shape)
     extent, value = ty.shape[axis], int(index.data)
