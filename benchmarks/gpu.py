@@ -1,6 +1,6 @@
 """opfusion on an NVIDIA GPU against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep]
+    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep] [--products] [--tf32]
                              [--tune SECONDS [--records FILE]]
 
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
@@ -14,7 +14,12 @@ rows, ``allow_tf32`` off), which is the arithmetic opfusion's kernels do. opfusi
 its launches alone (``GPUExecutor.execute``: inputs already on the device), torch's the same
 (tensors on the GPU); each is the median of ``--repeat`` timed
 runs after warm-up, measured with CUDA events (opfusion) and ``torch.cuda.Event`` (torch),
-all in this one process. Without an NVIDIA GPU and its driver it says so and exits."""
+all in this one process. Without an NVIDIA GPU and its driver it says so and exits.
+
+``--tf32`` builds resnet50 for ``cuda -tf32=1`` (products on tensor cores in TF32).
+``--products`` first times three products (dense, random operands) in float32 tiles and on
+tensor cores in TF32 (``-tf32=1``, ``backend/cuda/schedules/mma.py``), each checked against
+NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``)."""
 
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ from opfusion.ir.expr import Function, Var, const
 from opfusion.ir.types import TensorType
 
 CHAIN_ELEMENTS = 64 * 1024 * 1024
+#: (rows, contraction, columns) of the products --products times: a square one, and BERT-large's
+#: feed-forward input and output at 4096 tokens.
+PRODUCTS = ((4096, 4096, 4096), (4096, 1024, 4096), (4096, 4096, 1024))
 
 
 def copy_bandwidth_gbs(device, nbytes: int = 1 << 30, repeat: int = 10) -> float:
@@ -150,6 +158,48 @@ def chain_rows(device, repeat: int, bandwidth: float, sweep: bool) -> None:
            results, bound)
 
 
+def product_rows(device, repeat: int, shapes=PRODUCTS) -> None:
+    """Each of ``shapes`` as ``x @ w.T`` (nn.dense) in float32 tiles and on tensor cores,
+    checked against NumPy, with torch.matmul's times in float32 and in TF32."""
+    rng = np.random.default_rng(0)
+    for rows, depth, cols in shapes:
+        x = rng.standard_normal((rows, depth)).astype("float32")
+        w = rng.standard_normal((cols, depth)).astype("float32")
+        xv, wv = Var("x", TensorType(x.shape, "float32")), Var("w", TensorType(w.shape, "float32"))
+        func = Function([xv, wv], op.nn.dense(xv, wv))
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        results = {}
+        for label, option in (("opfusion", ""), ("opfusion tf32", " -tf32=1")):
+            model = build_gpu_model(func, target=f"cuda -arch={device.arch}{option}")
+            configs = [k.schedule_config for k in model.kernels if k.schedule_config]
+            exe = GPUExecutor(model, device)
+            (got,) = exe.run(x, w)
+            error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+            results[label] = time_opfusion(exe, repeat)
+            print(f"  {label}: {configs[0] if configs else 'no rule'}, max error "
+                  f"{error:.1e} of the largest output")
+            exe.close()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+                saved = torch.backends.cuda.matmul.allow_tf32
+                try:
+                    for label, allow in (("torch fp32", False), ("torch tf32", True)):
+                        torch.backends.cuda.matmul.allow_tf32 = allow
+                        results[label] = time_torch(lambda a, b: a @ b.T, [tx, tw], repeat)
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = saved
+        except ImportError:
+            pass
+        report(f"dense {rows} x {depth} x {cols} ({2 * rows * depth * cols / 1e12:.2f} TFLOP)",
+               results, None)
+        flops = 2 * rows * depth * cols
+        print("  " + ", ".join(f"{name} {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s"
+                               for name, ms in results.items()))
+
+
 def chain_sweep(func, target: str) -> None:
     """Every config of the default schedule (threads, elements and vector steps per
     thread) on the chain, through ``opf.tune`` on the GPU (each checked against the
@@ -163,12 +213,12 @@ def chain_sweep(func, target: str) -> None:
 
 
 def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
-                tune_seconds: float, records: str | None) -> None:
+                tune_seconds: float, records: str | None, tf32: bool = False) -> None:
     start = time.perf_counter()
     mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
     print(f"\n  resnet50 workload (random weights, calibrated) in "
           f"{time.perf_counter() - start:.1f} s")
-    target = f"cuda -arch={device.arch}"
+    target = f"cuda -arch={device.arch}" + (" -tf32=1" if tf32 else "")
     (image,) = [p for p in mod["main"].params if p.name_hint not in params]
     data = np.random.default_rng(0).standard_normal(
         [int(d) for d in image.type_annotation.shape]).astype("float32")
@@ -259,6 +309,10 @@ def main() -> int:
                              "does too)")
     parser.add_argument("--records", default=None,
                         help="where the tuning records go (default: kept in memory)")
+    parser.add_argument("--products", action="store_true",
+                        help="first time three large products in float32 and in TF32")
+    parser.add_argument("--tf32", action="store_true",
+                        help="build resnet50 with -tf32=1 (products on tensor cores)")
     args = parser.parse_args()
     try:
         device = cuda_device()
@@ -268,9 +322,11 @@ def main() -> int:
     bandwidth = copy_bandwidth_gbs(device)
     print(f"device: {device.name} ({device.arch}); device-to-device copy "
           f"{bandwidth:.0f} GB/s (read + write)")
+    if args.products:
+        product_rows(device, args.repeat)
     chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)
     resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile, args.tune,
-                args.records)
+                args.records, args.tf32)
     return 0
 
 

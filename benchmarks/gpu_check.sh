@@ -13,6 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 # CUDA graphs), inputs from torch tensors on the GPU, tuning on the GPU.
 timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
   tests/backend/test_cuda_backend.py tests/autotune/test_gpu_runner.py \
+  tests/backend/test_cuda_mma.py \
   -k "on_the_gpu or torch_tensors or needs_a_driver or tuning" 2>&1 | tee "$out/tests.log" | tail -8
-timeout 480 python3 benchmarks/gpu.py --tune "${1:-120}" --records "$out/records.json" 2>&1 \
+timeout 480 python3 benchmarks/gpu.py --products --tune "${1:-120}" --records "$out/records.json" 2>&1 \
   | tee "$out/bench.log"

@@ -82,8 +82,11 @@ DEFAULT_CUDA_ARCH = "sm_80"
 #: H100 and H200 SXM): what a schedule must give work to, unless ``-sms=N`` says otherwise.
 CUDA_MULTIPROCESSORS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
 
-register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores", "sms"),
-                                "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132)"))
+register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores", "sms", "tf32"),
+                                "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132 -tf32=1)"))
+
+#: The first architecture with TF32 tensor cores (Ampere).
+TF32_ARCH = 80
 
 
 def target_kinds() -> list[str]:
@@ -208,6 +211,22 @@ class Target:
         arch = self.cuda_arch
         family = arch.rstrip(string.ascii_lowercase)  # sm_90a: an sm_90
         return CUDA_MULTIPROCESSORS.get(family, CUDA_MULTIPROCESSORS[DEFAULT_CUDA_ARCH])
+
+    @property
+    def allow_tf32(self) -> bool:
+        """Whether float32 products may run on tensor cores in TF32 (``-tf32=1``; off by
+        default): their operands rounded to 10 bits of mantissa, as PyTorch's
+        ``allow_tf32`` and cuDNN's default convolutions do. Results then differ from float32
+        ones by about 1e-3 of their size. Needs sm_80 or newer."""
+        if self.device != "cuda":
+            return False
+        text = self.options.get("tf32", "0")
+        if text not in ("0", "1"):
+            raise TargetError(f"target {self}: -tf32={text} is not 0 or 1")
+        if text == "1" and int(re.sub(r"[^0-9]", "", self.cuda_arch)) < TF32_ARCH:
+            raise TargetError(f"target {self}: TF32 tensor cores need sm_80 or newer, not "
+                              f"{self.cuda_arch}")
+        return text == "1"
 
     @property
     def max_threads_per_block(self) -> int:

@@ -288,6 +288,26 @@ class Stage:
         """Unroll the loop over ``var``."""
         self._set_kind(var, ForKind.UNROLLED, "unroll")
 
+    def tensorize(self, var: IterVar, intrinsic: str) -> None:
+        """Let a GPU run the nest the loop over ``var`` heads as one tensor-core instruction.
+        ``intrinsic`` is ``"mma_tf32"``: ``var`` is a reduction loop of 8 steps around two
+        data-parallel loops of 2 (the tile-row half, then the column of the pair), inside
+        loops bound to threadIdx.x (4) and threadIdx.y (8); :mod:`opfusion.tir.mma` says
+        what the nest may read. On other targets the nest runs as written."""
+        if intrinsic != "mma_tf32":
+            raise self._fail(f"unknown tensor intrinsic {intrinsic!r}; known: 'mma_tf32'")
+        pos = self._leaf(var, "tensorize")
+        inner = self.leaf_iter_vars[pos + 1:]
+        # The inner loops' extents are known once lowering has inferred this stage's region
+        # (a stage computed at another's loop): they are checked there (tir/mma.py).
+        if (not var.is_reduce or int(var.dom.extent) != 8 or len(inner) != 2
+                or any(v.is_reduce for v in inner)):
+            raise self._fail(
+                f"cannot tensorize {var.name} as mma_tf32: it must be a reduction loop of 8 "
+                "steps with exactly two data-parallel loops (of 2) inside it, found "
+                f"{_names([var, *inner])}")
+        self.iter_var_attrs[var] = ForKind.MMA_TF32
+
     def prefetch(self, tensor: Tensor, var: IterVar, indices: Sequence[Any]) -> None:
         """At the start of every iteration of the loop over ``var``, hint that
         ``tensor[indices]`` will be read soon (its cache line is fetched toward the core; no

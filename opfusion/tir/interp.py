@@ -17,7 +17,9 @@ run one at a time from barrier to barrier, and every access to memory other thre
 (shared buffers, the function's buffers, global temporaries) is checked: reading what another
 thread of the block wrote since the last barrier, writing what another read or wrote since
 then, or touching an element another block wrote, is a data race and an EvaluationError, as
-are threads that do not all reach the same barriers."""
+are threads that do not all reach the same barriers. A tensor-core nest (``mma_tf32``) runs
+as its warp runs it: each lane hands its TF32-rounded operands to the others and takes its
+results from the whole warp's (:mod:`opfusion.tir.mma`)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EvaluationError
+from ..errors import EvaluationError, TensorExprError
 from . import expr as E
+from . import mma
 from . import stmt as S
 
 _UNINIT_INT = -123456789
@@ -121,6 +124,7 @@ class _Source:
         self.names: dict[object, str] = {}
         self.spmd = False  # GPU semantics: bound loops read the thread's indices
         self.temporaries: set[int] = set()  # ids of a launch's global temporaries
+        self.bound: dict[str, E.Var] = {}  # GPU index -> the variable of the loop bound to it
 
     def name(self, obj: object, hint: str) -> str:
         got = self.names.get(obj)
@@ -207,7 +211,15 @@ class _Source:
             v = self.name(s.loop_var, s.loop_var.name)
             self.lines.append(f"{pad}{v} = {self.expr(s.min)} + _idx[{s.kind.value!r}]")
             self.lines.append(f"{pad}if _idx[{s.kind.value!r}] < {self.expr(s.extent)}:")
+            outer = self.bound.get(s.kind.value)
+            self.bound[s.kind.value] = s.loop_var
             self.stmt(s.body, indent + 1)
+            if outer is None:
+                del self.bound[s.kind.value]
+            else:
+                self.bound[s.kind.value] = outer
+        elif isinstance(s, S.For) and s.kind is S.ForKind.MMA_TF32 and self.spmd:
+            self.warp_mma(s, pad)
         elif isinstance(s, S.Barrier):
             self.lines.append(f"{pad}yield")
         elif isinstance(s, S.For):
@@ -243,6 +255,31 @@ class _Source:
             self.lines.append(f"{pad}{self.offset(s.buffer, s.indices)}")
         else:
             raise EvaluationError(f"the interpreter cannot run {type(s).__name__}")
+
+    def warp_mma(self, loop: S.For, pad: str) -> None:
+        """A tensor-core nest run as the warp runs it (:mod:`opfusion.tir.mma`): each lane
+        puts its TF32 operands where the others see them, waits for its warp, takes its
+        four sums from the whole warp's operands, waits again (the next nest reuses the
+        exchange), and adds them to its accumulators."""
+        t4, g = self.bound.get("threadIdx.x"), self.bound.get("threadIdx.y")
+        if t4 is None or g is None:
+            raise EvaluationError("a tensor-core nest (mma_tf32) must be inside loops bound to "
+                                  "threadIdx.x (4 lanes) and threadIdx.y (8)")
+        try:
+            fragments = mma.mma_fragments(mma.match_nest(loop, t4, g), t4, g)
+        except TensorExprError as err:
+            raise EvaluationError(str(err)) from None
+        a = ", ".join(f"_tf32({self.expr(x)})" for x in fragments.a)
+        b = ", ".join(f"_tf32({self.expr(x)})" for x in fragments.b)
+        lanes = f"{self.expr(g)}, {self.expr(t4)}"
+        self.lines.append(f"{pad}_mma_put(_shared, _idx, {lanes}, ([{a}], [{b}]))")
+        self.lines.append(f"{pad}yield 'warp'")
+        self.lines.append(f"{pad}_sums = _mma_sums(_shared, _idx, {lanes})")
+        self.lines.append(f"{pad}yield 'warp'")
+        target = self.name(fragments.buffer, fragments.buffer.name)
+        for q, indices in enumerate(fragments.acc):
+            offset = self.offset(fragments.buffer, indices)
+            self.lines.append(f"{pad}{target}[{offset}] = float({target}[{offset}] + _sums[{q}])")
 
 
 def to_python(func: S.PrimFunc) -> str:
@@ -313,7 +350,7 @@ def _run_one_launch(func: S.PrimFunc, buffers: list[E.Buffer], number: int, laun
         for t in itertools.product(range(tz), range(ty), range(tx)):
             index = {"blockIdx.x": block[2], "blockIdx.y": block[1],
                      "blockIdx.z": block[0], "threadIdx.x": t[2], "threadIdx.y": t[1],
-                     "threadIdx.z": t[0]}
+                     "threadIdx.z": t[0], "blockDim.x": tx, "blockDim.y": ty}
             read, write = races.accessors(block, t)
             threads.append(kernel(*args, index, shared, read, write))
         _run_block(func.name, number, threads, races)
@@ -378,26 +415,62 @@ def _run_block(name: str, number: int, threads: list[Any], races: _RaceTracker) 
     phase = 0
     while True:
         finished = 0
+        waits = set()
         for thread in threads:
             try:
-                next(thread)
+                waits.add(next(thread))
             except StopIteration:
                 finished += 1
         if finished == len(threads):
             return
-        if finished:
+        if finished or len(waits) > 1:
             raise EvaluationError(
                 f"kernel {name}, launch {number}: {finished} of the block's {len(threads)} "
-                f"threads finished while the others wait at barrier {phase + 1}; every thread "
-                "of a block must reach the same barriers (a barrier under a condition on the "
-                "thread's index hangs a GPU)")
+                f"threads finished while the others wait at barrier {phase + 1}, or some wait "
+                "at a barrier and others at a tensor-core nest; every thread of a block must "
+                "reach the same barriers (a barrier under a condition on the thread's index "
+                "hangs a GPU), and every warp the same tensor-core nests")
+        if waits == {"warp"}:
+            continue  # the lanes of each warp exchanged operands: no barrier for the others
         phase += 1
         races.phase = phase
 
 
+def _mma_lane(index: dict[str, int], g: int, t4: int) -> tuple[int, int]:
+    """(warp, lane) of the thread at ``index``, as the GPU numbers them (threads in x, then
+    y, then z order, 32 to a warp), checked against the nest's tile coordinates."""
+    linear = index["threadIdx.x"] + index["blockDim.x"] * (
+        index["threadIdx.y"] + index["blockDim.y"] * index["threadIdx.z"])
+    warp, lane = divmod(linear, mma.WARP)
+    if not (0 <= t4 < mma.LANE_X and 0 <= g < mma.LANE_Y) or lane != t4 + mma.LANE_X * g:
+        raise EvaluationError(
+            f"a tensor-core nest's lane coordinates (g={g}, t4={t4}) are not those of the "
+            f"thread's lane {lane}: bind t4 to threadIdx.x of extent 4 and g to threadIdx.y "
+            "of extent 8")
+    return warp, lane
+
+
+def _mma_put(shared: dict[str, Any], index: dict[str, int], g: int, t4: int,
+             operands: tuple[list[float], list[float]]) -> None:
+    warp, lane = _mma_lane(index, g, t4)
+    shared.setdefault("\0mma", {})[(warp, lane)] = operands
+
+
+def _mma_sums(shared: dict[str, Any], index: dict[str, int], g: int, t4: int) -> list[float]:
+    warp, _ = _mma_lane(index, g, t4)
+    exchange = shared["\0mma"]
+    lanes = {lane: exchange.get((warp, lane)) for lane in range(mma.WARP)}
+    missing = [lane for lane, got in lanes.items() if got is None]
+    if missing:
+        raise EvaluationError(f"lanes {missing} of warp {warp} did not reach the tensor-core "
+                              "nest with the others: a warp runs mma.sync together")
+    return mma.warp_tile_sums(lanes, g, t4)  # type: ignore[arg-type]
+
+
 def _namespace() -> dict[str, Any]:
     return {"math": math, "_fdiv": _fdiv, "_max": _max, "_min": _min, "_intrin": _INTRINSICS,
-            "_cast_int": _cast_int, "_oob": _oob}
+            "_cast_int": _cast_int, "_oob": _oob, "_tf32": mma.round_tf32,
+            "_mma_put": _mma_put, "_mma_sums": _mma_sums}
 
 
 def run(func: S.PrimFunc, *arrays: np.ndarray) -> None:

@@ -28,6 +28,7 @@ _ATOM = 100
 _FOR_KIND = {
     S.ForKind.SERIAL: "range", S.ForKind.PARALLEL: "parallel",
     S.ForKind.VECTORIZED: "vectorized", S.ForKind.UNROLLED: "unroll",
+    S.ForKind.MMA_TF32: "mma_tf32",
     **{kind: f"bind[{kind.value}]" for kind in S.ForKind if kind.is_thread_binding},
 }
 

@@ -15,7 +15,10 @@ Nodes and their fields (read-only attributes; expressions are :mod:`opfusion.tir
                   ``parallel for``; never nested inside another PARALLEL loop in code from
                   :func:`opfusion.lower`); VECTORIZED (iterations are independent and may run
                   in SIMD lanes; the body has no per-iteration guard and affine indices);
-                  UNROLLED (a hint to unroll fully; the extent is usually constant).
+                  UNROLLED (a hint to unroll fully; the extent is usually constant);
+                  MMA_TF32 (a serial loop of 8 contraction steps around a 2 x 2 register
+                  tile that a GPU may run as one tensor-core instruction:
+                  :mod:`opfusion.tir.mma`).
 ``IfThenElse``    ``condition: PrimExpr`` (bool), ``then_case: Stmt``, ``else_case: Stmt | None``.
 ``LetStmt``       ``var: Var``, ``value: PrimExpr``, ``body: Stmt`` — ``var`` is bound to
                   ``value`` in ``body`` (immutable: a C ``const`` local).
@@ -83,6 +86,9 @@ class ForKind(enum.Enum):
     PARALLEL = "parallel"
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    # Serial, as written; on a GPU the nest it heads is one warp's tensor-core multiply-add
+    # (mma.sync m16n8k8 in TF32), its operands exchanged between the lanes: see tir/mma.py.
+    MMA_TF32 = "mma_tf32"
     # GPU thread binding: the loop is not a loop; each block (blockIdx) or thread of a block
     # (threadIdx) of the launch runs the body with the variable at its own index, and a
     # thread whose index is past the extent skips it. The launch's size along each axis is

@@ -11,6 +11,8 @@ the rest):
 - a "shared" temporary is a ``__shared__`` array, a "local" one a per-thread array;
 - a barrier is ``__syncthreads()``;
 - ``#pragma unroll`` before an UNROLLED loop;
+- an MMA_TF32 nest is one warp's ``mma.sync`` on tensor cores, its operands loaded and
+  rounded to TF32 by each lane (:mod:`opfusion.tir.mma`);
 - helpers are ``__device__`` functions, and the file includes nothing: NVRTC has no C
   library headers, so the fixed-width integer types and ``INFINITY``/``NAN`` are defined in
   the prelude; the math functions (``expf``, ``erff``, ``tanhf``, ...) are CUDA's own, each
@@ -27,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BuildError
+from ...errors import BuildError, TensorExprError
 from ...tir import expr as E
+from ...tir import mma
 from ...tir import stmt as S
 from ...tir.launch import Launch, split_launches
 from ...tir.simplify import linear_form
@@ -69,6 +72,7 @@ class CUDAEmitter(CFamilyEmitter):
         super().__init__(func, entry_name)
         self.launch = launch
         self.sizes = dict(zip(S.THREAD_TAGS, (*launch.grid, *launch.block)))
+        self.bound: dict[str, list[E.Var]] = {}  # GPU index -> the loops bound to it, open
 
     def param_declaration(self, buffer: E.Buffer, name: str, is_written: bool) -> str:
         const = "" if is_written else "const "
@@ -86,6 +90,9 @@ class CUDAEmitter(CFamilyEmitter):
     def emit_for(self, loop: S.For, indent: int, stack: list[WorkItem]) -> None:
         if loop.kind is S.ForKind.VECTORIZED and self._emit_vector_copy(loop, indent):
             return
+        if loop.kind is S.ForKind.MMA_TF32:
+            self._emit_mma(loop, indent)
+            return
         if not loop.kind.is_thread_binding:
             super().emit_for(loop, indent, stack)
             return
@@ -99,9 +106,44 @@ class CUDAEmitter(CFamilyEmitter):
             self.line(indent, "{")
         var = self.bind_var(loop.loop_var, self.non_negative(loop.min))
         self.line(indent + 1, f"const {c_type(loop.loop_var.dtype)} {var} = {start} + {index};")
+        bound = self.bound.setdefault(tag, [])
+        bound.append(loop.loop_var)
         stack.append(lambda: self.line(indent, "}"))
-        stack.append(lambda: self.unbind_var(loop.loop_var))
+        stack.append(lambda: (self.unbind_var(loop.loop_var), bound.pop()))
         stack.append((loop.body, indent + 1))
+
+    def _emit_mma(self, loop: S.For, indent: int) -> None:
+        """A tensor-core nest (:mod:`opfusion.tir.mma`) as one ``mma.sync``: each lane's six
+        operands loaded and rounded to TF32, its four accumulators updated in place. The
+        lanes must be the whole launch's threadIdx.x (4) and threadIdx.y (8), every thread
+        of them present (no guard), so that lane ``t4 + 4 g`` is the hardware's."""
+        lanes = [self.bound.get(tag) or [] for tag in ("threadIdx.x", "threadIdx.y")]
+        if (len(lanes[0]) != 1 or len(lanes[1]) != 1
+                or (self.sizes["threadIdx.x"], self.sizes["threadIdx.y"])
+                != (mma.LANE_X, mma.LANE_Y)):
+            raise BuildError(f"kernel {self.func.name!r}: a tensor-core nest needs blocks of "
+                             f"{mma.LANE_X} x {mma.LANE_Y} x warps threads, its lanes bound "
+                             f"to threadIdx.x and threadIdx.y")
+        t4, g = lanes[0][0], lanes[1][0]
+        try:
+            fragments = mma.mma_fragments(mma.match_nest(loop, t4, g), t4, g)
+        except TensorExprError as err:
+            raise BuildError(f"kernel {self.func.name!r}: {err}") from None
+        helper = self.need_helper("opf_tf32", _TF32_HELPER)
+        self.line(indent, "{")
+        names = []
+        for kind, values in (("a", fragments.a), ("b", fragments.b)):
+            for number, value in enumerate(values):
+                name = self.names.fresh(f"mma_{kind}{number}")
+                names.append(name)
+                self.line(indent + 1, f"const uint32_t {name} = {helper}({self.expr(value)});")
+        acc = self.buffer_name(fragments.buffer)
+        outs = ", ".join(f'"+f"({acc}[{self.expr(self.offset(fragments.buffer, i))}])'
+                         for i in fragments.acc)
+        ins = ", ".join(f'"r"({name})' for name in names)
+        self.line(indent + 1, f'asm volatile("{mma.INSTRUCTION} {{%0,%1,%2,%3}}, '
+                              f'{{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};" : {outs} : {ins});')
+        self.line(indent, "}")
 
     def _emit_vector_copy(self, loop: S.For, indent: int) -> bool:
         """A vectorized loop of 4 float32 copies between two buffers at consecutive,
@@ -148,6 +190,13 @@ class CUDAEmitter(CFamilyEmitter):
 
 #: float32 elements of one float4 access.
 VECTOR_FLOATS = 4
+
+#: A float32 rounded to TF32 for the tensor cores (to nearest, ties away from zero).
+_TF32_HELPER = """static inline uint32_t opf_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}"""
 
 
 def _aligned_base(offset: E.PrimExpr, lane: E.Var) -> E.PrimExpr | None:

@@ -1,0 +1,179 @@
+"""GPU products on tensor cores (nn.dense, nn.matmul, nn.batch_matmul in float32, TF32
+arithmetic): warp tiles of ``mma.sync`` m16n8k8, operands staged in shared memory.
+
+Taken only for a target with ``-tf32=1`` (:attr:`opfusion.target.Target.allow_tf32`): the
+products' operands are rounded to TF32, 10 bits of mantissa, as PyTorch's ``allow_tf32``
+and cuDNN's default convolutions round theirs. Elsewhere, and for shapes whose rows, columns
+or contraction the tiles do not divide, products take :mod:`.matmul`'s float32 tiles.
+
+A block computes ``warps_m * tiles_m * 16`` rows x ``warps_n * tiles_n * 8`` columns of the
+result (``blockIdx.y``, ``blockIdx.x``; batches on ``blockIdx.z``) with ``warps_m * warps_n``
+warps (``threadIdx.z``), each ``tiles_m x tiles_n`` tensor-core tiles of 16 x 8. In a warp,
+lane ``t4 + 4 g`` (``threadIdx.x`` = t4 of 4, ``threadIdx.y`` = g of 8) owns the
+``2 tiles_m`` consecutive rows from ``2 tiles_m g`` and the ``2 tiles_n`` consecutive columns
+from ``2 tiles_n t4`` of its warp's tile: in tile ``(mi, ni)``, the instruction's row ``g + 8 h``
+is the warp's row ``2 tiles_m g + 2 mi + h`` and its column ``2 t4 + c`` the warp's column
+``2 tiles_n t4 + 2 ni + c`` (:mod:`opfusion.tir.mma`: any such mapping is one the
+instruction can compute, and a lane's results are then one register tile). The contraction
+runs in steps of ``k_step``: the block copies its rows of the left operand and columns of
+the right one for the step into shared memory together, waits at a barrier, and each warp
+issues ``k_step / 8`` instructions per tile. The elementwise epilogue runs on each lane's
+registers before the store.
+
+Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m`` (1, 2, 4), ``tiles_n`` (1, 2, 4, 8),
+``k_step`` (8, 16, 32), ``shared``; a point must tile the product exactly, with blocks of at
+most the target's threads and tiles that fit its shared memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
+from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
+from .matmul import MAX_GRID_Z, _batch, _operands, _takes
+
+#: Rows and columns of one tensor-core tile, and its contraction steps.
+TILE_ROWS, TILE_COLS, TILE_STEPS = 16, 8, 8
+#: Threads of a warp, as (threadIdx.x, threadIdx.y) of the lanes.
+LANES_X, LANES_Y = 4, 8
+
+
+class GPUMmaRule(ScheduleRule):
+    """Tensor-core products: see the module docstring."""
+
+    name = "gpu_mma"
+    ops = ("nn.dense", "nn.matmul", "nn.batch_matmul")
+
+    def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
+        if not target.allow_tf32 or not _takes(anchor, output) or not _float32(anchor):
+            return None
+        rows, cols = (int(d) for d in anchor.shape[-2:])
+        depth = int(anchor.op.reduce_axis[0].dom.extent)
+        limit = target.max_threads_per_block
+        shared_bytes = target.max_shared_memory_per_block
+
+        def fits(c: dict[str, KnobValue]) -> bool:
+            block_rows, block_cols = _block(c)
+            threads = LANES_X * LANES_Y * int(c["warps_m"]) * int(c["warps_n"])
+            tiles = (block_rows + block_cols) * int(c["k_step"]) * 4
+            return (rows % block_rows == 0 and cols % block_cols == 0
+                    and depth % int(c["k_step"]) == 0 and threads <= limit
+                    and rows // block_rows <= MAX_GRID_Z
+                    and (not c["shared"] or tiles <= shared_bytes))
+
+        fits.__doc__ = "tiles that divide the product, blocks and shared tiles the GPU allows"
+        space = ConfigSpace(self.name, [
+            Knob("warps_m", (1, 2, 4), "warps along the rows of a block"),
+            Knob("warps_n", (1, 2, 4), "warps along the columns of a block"),
+            Knob("tiles_m", (1, 2, 4), "16-row tensor-core tiles of each warp"),
+            Knob("tiles_n", (1, 2, 4, 8), "8-column tensor-core tiles of each warp"),
+            Knob("k_step", (8, 16, 32), "contraction steps per shared-memory stage"),
+            Knob("shared", (True, False), "stage the operands' tiles in shared memory"),
+        ], fits)
+        return space if len(space) else None
+
+    def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
+        space = self.space(anchor, output, target)
+        assert space is not None
+        rows, cols = (int(d) for d in anchor.shape[-2:])
+        batch = _batch(anchor)
+        fitting = [space.config(**t) for t in _TILES if _in(space, t)]
+        if not fitting:  # a small or oddly sized product: the first point of the space
+            return next(iter(space))
+        # The largest tile that still gives every multiprocessor a block, else the one
+        # that gives the most blocks.
+        for config in fitting:
+            block_rows, block_cols = _block(config)
+            if batch * (rows // block_rows) * (cols // block_cols) >= target.multiprocessors:
+                return config
+        return fitting[-1]
+
+    def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
+              config: Config) -> None:
+        arrange_mma_product(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
+                            int(config["tiles_m"]), int(config["tiles_n"]),
+                            int(config["k_step"]), bool(config["shared"]))
+        arrange_elementwise(s, DEFAULT_THREADS)
+
+
+#: The heuristic's tiles, largest first (untuned: sizes as CUTLASS's TF32 defaults run, 64 x
+#: 64 to 128 x 128 blocks of 4 warps).
+_TILES = tuple(
+    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
+    for wm, wn, tm, tn, k in ((2, 2, 4, 8, 16), (2, 2, 2, 4, 32), (2, 2, 2, 4, 16),
+                              (2, 2, 1, 2, 16), (2, 2, 1, 1, 16), (2, 1, 1, 1, 16),
+                              (1, 1, 1, 1, 8)))
+
+
+def _in(space: ConfigSpace, values: dict[str, KnobValue]) -> bool:
+    try:
+        space.check(values)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _block(config: Any) -> tuple[int, int]:
+    """(rows, columns) of a block's tile."""
+    return (int(config["warps_m"]) * int(config["tiles_m"]) * TILE_ROWS,
+            int(config["warps_n"]) * int(config["tiles_n"]) * TILE_COLS)
+
+
+def _float32(anchor: Any) -> bool:
+    return anchor.dtype == "float32" and all(t.dtype == "float32"
+                                             for t in anchor.op.input_tensors)
+
+
+def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
+                        tiles_m: int, tiles_n: int, k_step: int, shared: bool) -> None:
+    """The tiling of the module docstring with explicit knobs (they must divide the
+    product: see the space)."""
+    acc, owner = accumulator_and_owner(s, anchor, output)
+    *batch, i, j = owner.op.axis
+    io, ii = owner.split(i, factor=warps_m * tiles_m * TILE_ROWS)
+    wi, i1 = owner.split(ii, factor=tiles_m * TILE_ROWS)
+    g, rows = owner.split(i1, factor=tiles_m * 2)  # lane row g: 2 tiles_m consecutive rows
+    jo, ji = owner.split(j, factor=warps_n * tiles_n * TILE_COLS)
+    wj, j1 = owner.split(ji, factor=tiles_n * TILE_COLS)
+    t4, cols = owner.split(j1, factor=tiles_n * 2)
+    owner.reorder(*batch, io, jo, wi, wj, g, t4, rows, cols)
+    if batch:
+        owner.bind(owner.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.z")
+    owner.bind(io, "blockIdx.y")
+    owner.bind(jo, "blockIdx.x")
+    owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    owner.bind(g, "threadIdx.y")
+    owner.bind(t4, "threadIdx.x")
+    stage = s[acc]
+    stage.compute_at(owner, t4)
+    *_, ai, aj = stage.op.axis
+    (k,) = stage.op.reduce_axis
+    mi, h = stage.split(ai, factor=2)
+    ni, c = stage.split(aj, factor=2)
+    ko, kr = stage.split(k, factor=k_step)
+    kk, k8 = stage.split(kr, factor=TILE_STEPS)
+    stage.reorder(ko, kk, mi, ni, k8, h, c)
+    for loop in (kk, mi, ni):  # constant register indices: the accumulators stay registers
+        stage.unroll(loop)
+    stage.tensorize(k8, "mma_tf32")
+    if not shared:
+        return
+    for operand in _operands(acc):
+        copy = s.cache_read(operand, "shared", [acc])
+        s[copy].compute_at(stage, ko)
+        warp_copy(s[copy], warps_m * warps_n)
+
+
+def warp_copy(stage: te.Stage, warps: int) -> None:
+    """The block's threads copy a tile together, its elements in order, thread after thread
+    (lanes in x, then y, then warps in z), as many rounds as it takes."""
+    axes = list(stage.op.axis)
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    _, inside = stage.split(fused, factor=warps * LANES_X * LANES_Y)  # the rounds, serial
+    tz, lane = stage.split(inside, factor=LANES_X * LANES_Y)
+    ty, tx = stage.split(lane, factor=LANES_X)
+    stage.bind(tz, "threadIdx.z")
+    stage.bind(ty, "threadIdx.y")
+    stage.bind(tx, "threadIdx.x")

@@ -1,0 +1,190 @@
+"""Tensor-core products in the loop IR: one warp's ``mma.sync.aligned.m16n8k8`` in TF32.
+
+A loop of kind :attr:`~opfusion.tir.stmt.ForKind.MMA_TF32` heads the per-thread form of one
+tensor-core multiply-add (:meth:`opfusion.te.Stage.tensorize` makes it)::
+
+    for k in mma_tf32(8):        # 8 contraction steps
+        for h in range(2):       # the lane's tile row g + 8 h
+            for c in range(2):   # the lane's tile column 2 t4 + c
+                acc[..h..c..] = acc[..h..c..] + a(h, k) * b(c, k)
+
+inside loops bound to ``threadIdx.x`` (``t4``, extent 4) and ``threadIdx.y`` (``g``, extent 8),
+so that a thread's lane in its warp is ``t4 + 4 g`` and a warp is one ``threadIdx.z``. Per
+thread, the nest computes its own four elements of the warp's 16 x 8 tile, which the PTX ISA
+places (the accumulator fragment of ``mma.m16n8k8``) at tile row ``g + 8 h`` and tile column
+``2 t4 + c``. Which rows and columns of the product those are is the schedule's choice; the
+intrinsic needs only that ``a`` reads neither ``t4`` nor ``c``, and ``b`` neither ``g`` nor ``h``.
+The tile's operands are then ``A[r][k] = a(h = r // 8, k)`` at ``g = r % 8`` and
+``B[k][n] = b(c = n % 2, k)`` at ``t4 = n // 2``.
+
+The tensor core computes the whole tile from operands spread over the lanes. Lane (g, t4)
+holds, each rounded to TF32 (``cvt.rna``: 10 bits of mantissa, to nearest, ties away from
+zero)::
+
+    a0 = A[g][t4]      a1 = A[g + 8][t4]      a2 = A[g][t4 + 4]      a3 = A[g + 8][t4 + 4]
+    b0 = B[t4][g]      b1 = B[t4 + 4][g]
+
+(PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32). :func:`mma_fragments` gives these six
+values as the nest's own expressions with its variables substituted: ``a`` at ``h = 0, 1`` and
+``k = t4, t4 + 4``; ``b`` at ``t4 := g // 2``, ``c := g % 2`` and the same ``k``. The CUDA emitter
+loads them and issues the instruction; the loop-IR interpreter exchanges the same values
+between the lanes of a simulated warp (:func:`warp_tile_sums`), so a schedule whose mapping
+disagrees with the hardware's computes wrong numbers in its interpreter check, not only on a
+GPU. On a CPU the nest is an ordinary loop."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from ..errors import TensorExprError
+from . import expr as E
+from . import stmt as S
+from .simplify import structural_equal
+
+#: The warp's tile: rows, columns and contraction steps of one instruction.
+TILE_ROWS, TILE_COLS, TILE_STEPS = 16, 8, 8
+#: Threads of a warp; the lane of ``(g, t4)`` is ``t4 + 4 g``.
+WARP = 32
+#: Extents of the two thread loops a nest sits in: ``t4`` on threadIdx.x, ``g`` on threadIdx.y.
+LANE_X, LANE_Y = 4, 8
+#: The instruction, as the CUDA emitter issues it.
+INSTRUCTION = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+
+
+@dataclass(frozen=True)
+class MmaNest:
+    """A nest headed by an MMA_TF32 loop, taken apart: its loop variables (``k`` the
+    contraction step, ``h`` the tile-row half, ``c`` the column of the pair), the
+    accumulator's store and the two factors of the update (``a`` reads ``h``, ``b`` reads
+    ``c``)."""
+
+    k: E.Var
+    h: E.Var
+    c: E.Var
+    store: S.BufferStore
+    a: E.PrimExpr
+    b: E.PrimExpr
+
+
+@dataclass(frozen=True)
+class MmaFragments:
+    """What lane (g, t4) contributes and receives: its four ``a`` and two ``b`` operands
+    (float32 expressions, before the TF32 rounding) and the accumulator indices of its four
+    results d0..d3 (tile (g, 2 t4), (g, 2 t4 + 1), (g + 8, 2 t4), (g + 8, 2 t4 + 1))."""
+
+    a: tuple[E.PrimExpr, E.PrimExpr, E.PrimExpr, E.PrimExpr]
+    b: tuple[E.PrimExpr, E.PrimExpr]
+    acc: tuple[tuple[E.PrimExpr, ...], ...]
+    buffer: E.Buffer
+
+
+def _const(value: E.PrimExpr) -> int | None:
+    return value.value if isinstance(value, E.IntImm) else None
+
+
+def _loop(stmt: S.Stmt, extent: int, what: str) -> S.For:
+    if not (isinstance(stmt, S.For) and _const(stmt.min) == 0 and _const(stmt.extent) == extent):
+        raise TensorExprError(f"a tensor-core nest needs {what}: a loop of {extent} from 0, "
+                              f"found {type(stmt).__name__}")
+    return stmt
+
+
+def _reads(expr: E.PrimExpr, var: E.Var) -> bool:
+    return any(v is var for v in E.free_vars(expr))
+
+
+def match_nest(loop: S.For, t4: E.Var, g: E.Var) -> MmaNest:
+    """Take apart the nest ``loop`` heads (see the module docstring) for lanes ``t4`` and ``g``;
+    a TensorExprError says what does not fit."""
+    k = _loop(loop, TILE_STEPS, "the contraction steps").loop_var
+    inner = _loop(loop.body, 2, "the tile-row halves")
+    h = inner.loop_var
+    innermost = _loop(inner.body, 2, "the column pairs")
+    c = innermost.loop_var
+    store = innermost.body
+    if not isinstance(store, S.BufferStore) or store.buffer.scope != "local":
+        raise TensorExprError("a tensor-core nest must update one local accumulator element")
+    value = store.value
+    if not isinstance(value, E.Add):
+        raise TensorExprError(f"a tensor-core nest must add a product, not compute {value}")
+    old, product = value.a, value.b
+    if not _is_element(old, store):
+        old, product = product, old
+    if not _is_element(old, store) or not isinstance(product, E.Mul):
+        raise TensorExprError(f"a tensor-core nest must add a product to its accumulator "
+                              f"({store.buffer.name}), not compute {value}")
+    x, y = product.a, product.b
+    if _reads(x, c) or _reads(x, t4):
+        x, y = y, x
+    for factor, own, others in ((x, "h, g", (c, t4)), (y, "c, t4", (h, g))):
+        if any(_reads(factor, v) for v in others) or factor.dtype != "float32":
+            raise TensorExprError(
+                f"a tensor-core nest's factors must be float32 and each read one side of "
+                f"the tile: {factor} should read {own} only (t4 bound to threadIdx.x, g to "
+                f"threadIdx.y)")
+    if any(_reads(i, k) or _reads(i, t4) or _reads(i, g) for i in store.indices):
+        raise TensorExprError("a tensor-core nest's accumulator index must not read the "
+                              "contraction step or the lane")
+    return MmaNest(k, h, c, store, x, y)
+
+
+def _is_element(expr: E.PrimExpr, store: S.BufferStore) -> bool:
+    return (isinstance(expr, E.BufferLoad) and expr.buffer is store.buffer
+            and all(structural_equal(a, b) for a, b in zip(expr.indices, store.indices)))
+
+
+def mma_fragments(nest: MmaNest, t4: E.Var, g: E.Var) -> MmaFragments:
+    """Lane (g, t4)'s operands and result indices, from the nest's expressions (module
+    docstring)."""
+    four = E.IntImm(4, t4.dtype)
+
+    def step(second: bool) -> E.PrimExpr:
+        return E.add(t4, four) if second else t4
+
+    def zero_or_one(v: E.Var, one: bool) -> E.PrimExpr:
+        return E.IntImm(int(one), v.dtype)
+
+    a = tuple(E.substitute(nest.a, {nest.h: zero_or_one(nest.h, half), nest.k: step(upper)})
+              for upper in (False, True) for half in (False, True))
+    two = E.IntImm(2, g.dtype)
+    column = {t4: E.floordiv(g, two), nest.c: E.floormod(g, two)}
+    b = tuple(E.substitute(nest.b, {**column, nest.k: step(upper)}) for upper in (False, True))
+    acc = tuple(tuple(E.substitute(i, {nest.h: zero_or_one(nest.h, half),
+                                       nest.c: zero_or_one(nest.c, odd)})
+                      for i in nest.store.indices)
+                for half in (False, True) for odd in (False, True))
+    return MmaFragments(a, b, acc, nest.store.buffer)  # type: ignore[arg-type]
+
+
+def round_tf32(x: float) -> float:
+    """``x`` (a float32 value) rounded as ``cvt.rna.tf32.f32`` does: to 10 bits of mantissa,
+    to nearest, ties away from zero; NaN and infinities unchanged."""
+    if not math.isfinite(x):
+        return x
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    bits = (bits + 0x1000) & 0xFFFFE000  # the magnitude rounds; the sign bit is untouched
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int, t4: int
+                   ) -> list[float]:
+    """What the tensor core adds to lane (g, t4)'s four results, from every lane's
+    fragments (lane -> (a0..a3, b0..b1), TF32-rounded): sum over k of A[r][k] * B[k][n] at
+    its tile positions, with ``A`` and ``B`` gathered from the lanes that hold them."""
+    sums = []
+    for q in range(4):
+        row, col = g + 8 * (q >> 1), 2 * t4 + (q & 1)
+        total = 0.0
+        for k in range(TILE_STEPS):
+            a = fragments[(row % 8) * 4 + k % 4][0][(row >= 8) + 2 * (k >= 4)]
+            b = fragments[col * 4 + k % 4][1][int(k >= 4)]
+            total += a * b
+        sums.append(total)
+    return sums
+
+
+__all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
+           "MmaFragments", "MmaNest", "match_nest", "mma_fragments", "round_tf32",
+           "warp_tile_sums"]

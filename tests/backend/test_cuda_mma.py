@@ -1,0 +1,221 @@
+"""Tensor-core products (TF32 ``mma.sync``) without a GPU: the loop-IR interpreter runs each
+warp's instruction as the hardware does, its operands exchanged between the lanes by the
+PTX ISA's fragment layout, so every schedule is checked against the reference (within TF32's
+rounding) and against a reference with TF32-rounded operands (to float32's); the CUDA it
+emits compiles with NVRTC; on a GPU, the same products run on it."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion import op, te, testing
+from opfusion.backend import get_backend
+from opfusion.backend.cuda.emitter import cuda_module
+from opfusion.backend.cuda.nvrtc import compile_cuda, nvrtc_available
+from opfusion.backend.cuda.runtime import gpu_unavailable
+from opfusion.compiler.lower_group import lower_primitive_function, schedule_space
+from opfusion.errors import EvaluationError, ScheduleError
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function, Var
+from opfusion.ir.types import TensorType
+from opfusion.target import Target
+from opfusion.target.target import TargetError
+from opfusion.tir import mma
+from opfusion.tir.interp import run
+
+TF32 = Target("cuda -arch=sm_90 -tf32=1")
+NO_NVRTC = nvrtc_available()
+needs_nvrtc = pytest.mark.skipif(NO_NVRTC is not None, reason=f"NVRTC: {NO_NVRTC}")
+#: TF32 keeps 10 bits of mantissa: a product's relative error grows to about 1e-3.
+TF32_RTOL = 3e-3
+_tf32 = np.vectorize(mma.round_tf32, otypes=[np.float64])
+
+
+def _dense_relu(m, k, n):
+    x, w, b = (Var("x", TensorType((m, k), "float32")), Var("w", TensorType((n, k), "float32")),
+               Var("b", TensorType((n,), "float32")))
+    return Function([x, w, b], op.nn.relu(op.nn.bias_add(op.nn.dense(x, w), b)))
+
+
+def _batch_matmul(batch, m, k, n):
+    a, b = (Var("a", TensorType((batch, m, k), "float32")),
+            Var("b", TensorType((batch, k, n), "float32")))
+    return Function([a, b], op.nn.batch_matmul(a, b, transpose_b=False))
+
+
+def _typed(func):
+    return opf.transform.InferType()(opf.IRModule.from_expr(func))["main"]
+
+
+def _run_group(func, config=None, target=TF32):
+    """``func`` lowered as one group for ``target``, run in the interpreter: (group, inputs,
+    result)."""
+    func = _typed(func)
+    group = lower_primitive_function(func, "group", get_backend(target), config)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(tuple(p.type_annotation.shape)).astype("float32")
+              for p in func.params]
+    out = np.zeros(tuple(func.body.checked_type.shape), "float32")
+    run(group.prim_func, *inputs, *[np.array(c) for c in group.constants], out)
+    return group, inputs, out
+
+
+def _check(func, config=None):
+    """The group on tensor cores against the reference (TF32's tolerance) and against the
+    reference of its TF32-rounded operands (float32's)."""
+    group, inputs, out = _run_group(func, config)
+    assert group.schedule_config["rule"] == "gpu_mma"
+    typed = _typed(func)
+    testing.assert_close(out, evaluate(typed, inputs), TF32_RTOL)
+    rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
+    testing.assert_close(out, evaluate(typed, rounded), 1e-5)
+    return group
+
+
+def test_tf32_rounds_to_ten_bits_of_mantissa_ties_away_from_zero():
+    assert mma.round_tf32(1.0 + 2.0 ** -11) == 1.0 + 2.0 ** -10  # a tie: away from zero
+    assert mma.round_tf32(-(1.0 + 2.0 ** -11)) == -(1.0 + 2.0 ** -10)
+    assert mma.round_tf32(1.0 + 2.0 ** -12) == 1.0
+    assert mma.round_tf32(np.float32(np.pi)) == 3.140625
+    for special in (np.inf, -np.inf):
+        assert mma.round_tf32(special) == special
+    assert np.isnan(mma.round_tf32(np.nan))
+
+
+def test_the_tf32_target_option():
+    assert TF32.allow_tf32 and not Target("cuda -arch=sm_90").allow_tf32
+    assert not Target("c").allow_tf32
+    with pytest.raises(TargetError, match="0 or 1"):
+        _ = Target("cuda -tf32=yes").allow_tf32
+    with pytest.raises(TargetError, match="sm_80 or newer"):
+        _ = Target("cuda -arch=sm_75 -tf32=1").allow_tf32
+
+
+@pytest.mark.parametrize("shape", [(32, 16, 16), (64, 48, 32), (128, 64, 256)])
+def test_dense_on_tensor_cores_with_the_default_config(shape):
+    group = _check(_dense_relu(*shape))
+    assert "mma_tf32" in str(group.prim_func)
+
+
+def test_every_sampled_config_of_the_tensor_core_space_computes_the_reference():
+    func = _dense_relu(64, 32, 64)
+    rule, space, default = schedule_space(_typed(func), get_backend(TF32))
+    assert rule.name == "gpu_mma"
+    configs = [default, *space.sample(8, seed=3)]
+    assert any(not c["shared"] for c in configs) and any(c["shared"] for c in configs)
+    for config in configs:
+        _check(func, {"rule": "gpu_mma", "knobs": dict(config)})
+
+
+def test_batched_products_with_an_untransposed_right_operand():
+    group = _check(_batch_matmul(2, 16, 24, 32))
+    assert "bind[blockIdx.z]" in str(group.prim_func)
+
+
+@pytest.mark.parametrize("func, target", [
+    (_dense_relu(32, 16, 16), Target("cuda -arch=sm_90")),  # TF32 not allowed
+    (_dense_relu(17, 16, 16), TF32),  # rows no 16-row tile divides
+    (_dense_relu(32, 12, 16), TF32),  # a contraction of no whole 8-step
+])
+def test_other_products_keep_float32_tiles(func, target):
+    group, inputs, out = _run_group(func, target=target)
+    assert group.schedule_config["rule"] == "gpu_matmul"
+    testing.assert_close(out, evaluate(_typed(func), inputs), 1e-5)
+
+
+def _product(rows, cols):
+    """TE's ``a (rows x 8) @ b (8 x cols)``: the operands, the result, a schedule and the
+    result's local accumulator."""
+    a = te.placeholder((rows, 8), name="a")
+    b = te.placeholder((8, cols), name="b")
+    k = te.reduce_axis((0, 8), name="k")
+    c = te.compute((rows, cols), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    s = te.create_schedule(c.op)
+    return a, b, c, s, s.cache_write(c, "local")
+
+
+def _hand_scheduled(lanes=("threadIdx.x", "threadIdx.y")):
+    """A 16 x 8 x 8 product scheduled by hand as one warp's instruction, its tile
+    coordinates (t4, g) bound to ``lanes``."""
+    a, b, c, s, acc = _product(16, 8)
+    i, j = s[c].op.axis
+    g, rows = s[c].split(i, factor=2)
+    t4, cols = s[c].split(j, factor=2)
+    s[c].reorder(g, t4, rows, cols)
+    s[c].bind(t4, lanes[0])
+    s[c].bind(g, lanes[1])
+    s[acc].compute_at(s[c], t4)
+    s[acc].reorder(s[acc].op.reduce_axis[0], *s[acc].op.axis)
+    s[acc].tensorize(s[acc].op.reduce_axis[0], "mma_tf32")
+    return opf.lower(s, [a, b, c]), a, b
+
+
+def test_a_hand_written_tile_runs_as_the_warp_exchanges_it():
+    func, _, _ = _hand_scheduled()
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(s).astype("float32") for s in ((16, 8), (8, 8)))
+    out = np.zeros((16, 8), "float32")
+    run(func, x, y, out)
+    np.testing.assert_allclose(out, _tf32(x) @ _tf32(y), rtol=1e-6, atol=1e-6)
+
+
+def test_lanes_the_hardware_does_not_number_so_are_refused():
+    func, _, _ = _hand_scheduled(lanes=("threadIdx.y", "threadIdx.x"))  # g on x: not a lane
+    with pytest.raises(EvaluationError, match="t4 bound to threadIdx.x, g to threadIdx.y"):
+        run(func, *(np.zeros(s, "float32") for s in ((16, 8), (8, 8), (16, 8))))
+
+
+def test_the_nest_runs_as_a_plain_loop_off_the_gpu():
+    a, b, c, s, acc = _product(4, 2)
+    i, _ = s[c].op.axis
+    outer, _ = s[c].split(i, factor=2)
+    s[acc].compute_at(s[c], outer)
+    s[acc].reorder(s[acc].op.reduce_axis[0], *s[acc].op.axis)
+    s[acc].tensorize(s[acc].op.reduce_axis[0], "mma_tf32")
+    func = opf.lower(s, [a, b, c])
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal(s).astype("float32") for s in ((4, 8), (8, 2)))
+    out = np.zeros((4, 2), "float32")
+    run(func, x, y, out)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-6)  # no thread binding: float32, as written
+
+
+def test_tensorize_refuses_a_nest_that_is_no_instruction():
+    a = te.placeholder((16, 16), name="a")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((16, 16), lambda i, j: te.sum(a[i, k] * a[k, j], axis=k), name="c")
+    s = te.create_schedule(c.op)
+    with pytest.raises(ScheduleError, match="reduction loop of 8"):
+        s[c].tensorize(s[c].op.reduce_axis[0], "mma_tf32")  # 16 steps, outside i and j
+    with pytest.raises(ScheduleError, match="unknown tensor intrinsic"):
+        s[c].tensorize(s[c].op.reduce_axis[0], "wmma_f16")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_the_emitted_instruction_compiles_with_nvrtc(arch):
+    group = _check(_dense_relu(64, 32, 64), {"rule": "gpu_mma", "knobs": {
+        "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 2, "k_step": 16, "shared": True}})
+    code = cuda_module([group.prim_func], target=TF32).code
+    assert mma.INSTRUCTION in code and "cvt.rna.tf32.f32" in code
+    ptx = compile_cuda(code, arch).decode()
+    assert "mma.sync.aligned.m16n8k8" in ptx
+
+
+NO_GPU = gpu_unavailable()
+
+
+@pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
+def test_tensor_core_products_on_the_gpu_match_the_reference():
+    func = _typed(_dense_relu(256, 128, 512))
+    exe = opf.compile(opf.IRModule.from_expr(func), target="cuda -tf32=1")
+    assert "gpu_mma" in {str(s.group.schedule_config.get("rule"))
+                         for s in exe.model.steps if s.group.schedule_config}
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(tuple(p.type_annotation.shape)).astype("float32")
+              for p in func.params]
+    got = exe.run(*inputs)[0]
+    testing.assert_close(got, evaluate(func, inputs), TF32_RTOL)
+    rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
+    testing.assert_close(got, evaluate(func, rounded), 1e-5)
+    exe.close()
