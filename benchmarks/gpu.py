@@ -16,7 +16,8 @@ its launches alone (``GPUExecutor.execute``: inputs already on the device), torc
 runs after warm-up, measured with CUDA events (opfusion) and ``torch.cuda.Event`` (torch),
 all in this one process. Without an NVIDIA GPU and its driver it says so and exits.
 
-``--tf32`` builds resnet50 for ``cuda -tf32=1`` (products on tensor cores in TF32).
+``--tf32`` builds resnet50 for ``cuda -tf32=1``: its convolutions and products on tensor
+cores in TF32 (``gpu_conv2d_mma``, ``gpu_mma``), the arithmetic of torch's default rows.
 ``--products`` first times three products (dense, random operands) in float32 tiles and on
 tensor cores in TF32 (``-tf32=1``, ``backend/cuda/schedules/mma.py``), each checked against
 NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``)."""

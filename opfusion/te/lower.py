@@ -322,6 +322,8 @@ class _Lowering:
             if var is not None:
                 relax[var] = (E.IntImm(0, var.dtype), E.IntImm(parent.ext[leaf] - 1, var.dtype))
         region: list[Interval | None] | None = None
+        widths: list[int | None] = []  # a single read's bound on each extent (see below)
+        reads = 0
         readers = [(parent, relax)]
         for kid in self.attached.get(parent.stage, {}).get(pos, []):
             kid_info = self.info[kid]
@@ -335,10 +337,12 @@ class _Lowering:
             for stage, indices in self._reads(reader):
                 if stage is not info.stage:
                     continue
-                here = [eval_interval(E.substitute(i, reader.axis_values), reader_relax,
-                                      self.ranges) for i in indices]
+                indices = [E.substitute(i, reader.axis_values) for i in indices]
+                here = [eval_interval(i, reader_relax, self.ranges) for i in indices]
                 region = here if region is None else [union(a, b, self.ranges)
                                                       for a, b in zip(region, here)]
+                widths = [_clamped_width(i, reader_relax, self.ranges) for i in indices]
+                reads += 1
         assert region is not None
         offsets: list[E.PrimExpr] = []
         extents: list[int] = []
@@ -357,6 +361,8 @@ class _Lowering:
                     offsets.append(E.IntImm(0))
                     extents.append(shape[d])
                     continue
+            if reads == 1 and widths[d] is not None:
+                extent = min(extent, widths[d])
             extent = max(int(extent), 0)
             if extent > shape[d] and const_bound(lo, self.ranges)[0] >= 0:
                 extent = shape[d]
@@ -517,6 +523,29 @@ class _Lowering:
             assert isinstance(load, E.BufferLoad)
             found.setdefault(pos, []).append(S.Prefetch(load.buffer, load.indices))
         return found
+
+
+def _clamped_width(index: E.PrimExpr, relax: dict[E.Var, Interval],
+                   ranges: dict[Any, Any]) -> int | None:
+    """A bound on the values ``index`` takes as ``relax`` sweeps: those of ``index`` with every
+    clamp (a min or max with a value that does not sweep) taken away, when that is a constant
+    width. A clamp is monotone and moves two values no further apart, so the clamped index
+    spans no more: a window ``max(min(y + ry - 1, h - 1), 0)`` takes at most the window's
+    3 rows, where the interval of the clamped form, ``[max(y - 1, 0), min(y + 1, h - 1)]``,
+    has no constant width the simplifier can see. None when there is no such bound."""
+    def sweeps(node: E.PrimExpr) -> bool:
+        return any(isinstance(n, E.Var) and n in relax for n in E.post_order(node))
+
+    def strip(node: E.PrimExpr) -> E.PrimExpr | None:  # children are already stripped
+        if isinstance(node, (E.Min, E.Max)) and sweeps(node.a) != sweeps(node.b):
+            return node.a if sweeps(node.a) else node.b
+        return None
+
+    interval = eval_interval(E.rewrite(index, strip), relax, ranges)
+    if interval is None:
+        return None
+    span = simplify(E.add(E.sub(interval[1], interval[0]), 1), ranges)
+    return span.value if isinstance(span, E.IntImm) else None
 
 
 def _same(a: E.PrimExpr, b: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr]:

@@ -64,7 +64,7 @@ def _check(func, config=None):
     """The group on tensor cores against the reference (TF32's tolerance) and against the
     reference of its TF32-rounded operands (float32's)."""
     group, inputs, out = _run_group(func, config)
-    assert group.schedule_config["rule"] == "gpu_mma"
+    assert group.schedule_config["rule"] in ("gpu_mma", "gpu_conv2d_mma")
     typed = _typed(func)
     testing.assert_close(out, evaluate(typed, inputs), TF32_RTOL)
     rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
@@ -219,3 +219,61 @@ def test_tensor_core_products_on_the_gpu_match_the_reference():
     rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
     testing.assert_close(got, evaluate(func, rounded), 1e-5)
     exe.close()
+
+
+def _conv_relu(batch, channels, out_channels, size, kernel, stride, pad, groups=1):
+    x = Var("x", TensorType((batch, channels, size, size), "float32"))
+    w = Var("w", TensorType((out_channels, channels // groups, kernel, kernel), "float32"))
+    b = Var("b", TensorType((out_channels,), "float32"))
+    conv = op.nn.conv2d(x, w, strides=(stride, stride), padding=(pad, pad), groups=groups)
+    return Function([x, w, b], op.nn.relu(op.nn.bias_add(conv, b)))
+
+
+@pytest.mark.parametrize("case", [
+    (8, 8, 16, 5, 3, 1, 1),  # 3x3, padded: the window's out-of-image taps add zero
+    (8, 16, 32, 7, 3, 2, 1),  # strided
+    (16, 16, 16, 4, 1, 1, 0),  # pointwise
+])
+def test_convolutions_on_tensor_cores_with_the_default_config(case):
+    group = _check(_conv_relu(*case))
+    assert group.schedule_config["rule"] == "gpu_conv2d_mma"
+    window = case[4]
+    # The input's shared tile is the block's window, not whole rows: a clamped index
+    # (the padding test) spans no more than the window.
+    assert f", {window}, {window}], shared" in str(group.prim_func)
+
+
+def test_every_sampled_config_of_the_tensor_core_convolutions_computes_the_reference():
+    func = _conv_relu(16, 16, 32, 4, 3, 1, 1)
+    rule, space, default = schedule_space(_typed(func), get_backend(TF32))
+    assert rule.name == "gpu_conv2d_mma"
+    configs = [default, *space.sample(5, seed=2)]
+    assert any(not c["shared"] for c in configs) and any(c["shared"] for c in configs)
+    for config in configs:
+        _check(func, {"rule": "gpu_conv2d_mma", "knobs": dict(config)})
+
+
+@pytest.mark.parametrize("func, target", [
+    (_conv_relu(8, 8, 16, 4, 3, 1, 1), Target("cuda -arch=sm_90")),  # TF32 not allowed
+    (_conv_relu(4, 8, 16, 4, 3, 1, 1), TF32),  # a batch of fewer than 8 images
+    (_conv_relu(8, 3, 16, 4, 3, 1, 1), TF32),  # input channels in no whole 8-step
+    (_conv_relu(8, 16, 16, 4, 3, 1, 1, groups=2), TF32),  # grouped
+])
+def test_other_convolutions_keep_float32_tiles(func, target):
+    group, inputs, out = _run_group(func, target=target)
+    assert group.schedule_config["rule"] == "gpu_conv2d"
+    testing.assert_close(out, evaluate(_typed(func), inputs), 1e-5)
+
+
+@needs_nvrtc
+def test_resnet50_at_batch_32_convolves_on_tensor_cores_and_compiles():
+    from opfusion.compiler.gpu import build_gpu_model
+
+    mod, params = testing.WORKLOADS["resnet50"](batch_size=32, image_shape=(3, 32, 32))
+    model = build_gpu_model(mod, params, "cuda -arch=sm_90 -tf32=1")
+    rules = [str((k.schedule_config or {}).get("rule")) for k in model.kernels]
+    # every convolution but the stem (3 input channels), and the classifier
+    assert rules.count("gpu_conv2d_mma") == 23 and rules.count("gpu_conv2d") == 1
+    assert rules.count("gpu_mma") == 1
+    ptx = compile_cuda(model.source.code, "compute_90").decode()
+    assert ptx.count("mma.sync.aligned.m16n8k8") >= 24

@@ -9,6 +9,8 @@ gpu_mma        nn.dense, nn.matmul, nn.batch_matmul        warps_m, warps_n, til
 gpu_matmul     nn.dense, nn.matmul, nn.batch_matmul        block_rows, block_cols,
                                                            thread_rows, thread_cols, k_step,
                                                            shared
+gpu_conv2d_    nn.conv2d (NCHW, float32 on tensor cores in  warps_m, warps_n, tiles_m,
+mma            TF32, for a target with -tf32=1)             tiles_n, k_step, shared
 gpu_conv2d     nn.conv2d (NCHW)                            block_channels, thread_channels,
                                                            threads_x, thread_pixels, k_step,
                                                            shared
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from ...schedule_rule import RuleRegistry
 from .conv2d import GPUConv2dRule, arrange_conv2d
+from .conv2d_mma import GPUConv2dMmaRule, arrange_conv2d_mma
 from .default import GPUDefaultRule, accumulator_and_owner, arrange_elementwise, bind_flat
 from .matmul import GPUMatmulRule, arrange_product
 from .mma import GPUMmaRule, arrange_mma_product
@@ -32,10 +35,12 @@ from .rows import GPURowsRule, arrange_rows
 RULES = RuleRegistry("cuda")
 RULES.register(GPUMmaRule())  # first: it declines unless the target allows TF32
 RULES.register(GPUMatmulRule())
+RULES.register(GPUConv2dMmaRule())  # first: it declines unless the target allows TF32
 RULES.register(GPUConv2dRule())
 RULES.register(GPURowsRule())
 RULES.set_fallback(GPUDefaultRule())
 
-__all__ = ["RULES", "GPUConv2dRule", "GPUDefaultRule", "GPUMatmulRule", "GPUMmaRule",
-           "GPURowsRule", "accumulator_and_owner", "arrange_conv2d", "arrange_elementwise",
-           "arrange_mma_product", "arrange_product", "arrange_rows", "bind_flat"]
+__all__ = ["RULES", "GPUConv2dMmaRule", "GPUConv2dRule", "GPUDefaultRule", "GPUMatmulRule",
+           "GPUMmaRule", "GPURowsRule", "accumulator_and_owner", "arrange_conv2d",
+           "arrange_conv2d_mma", "arrange_elementwise", "arrange_mma_product", "arrange_product",
+           "arrange_rows", "bind_flat"]

@@ -150,20 +150,37 @@ def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, 
     stage.compute_at(owner, t4)
     *_, ai, aj = stage.op.axis
     (k,) = stage.op.reduce_axis
-    mi, h = stage.split(ai, factor=2)
-    ni, c = stage.split(aj, factor=2)
+    ko = tensorize_tiles(stage, ai, aj, k, k_step)
+    if shared:
+        stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n)
+
+
+def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
+                    outer_reduce: tuple[Any, ...] = ()) -> Any:
+    """A lane's accumulating stage (computed at its ``t4`` loop, ``rows`` and ``cols`` its
+    2 tiles_m rows and 2 tiles_n columns) as tensor-core instructions: pairs of rows and of
+    columns inside the 8-step contraction loop, tensorized; the contraction ``k`` in steps
+    of ``k_step`` (outside them any ``outer_reduce`` loops, a window's). Returns the step
+    loop (where shared copies go)."""
+    mi, h = stage.split(rows, factor=2)
+    ni, c = stage.split(cols, factor=2)
     ko, kr = stage.split(k, factor=k_step)
     kk, k8 = stage.split(kr, factor=TILE_STEPS)
-    stage.reorder(ko, kk, mi, ni, k8, h, c)
+    stage.reorder(ko, *outer_reduce, kk, mi, ni, k8, h, c)
     for loop in (kk, mi, ni):  # constant register indices: the accumulators stay registers
         stage.unroll(loop)
     stage.tensorize(k8, "mma_tf32")
-    if not shared:
-        return
-    for operand in _operands(acc):
+    return ko
+
+
+def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Stage,
+                    step: Any, warps: int) -> None:
+    """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
+    memory at ``step``, by the whole block together."""
+    for operand in operands:
         copy = s.cache_read(operand, "shared", [acc])
-        s[copy].compute_at(stage, ko)
-        warp_copy(s[copy], warps_m * warps_n)
+        s[copy].compute_at(stage, step)
+        warp_copy(s[copy], warps)
 
 
 def warp_copy(stage: te.Stage, warps: int) -> None:

@@ -1,0 +1,161 @@
+"""GPU convolutions on tensor cores (nn.conv2d, NCHW, float32 in TF32 arithmetic): an
+implicit product of output channels x (pixel, image) columns over input channels, in warp
+tiles of ``mma.sync`` m16n8k8.
+
+Taken only for a target with ``-tf32=1`` (see :mod:`.mma`), ungrouped convolutions whose
+input channels come in whole 8-step contractions, and batches the column tiles divide (8
+images or more): the others keep :mod:`.conv2d`'s float32 tiles.
+
+The product's rows are the output channels, its columns the images at each output pixel: a
+block takes ``warps_m * tiles_m * 16`` channels (``blockIdx.y``) of ``warps_n * tiles_n * 8``
+images (``blockIdx.z``) at one pixel (``blockIdx.x``). Warps and lanes split the tile as
+:mod:`.mma` says: lane ``t4 + 4 g`` owns ``2 tiles_m`` consecutive channels and ``2 tiles_n``
+consecutive images of one pixel, one register tile (whole loops for the pixel and for the
+images, so that a lane's results are one box of the accumulator).
+
+The contraction runs over the window's rows and columns, and within each over the input
+channels in steps of ``k_step`` (8 a tensor-core step). With ``shared`` the block copies
+the step's weights of its channels and the step's input window of its images into shared
+memory together, waits at a barrier, and each warp issues its instructions. The left
+operand is the weight, the right one the input read with its padding test, so a padded
+position contributes zero. The epilogue (bias, activation, residual) runs on each lane's
+registers.
+
+Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), ``k_step`` (8,
+16, 32), ``shared``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .... import te
+from ....target import Target
+from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
+from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
+from .matmul import MAX_GRID_Z
+from .mma import (
+    LANES_X,
+    LANES_Y,
+    TILE_COLS,
+    TILE_ROWS,
+    TILE_STEPS,
+    stage_in_shared,
+    tensorize_tiles,
+)
+
+
+class GPUConv2dMmaRule(ScheduleRule):
+    """Tensor-core convolutions: see the module docstring."""
+
+    name = "gpu_conv2d_mma"
+    ops = ("nn.conv2d",)
+
+    def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
+        if not target.allow_tf32 or not _takes(anchor, output):
+            return None
+        batch, channels = int(anchor.shape[0]), int(anchor.shape[1])
+        data, weight = anchor.op.input_tensors[:2]
+        in_channels = int(weight.shape[1])
+        window = int(weight.shape[2]) * int(weight.shape[3])
+        limit = target.max_threads_per_block
+        shared_bytes = target.max_shared_memory_per_block
+
+        def fits(c: dict[str, KnobValue]) -> bool:
+            rows, cols = _block(c)
+            threads = LANES_X * LANES_Y * int(c["warps_m"]) * int(c["warps_n"])
+            tiles = (rows + cols) * int(c["k_step"]) * window * 4
+            return (channels % rows == 0 and batch % cols == 0
+                    and in_channels % int(c["k_step"]) == 0 and threads <= limit
+                    and channels // rows <= MAX_GRID_Z
+                    and (not c["shared"] or tiles <= shared_bytes))
+
+        fits.__doc__ = "tiles that divide channels and images, blocks and shared tiles that fit"
+        if batch // TILE_COLS > MAX_GRID_Z:
+            return None
+        space = ConfigSpace(self.name, [
+            Knob("warps_m", (1, 2, 4), "warps along the output channels of a block"),
+            Knob("warps_n", (1, 2, 4), "warps along the images of a block"),
+            Knob("tiles_m", (1, 2, 4), "16-channel tensor-core tiles of each warp"),
+            Knob("tiles_n", (1, 2, 4), "8-image tensor-core tiles of each warp"),
+            Knob("k_step", (8, 16, 32), "input channels per shared-memory stage"),
+            Knob("shared", (True, False), "stage weights and input in shared memory"),
+        ], fits)
+        return space if len(space) else None
+
+    def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
+        space = self.space(anchor, output, target)
+        assert space is not None
+        for tile in _TILES:
+            try:
+                return space.config(**tile)
+            except ScheduleError:
+                continue
+        return next(iter(space))
+
+    def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
+              config: Config) -> None:
+        arrange_conv2d_mma(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
+                           int(config["tiles_m"]), int(config["tiles_n"]),
+                           int(config["k_step"]), bool(config["shared"]))
+        arrange_elementwise(s, DEFAULT_THREADS)
+
+
+#: The heuristic's tiles, largest first, each with the deepest step that fits (untuned).
+_TILES = tuple(
+    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
+    for wm, wn, tm, tn in ((2, 2, 2, 2), (2, 1, 2, 2), (1, 1, 2, 2), (1, 1, 1, 1))
+    for k in (16, 8))
+
+
+def _block(config: Any) -> tuple[int, int]:
+    """(channels, images) of a block's tile."""
+    return (int(config["warps_m"]) * int(config["tiles_m"]) * TILE_ROWS,
+            int(config["warps_n"]) * int(config["tiles_n"]) * TILE_COLS)
+
+
+def _takes(anchor: Any, output: Any) -> bool:
+    """Ungrouped float32 convolutions (the GPU's direct compute: data, then weight) whose
+    input channels come in 8-steps, with the result as the group's output shape."""
+    op = anchor.op
+    if (not isinstance(op, te.ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3
+            or tuple(output.shape) != tuple(anchor.shape) or anchor.dtype != "float32"):
+        return False
+    reads = op.input_tensors
+    if len(reads) < 2 or any(t.dtype != "float32" for t in reads[:2]):
+        return False
+    data, weight = reads[:2]
+    return (len(weight.shape) == 4 and int(data.shape[1]) == int(weight.shape[1])
+            and int(weight.shape[0]) == int(anchor.shape[1])
+            and int(weight.shape[1]) % TILE_STEPS == 0)
+
+
+def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
+                       tiles_m: int, tiles_n: int, k_step: int, shared: bool) -> None:
+    """The tiling of the module docstring with explicit knobs (they must divide the
+    convolution: see the space)."""
+    acc, owner = accumulator_and_owner(s, anchor, output)
+    n, o, y, x = owner.op.axis
+    # Whole loops for the pixel and the image tile (no index split across them), so that a
+    # lane's results are one box of the accumulator: its channels and images at one pixel.
+    pixel = owner.fuse(y, x)
+    oo, oi = owner.split(o, factor=warps_m * tiles_m * TILE_ROWS)
+    wi, o1 = owner.split(oi, factor=tiles_m * TILE_ROWS)
+    g, rows = owner.split(o1, factor=tiles_m * 2)
+    no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
+    wj, n1 = owner.split(ni, factor=tiles_n * TILE_COLS)
+    t4, cols = owner.split(n1, factor=tiles_n * 2)
+    owner.reorder(no, oo, pixel, wi, wj, g, t4, rows, cols)
+    owner.bind(no, "blockIdx.z")
+    owner.bind(oo, "blockIdx.y")
+    owner.bind(pixel, "blockIdx.x")
+    owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    owner.bind(g, "threadIdx.y")
+    owner.bind(t4, "threadIdx.x")
+    stage = s[acc]
+    stage.compute_at(owner, t4)
+    an, ao, _, _ = stage.op.axis
+    rc, ry, rx = stage.op.reduce_axis
+    step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
+    if shared:
+        stage_in_shared(s, acc, list(acc.op.input_tensors)[:2], stage, step,
+                        warps_m * warps_n)
