@@ -277,3 +277,21 @@ def test_resnet50_at_batch_32_convolves_on_tensor_cores_and_compiles():
     assert rules.count("gpu_mma") == 1
     ptx = compile_cuda(model.source.code, "compute_90").decode()
     assert ptx.count("mma.sync.aligned.m16n8k8") >= 24
+
+
+def test_a_transformer_layer_runs_its_products_on_tensor_cores_on_the_interpreted_device():
+    from opfusion.backend.cuda.runtime import InterpretedDevice
+    from opfusion.compiler.gpu import GPUExecutor, build_gpu_model, interpret_inputs
+
+    mod, params = testing.WORKLOADS["transformer_encoder"](
+        **testing.SMALL_WORKLOAD_ARGS["transformer_encoder"])
+    model = build_gpu_model(mod, params, TF32)
+    rules = [str((k.schedule_config or {}).get("rule")) for k in model.kernels]
+    assert rules.count("gpu_mma") == 4  # the projections and the feed-forward products
+    exe = GPUExecutor(model, InterpretedDevice())
+    inputs = interpret_inputs(model)
+    got = exe.run(*inputs)[0]
+    names = [p.name_hint for p in mod["main"].params if p.name_hint not in params]
+    want = evaluate(mod, {**dict(zip(names, inputs)), **params})
+    testing.assert_close(got, want, 5 * TF32_RTOL)  # measured 5e-4: TF32 products, layer norms
+    exe.close()

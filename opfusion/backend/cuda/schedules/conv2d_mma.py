@@ -8,10 +8,12 @@ images or more): the others keep :mod:`.conv2d`'s float32 tiles.
 
 The product's rows are the output channels, its columns the images at each output pixel: a
 block takes ``warps_m * tiles_m * 16`` channels (``blockIdx.y``) of ``warps_n * tiles_n * 8``
-images (``blockIdx.z``) at one pixel (``blockIdx.x``). Warps and lanes split the tile as
-:mod:`.mma` says: lane ``t4 + 4 g`` owns ``2 tiles_m`` consecutive channels and ``2 tiles_n``
-consecutive images of one pixel, one register tile (whole loops for the pixel and for the
-images, so that a lane's results are one box of the accumulator).
+images (``blockIdx.z``) at each of ``pixels`` consecutive pixels of a row (``blockIdx.x``),
+each pixel its own ``warps_m * warps_n`` warps, all sharing the block's weights. Warps and
+lanes split a pixel's tile as :mod:`.mma` says: lane ``t4 + 4 g`` owns ``2 tiles_m``
+consecutive channels and ``2 tiles_n`` consecutive images of one pixel, one register tile
+(whole loops for the pixel and for the images, so that a lane's results are one box of the
+accumulator).
 
 The contraction runs over the window's rows and columns, and within each over the input
 channels in steps of ``k_step`` (8 a tensor-core step). With ``shared`` the block copies
@@ -21,8 +23,8 @@ operand is the weight, the right one the input read with its padding test, so a 
 position contributes zero. The epilogue (bias, activation, residual) runs on each lane's
 registers.
 
-Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), ``k_step`` (8,
-16, 32), ``shared``."""
+Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), ``pixels`` (1,
+2, 4, 7, 8: dividing the width), ``k_step`` (8, 16, 32), ``shared``."""
 
 from __future__ import annotations
 
@@ -53,19 +55,24 @@ class GPUConv2dMmaRule(ScheduleRule):
     def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
         if not target.allow_tf32 or not _takes(anchor, output):
             return None
-        batch, channels = int(anchor.shape[0]), int(anchor.shape[1])
+        batch, channels, width = (int(anchor.shape[i]) for i in (0, 1, 3))
         data, weight = anchor.op.input_tensors[:2]
-        in_channels = int(weight.shape[1])
-        window = int(weight.shape[2]) * int(weight.shape[3])
+        in_channels, window_h, window_w = (int(weight.shape[i]) for i in (1, 2, 3))
+        stride = _stride(anchor, data)
         limit = target.max_threads_per_block
         shared_bytes = target.max_shared_memory_per_block
 
         def fits(c: dict[str, KnobValue]) -> bool:
             rows, cols = _block(c)
-            threads = LANES_X * LANES_Y * int(c["warps_m"]) * int(c["warps_n"])
-            tiles = (rows + cols) * int(c["k_step"]) * window * 4
-            return (channels % rows == 0 and batch % cols == 0
-                    and in_channels % int(c["k_step"]) == 0 and threads <= limit
+            pixels, k_step = int(c["pixels"]), int(c["k_step"])
+            warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
+            # the step's weights of the block's channels, and its images' input under the
+            # windows of its pixels (consecutive ones of one row)
+            tiles = (rows * window_w + cols * ((pixels - 1) * stride + window_w)) \
+                * k_step * window_h * 4
+            return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
+                    and in_channels % k_step == 0 and warps <= MAX_WARPS
+                    and warps * LANES_X * LANES_Y <= limit
                     and channels // rows <= MAX_GRID_Z
                     and (not c["shared"] or tiles <= shared_bytes))
 
@@ -77,34 +84,50 @@ class GPUConv2dMmaRule(ScheduleRule):
             Knob("warps_n", (1, 2, 4), "warps along the images of a block"),
             Knob("tiles_m", (1, 2, 4), "16-channel tensor-core tiles of each warp"),
             Knob("tiles_n", (1, 2, 4), "8-image tensor-core tiles of each warp"),
+            Knob("pixels", (1, 2, 4, 7, 8), "consecutive pixels of a row per block, each its "
+                 "own warps, sharing the block's weights"),
             Knob("k_step", (8, 16, 32), "input channels per shared-memory stage"),
             Knob("shared", (True, False), "stage weights and input in shared memory"),
         ], fits)
         return space if len(space) else None
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
+        """The largest tile that fits, with 4 pixels a block where the rows allow (7 on rows
+        of 7 or 14, then 2, then 1): a block per pixel loads its weights for each pixel,
+        from L2 (untuned: not yet measured on a GPU)."""
         space = self.space(anchor, output, target)
         assert space is not None
-        for tile in _TILES:
-            try:
-                return space.config(**tile)
-            except ScheduleError:
-                continue
+        for pixels in (4, 7, 2, 1):
+            for tile in _TILES:
+                try:
+                    return space.config(**tile, pixels=pixels)
+                except ScheduleError:
+                    continue
         return next(iter(space))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
               config: Config) -> None:
         arrange_conv2d_mma(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
                            int(config["tiles_m"]), int(config["tiles_n"]),
-                           int(config["k_step"]), bool(config["shared"]))
+                           int(config["pixels"]), int(config["k_step"]),
+                           bool(config["shared"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
+
+#: Warps a block may have along threadIdx.z (CUDA's limit on a block's z size).
+MAX_WARPS = 64
 
 #: The heuristic's tiles, largest first, each with the deepest step that fits (untuned).
 _TILES = tuple(
     {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
     for wm, wn, tm, tn in ((2, 2, 2, 2), (2, 1, 2, 2), (1, 1, 2, 2), (1, 1, 1, 1))
     for k in (16, 8))
+
+
+def _stride(anchor: Any, data: Any) -> int:
+    """The convolution's horizontal stride, from its input and output widths (the window's
+    step between neighbouring output pixels; at least 1)."""
+    return max(1, int(data.shape[3]) // max(1, int(anchor.shape[3])))
 
 
 def _block(config: Any) -> tuple[int, int]:
@@ -130,7 +153,8 @@ def _takes(anchor: Any, output: Any) -> bool:
 
 
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
-                       tiles_m: int, tiles_n: int, k_step: int, shared: bool) -> None:
+                       tiles_m: int, tiles_n: int, pixels: int, k_step: int,
+                       shared: bool) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
@@ -144,11 +168,12 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
     wj, n1 = owner.split(ni, factor=tiles_n * TILE_COLS)
     t4, cols = owner.split(n1, factor=tiles_n * 2)
-    owner.reorder(no, oo, pixel, wi, wj, g, t4, rows, cols)
+    po, pi = owner.split(pixel, factor=pixels)
+    owner.reorder(no, oo, po, pi, wi, wj, g, t4, rows, cols)
     owner.bind(no, "blockIdx.z")
     owner.bind(oo, "blockIdx.y")
-    owner.bind(pixel, "blockIdx.x")
-    owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    owner.bind(po, "blockIdx.x")
+    owner.bind(owner.fuse(pi, wi, wj), "threadIdx.z")
     owner.bind(g, "threadIdx.y")
     owner.bind(t4, "threadIdx.x")
     stage = s[acc]
@@ -158,4 +183,4 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
     if shared:
         stage_in_shared(s, acc, list(acc.op.input_tensors)[:2], stage, step,
-                        warps_m * warps_n)
+                        pixels * warps_m * warps_n)
