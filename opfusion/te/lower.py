@@ -305,7 +305,9 @@ class _Lowering:
             info.absolute = True
         else:
             scope = "shared" if stage.scope == "shared" else "local"
-            info.buffer = E.Buffer(op.name, info.extents, op.output(0).dtype, scope)
+            strides = E.aligned_strides(info.extents, stage.storage_aligns) \
+                if stage.storage_aligns else None
+            info.buffer = E.Buffer(op.name, info.extents, op.output(0).dtype, scope, strides)
             info.absolute = False
 
     def _attached_region(self, info: _StageInfo,
@@ -732,7 +734,7 @@ def _rename(func: S.PrimFunc) -> S.PrimFunc:
     names = _Names()
     buffers: dict[E.Buffer, E.Buffer] = {}
     for b in func.params:
-        buffers[b] = E.Buffer(names.fresh(b.name), b.shape, b.dtype, b.scope)
+        buffers[b] = E.Buffer(names.fresh(b.name), b.shape, b.dtype, b.scope, b.padded_strides)
     variables: dict[E.Var, E.Var] = {}
 
     def fexpr(e: E.PrimExpr) -> E.PrimExpr:
@@ -767,7 +769,7 @@ def _rename(func: S.PrimFunc) -> S.PrimFunc:
             return S.LetStmt(define(stmt.var), value, walk(stmt.body))
         if isinstance(stmt, S.Allocate):
             b = stmt.buffer
-            buffers[b] = E.Buffer(names.fresh(b.name), b.shape, b.dtype, b.scope)
+            buffers[b] = E.Buffer(names.fresh(b.name), b.shape, b.dtype, b.scope, b.padded_strides)
             return S.Allocate(buffers[b], walk(stmt.body))
         if isinstance(stmt, S.Evaluate):
             return S.Evaluate(fexpr(stmt.value))

@@ -130,6 +130,8 @@ class Stage:
         self.scope = "local"  # of its buffer, when it is not an argument
         # (tensor, loop, indices) of each prefetch hint, in the order given
         self.prefetches: list[tuple[Tensor, IterVar, tuple[Any, ...]]] = []
+        # dimension -> (factor, offset) of its buffer's stride (storage_align)
+        self.storage_aligns: dict[int, tuple[int, int]] = {}
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -343,6 +345,22 @@ class Stage:
             if kind.value == tag and other is not var:
                 raise self._fail(f"cannot bind {var.name} to {tag}: {other.name} already is")
         self.iter_var_attrs[var] = ForKind(tag)
+
+    def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
+        """Space the stage's buffer along ``axis`` (one of its axes, not the last) so that
+        its stride, in elements, is ``offset`` modulo ``factor``: the rows of a shared tile
+        moved off each other's memory banks. The padding is never read or written. Only a
+        temporary's buffer (a stage computed at another's loop) is padded."""
+        axes = list(self.op.axis) if isinstance(self.op, ComputeOp) else []
+        dim = next((d for d, a in enumerate(axes) if a is axis), None)
+        if dim is None or dim == len(axes) - 1:
+            raise self._fail(f"storage_align needs one of {self.name}'s axes but the last, "
+                             f"not {getattr(axis, 'name', axis)!r}")
+        if not (isinstance(factor, int) and isinstance(offset, int) and factor > 0
+                and 0 <= offset < factor):
+            raise self._fail(f"storage_align needs a factor > 0 and 0 <= offset < factor, "
+                             f"not {factor!r} and {offset!r}")
+        self.storage_aligns[dim] = (factor, offset)
 
     def set_scope(self, scope: str) -> None:
         """Where the stage's buffer lives when it is not an argument: "local" (the default:

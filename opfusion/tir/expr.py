@@ -34,7 +34,7 @@ Nodes and their fields (all fields are read-only attributes):
                     (never produced by :func:`opfusion.lower`).
 ==================  ===========================================================================
 
-``Buffer(name, shape, dtype, scope="global")`` is not an expression: it is a dense, C-ordered
+``Buffer(name, shape, dtype, scope="global")`` is not an expression: it is a (dense) C-ordered
 n-d array. ``shape`` is a tuple of Python ints; element ``[i0, .., in-1]`` lives at flat offset
 ``sum(i_d * strides[d])`` with row-major ``strides`` (last stride 1), see
 :meth:`Buffer.offset_of`. ``scope`` is "global" for a function parameter and "local" for a
@@ -573,13 +573,15 @@ class Let(PrimExpr):
 
 
 class Buffer:
-    """A dense row-major n-d array: a function parameter ("global") or a temporary ("local";
-    "shared" for one that the threads of a GPU block share)."""
+    """A row-major n-d array: a function parameter ("global") or a temporary ("local";
+    "shared" for one that the threads of a GPU block share). Dense, unless ``strides`` (in
+    elements, the last 1) pad some dimensions: a shared tile whose rows are spaced so that a
+    warp's loads fall in different memory banks (:meth:`opfusion.te.Stage.storage_align`)."""
 
-    __slots__ = ("name", "shape", "dtype", "scope")
+    __slots__ = ("name", "shape", "dtype", "scope", "padded_strides")
 
     def __init__(self, name: str, shape: Sequence[int], dtype: object = "float32",
-                 scope: str = "global") -> None:
+                 scope: str = "global", strides: Sequence[int] | None = None) -> None:
         dims = []
         for d in shape:
             if isinstance(d, IntImm):
@@ -598,22 +600,25 @@ class Buffer:
         _set(self, "shape", tuple(dims))
         _set(self, "dtype", dtype_of_name(dtype))
         _set(self, "scope", scope)
+        _set(self, "padded_strides", None if strides is None else _checked_strides(
+            name, tuple(dims), strides))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Buffer is immutable")
 
     @property
     def size(self) -> int:
-        """Number of elements."""
-        return math.prod(self.shape)
+        """Number of elements it spans (its elements, and the padding between them)."""
+        if self.padded_strides is None or not all(self.shape):
+            return math.prod(self.shape)
+        return sum((d - 1) * s for d, s in zip(self.shape, self.padded_strides)) + 1
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Row-major strides in elements (the last is 1)."""
-        strides = [1] * len(self.shape)
-        for d in range(len(self.shape) - 2, -1, -1):
-            strides[d] = strides[d + 1] * self.shape[d + 1]
-        return tuple(strides)
+        """Row-major strides in elements (the last is 1): dense, or the padded ones given."""
+        if self.padded_strides is not None:
+            return self.padded_strides
+        return dense_strides(self.shape)
 
     @property
     def index_dtype(self) -> str:
@@ -639,6 +644,41 @@ class Buffer:
         return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, scope={self.scope!r})"
 
     __hash__ = object.__hash__
+
+
+def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides in elements of a dense array of ``shape``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def aligned_strides(shape: Sequence[int], aligns: dict[int, tuple[int, int]]
+                    ) -> tuple[int, ...]:
+    """Row-major strides of an array of ``shape`` whose dimensions in ``aligns`` (dimension
+    -> (factor, offset)) are padded to the next stride that is ``offset`` modulo ``factor``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        stride = strides[d + 1] * int(shape[d + 1])
+        if d in aligns:
+            factor, offset = aligns[d]
+            stride += (offset - stride) % factor
+        strides[d] = stride
+    return tuple(strides)
+
+
+def _checked_strides(name: str, shape: tuple[int, ...], strides: Sequence[int]
+                     ) -> tuple[int, ...]:
+    """``strides`` as ints, each at least the span of the dimensions inside it."""
+    out = tuple(int(s) for s in strides)
+    ok = len(out) == len(shape) and (not out or out[-1] == 1)
+    for d in range(len(shape) - 1):
+        ok = ok and out[d] >= out[d + 1] * shape[d + 1]
+    if not ok:
+        raise TensorExprError(f"buffer {name}: strides {out} do not lay out shape {shape} "
+                              "row-major (the last stride 1, each at least the span inside it)")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

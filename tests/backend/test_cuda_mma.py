@@ -295,3 +295,42 @@ def test_a_transformer_layer_runs_its_products_on_tensor_cores_on_the_interprete
     want = evaluate(mod, {**dict(zip(names, inputs)), **params})
     testing.assert_close(got, want, 5 * TF32_RTOL)  # measured 5e-4: TF32 products, layer norms
     exe.close()
+
+
+def test_shared_tiles_are_padded_off_each_others_banks():
+    from collections import Counter
+
+    from opfusion.backend.cuda.schedules.mma import bank_offset, lane_coordinates
+    from opfusion.tir import stmt as S
+
+    rows, steps = lane_coordinates("rows", 1)  # rows 2 g apart, steps t4
+    # a dense [rows x 16] tile puts 8 lanes on each of 4 banks; rows 18 apart, one each
+    assert max(Counter((r * 16 + k) % 32 for r, k in zip(rows, steps)).values()) == 8
+    assert bank_offset(tuple(rows), tuple(steps), 1, 16) == 18
+    group = _check(_dense_relu(64, 32, 32), {"rule": "gpu_mma", "knobs": {
+        "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 1, "k_step": 16, "shared": True}})
+    shared = [s.buffer for s in S.walk_stmts(group.prim_func.body)
+              if isinstance(s, S.Allocate) and s.buffer.scope == "shared"]
+    assert [b.strides for b in shared] == [(18, 1), (20, 1)]
+    assert [b.size for b in shared] == [31 * 18 + 16, 15 * 20 + 16]
+
+
+def test_storage_align_pads_a_temporary_and_nothing_reads_the_padding():
+    from opfusion.tir import stmt as S
+
+    a = te.placeholder((8, 6), name="a")
+    b = te.compute((8, 6), lambda i, j: a[i, j] * 2.0, name="b")
+    s = te.create_schedule(b.op)
+    copy = s.cache_read(a, "local", [b])
+    outer, _ = s[b].split(s[b].op.axis[0], factor=4)
+    s[copy].compute_at(s[b], outer)  # four rows of a at a time
+    with pytest.raises(ScheduleError, match="but the last"):
+        s[copy].storage_align(s[copy].op.axis[1], 8, 3)
+    s[copy].storage_align(s[copy].op.axis[0], 8, 3)
+    func = opf.lower(s, [a, b])
+    (buffer,) = [st.buffer for st in S.walk_stmts(func.body) if isinstance(st, S.Allocate)]
+    assert buffer.strides == (11, 1) and buffer.size == 3 * 11 + 6
+    x = np.random.default_rng(3).standard_normal((8, 6)).astype("float32")
+    out = np.zeros((8, 6), "float32")
+    run(func, x, out)  # unwritten padding is NaN in the interpreter: a read would show
+    np.testing.assert_array_equal(out, x * 2)

@@ -36,6 +36,7 @@ from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
 from .mma import (
+    BANKS,
     LANES_X,
     LANES_Y,
     TILE_COLS,
@@ -69,7 +70,9 @@ class GPUConv2dMmaRule(ScheduleRule):
             # the step's weights of the block's channels, and its images' input under the
             # windows of its pixels (consecutive ones of one row)
             tiles = (rows * window_w + cols * ((pixels - 1) * stride + window_w)) \
-                * k_step * window_h * 4
+                * k_step * window_h
+            padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
+            tiles = (tiles + padding) * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
                     and warps * LANES_X * LANES_Y <= limit
@@ -158,6 +161,7 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
+    data, weight = anchor.op.input_tensors[:2]
     n, o, y, x = owner.op.axis
     # Whole loops for the pixel and the image tile (no index split across them), so that a
     # lane's results are one box of the accumulator: its channels and images at one pixel.
@@ -182,5 +186,14 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     rc, ry, rx = stage.op.reduce_axis
     step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
     if shared:
-        stage_in_shared(s, acc, list(acc.op.input_tensors)[:2], stage, step,
-                        pixels * warps_m * warps_n)
+        stride = _stride(anchor, data)
+        window_w = (pixels - 1) * stride + int(weight.shape[3])  # the block's pixels' windows
+        block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
+                 "k": k_step}
+
+        def extent(role: str, dim: int) -> int:
+            # the window's rows and columns (the input's under the block's pixels)
+            return block.get(role, int(weight.shape[dim]) if dim == 2 else window_w)
+
+        stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
+                        (tiles_m, tiles_n), extent, axes=(1, 0))

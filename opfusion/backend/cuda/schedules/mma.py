@@ -26,10 +26,16 @@ most the target's threads and tiles that fit its shared memory."""
 
 from __future__ import annotations
 
+import collections
+import functools
+import math
+from collections.abc import Callable
 from typing import Any
 
 from .... import te
 from ....target import Target
+from ....tir import expr as E
+from ....tir import mma
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z, _batch, _operands, _takes
@@ -57,7 +63,9 @@ class GPUMmaRule(ScheduleRule):
         def fits(c: dict[str, KnobValue]) -> bool:
             block_rows, block_cols = _block(c)
             threads = LANES_X * LANES_Y * int(c["warps_m"]) * int(c["warps_n"])
-            tiles = (block_rows + block_cols) * int(c["k_step"]) * 4
+            # the tiles, and the padding that moves their rows off each other's banks
+            tiles = ((block_rows + block_cols) * int(c["k_step"])
+                     + (BANKS - 1) * (block_rows + block_cols + int(c["k_step"]))) * 4
             return (rows % block_rows == 0 and cols % block_cols == 0
                     and depth % int(c["k_step"]) == 0 and threads <= limit
                     and rows // block_rows <= MAX_GRID_Z
@@ -152,7 +160,10 @@ def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, 
     (k,) = stage.op.reduce_axis
     ko = tensorize_tiles(stage, ai, aj, k, k_step)
     if shared:
-        stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n)
+        block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
+                 "k": k_step}
+        stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n,
+                        (tiles_m, tiles_n), lambda role, _: block.get(role, 1))
 
 
 def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
@@ -174,13 +185,103 @@ def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
 
 
 def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Stage,
-                    step: Any, warps: int) -> None:
+                    step: Any, warps: int, tiles: tuple[int, int],
+                    extent: Callable[[str, int], int], axes: tuple[int, int] = (-2, -1)
+                    ) -> None:
     """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
-    memory at ``step``, by the whole block together."""
+    memory at ``step``, by the whole block together, each tile's rows spaced so that a
+    warp's operand loads meet the fewest bank conflicts (:func:`bank_offset`). ``tiles``:
+    (tiles_m, tiles_n); ``extent(role, dim)``: the tile's extent along an operand dimension
+    of a role (``rows``, ``cols``, ``k`` or ``other``); ``axes``: which of ``acc``'s axes
+    are the tile's rows and columns."""
     for operand in operands:
+        # before the copy replaces the operand in the accumulating stage
+        roles = operand_roles(s[acc].op.output(0), operand, axes)
         copy = s.cache_read(operand, "shared", [acc])
         s[copy].compute_at(stage, step)
+        if roles is not None:
+            align_rows(s[copy], roles, tiles, [extent(r, d) for d, r in enumerate(roles)])
         warp_copy(s[copy], warps)
+
+
+#: Shared memory's banks, 4 bytes each: a warp's loads of different words of one bank
+#: are served one after another.
+BANKS = 32
+
+
+def operand_roles(acc: Any, operand: Any, axes: tuple[int, int] = (-2, -1)
+                  ) -> list[str] | None:
+    """What each dimension of ``operand`` stands for in the accumulating stage ``acc`` (its
+    ``axes`` the tile's rows and columns, its first reduction axis the contraction):
+    ``rows``, ``cols``, ``k`` or ``other``, from the one read of it; None when it is read
+    otherwise."""
+    op = acc.op
+    rows, cols = op.axis[axes[0]], op.axis[axes[1]]
+    k = op.reduce_axis[0]
+    loads = [n for n in E.post_order(op.body) if isinstance(n, te.TensorLoad)
+             and n.tensor.op is operand.op]
+    if len(loads) != 1:
+        return None
+    roles = []
+    for index in loads[0].indices:
+        used = E.free_vars(index)
+        found = [role for role, axis in (("k", k), ("rows", rows), ("cols", cols))
+                 if any(v is axis.var for v in used)]
+        roles.append(found[0] if len(found) == 1 else "other")
+    return roles if roles.count("k") == 1 and roles.count("other") < len(roles) - 1 else None
+
+
+def align_rows(stage: te.Stage, roles: list[str], tiles: tuple[int, int],
+               extents: list[int]) -> None:
+    """Pad the outer of a shared tile's two dimensions that a warp's loads vary along (the
+    tile's row or column, and its contraction step) to the stride of :func:`bank_offset`."""
+    if "rows" in roles:
+        side, dim = "rows", roles.index("rows")
+    elif "cols" in roles:
+        side, dim = "cols", roles.index("cols")
+    else:
+        return
+    k = roles.index("k")
+    outer, inner = min(dim, k), max(dim, k)
+    coords, steps = lane_coordinates(side, tiles[0] if side == "rows" else tiles[1])
+    a, b = (coords, steps) if outer == dim else (steps, coords)
+    inner_stride = math.prod(extents[inner + 1:])
+    dense = math.prod(extents[outer + 1:])
+    offset = bank_offset(tuple(a), tuple(b), inner_stride, dense)
+    stage.storage_align(stage.op.axis[outer], BANKS, offset)
+
+
+def lane_coordinates(side: str, tiles: int) -> tuple[list[int], list[int]]:
+    """Each lane's coordinate along its side of the tile and its contraction step, in its
+    first operand load of a tensor-core step: the rows side (the left operand) row
+    ``2 tiles g`` and step ``t4``; the columns side column ``2 tiles (g // 2) + g % 2``
+    and step ``t4`` (:mod:`opfusion.tir.mma`, with this module's lane mapping)."""
+    lanes = [(lane >> 2, lane & 3) for lane in range(mma.WARP)]
+    if side == "rows":
+        coords = [2 * tiles * g for g, _ in lanes]
+    else:
+        coords = [2 * tiles * (g // 2) + g % 2 for g, _ in lanes]
+    return coords, [t4 for _, t4 in lanes]
+
+
+@functools.lru_cache(maxsize=256)
+def bank_offset(outer: tuple[int, ...], inner: tuple[int, ...], inner_stride: int,
+                dense: int) -> int:
+    """The stride modulo :data:`BANKS` for a tile's outer dimension under which the lanes'
+    words (``outer`` and ``inner`` coordinates, the inner dimension's stride
+    ``inner_stride``) fall on the fewest words per bank; of those, the one that pads the
+    dense stride ``dense`` least. A [rows x 16] tile read by rows 2 g apart and steps t4:
+    a dense stride of 16 puts all eight rows on the same four banks (8 loads a bank), 18
+    puts each lane on its own."""
+    best: tuple[tuple[int, int], int] | None = None
+    for offset in range(BANKS):
+        banks = collections.Counter((a * offset + b * inner_stride) % BANKS
+                                    for a, b in zip(outer, inner))
+        key = (max(banks.values()), (offset - dense) % BANKS)
+        if best is None or key < best[0]:
+            best = (key, offset)
+    assert best is not None
+    return best[1]
 
 
 def warp_copy(stage: te.Stage, warps: int) -> None:
