@@ -32,19 +32,11 @@ from typing import Any
 
 from .... import te
 from ....target import Target
+from ....tir.mma import LANE_X, LANE_Y, TILE_COLS, TILE_ROWS, TILE_STEPS
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
-from .mma import (
-    BANKS,
-    LANES_X,
-    LANES_Y,
-    TILE_COLS,
-    TILE_ROWS,
-    TILE_STEPS,
-    stage_in_shared,
-    tensorize_tiles,
-)
+from .mma import BANKS, stage_in_shared, tensorize_tiles
 
 
 class GPUConv2dMmaRule(ScheduleRule):
@@ -75,7 +67,7 @@ class GPUConv2dMmaRule(ScheduleRule):
             tiles = (tiles + padding) * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
-                    and warps * LANES_X * LANES_Y <= limit
+                    and warps * LANE_X * LANE_Y <= limit
                     and channels // rows <= MAX_GRID_Z
                     and (not c["shared"] or tiles <= shared_bytes))
 

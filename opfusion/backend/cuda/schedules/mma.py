@@ -36,14 +36,10 @@ from .... import te
 from ....target import Target
 from ....tir import expr as E
 from ....tir import mma
+from ....tir.mma import LANE_X, LANE_Y, TILE_COLS, TILE_ROWS, TILE_STEPS
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z, _batch, _operands, _takes
-
-#: Rows and columns of one tensor-core tile, and its contraction steps.
-TILE_ROWS, TILE_COLS, TILE_STEPS = 16, 8, 8
-#: Threads of a warp, as (threadIdx.x, threadIdx.y) of the lanes.
-LANES_X, LANES_Y = 4, 8
 
 
 class GPUMmaRule(ScheduleRule):
@@ -62,7 +58,7 @@ class GPUMmaRule(ScheduleRule):
 
         def fits(c: dict[str, KnobValue]) -> bool:
             block_rows, block_cols = _block(c)
-            threads = LANES_X * LANES_Y * int(c["warps_m"]) * int(c["warps_n"])
+            threads = LANE_X * LANE_Y * int(c["warps_m"]) * int(c["warps_n"])
             # the tiles, and the padding that moves their rows off each other's banks
             tiles = ((block_rows + block_cols) * int(c["k_step"])
                      + (BANKS - 1) * (block_rows + block_cols + int(c["k_step"]))) * 4
@@ -106,8 +102,8 @@ class GPUMmaRule(ScheduleRule):
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
-#: The heuristic's tiles, largest first (untuned: sizes as CUTLASS's TF32 defaults run, 64 x
-#: 64 to 128 x 128 blocks of 4 warps).
+#: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down (untuned: not
+#: yet measured on a GPU).
 _TILES = tuple(
     {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
     for wm, wn, tm, tn, k in ((2, 2, 4, 8, 16), (2, 2, 2, 4, 32), (2, 2, 2, 4, 16),
@@ -289,9 +285,9 @@ def warp_copy(stage: te.Stage, warps: int) -> None:
     (lanes in x, then y, then warps in z), as many rounds as it takes."""
     axes = list(stage.op.axis)
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    _, inside = stage.split(fused, factor=warps * LANES_X * LANES_Y)  # the rounds, serial
-    tz, lane = stage.split(inside, factor=LANES_X * LANES_Y)
-    ty, tx = stage.split(lane, factor=LANES_X)
+    _, inside = stage.split(fused, factor=warps * LANE_X * LANE_Y)  # the rounds, serial
+    tz, lane = stage.split(inside, factor=LANE_X * LANE_Y)
+    ty, tx = stage.split(lane, factor=LANE_X)
     stage.bind(tz, "threadIdx.z")
     stage.bind(ty, "threadIdx.y")
     stage.bind(tx, "threadIdx.x")
