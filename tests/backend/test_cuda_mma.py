@@ -221,11 +221,13 @@ def test_tensor_core_products_on_the_gpu_match_the_reference():
     exe.close()
 
 
-def _conv_relu(batch, channels, out_channels, size, kernel, stride, pad, groups=1):
+def _conv_relu(batch, channels, out_channels, size, kernel, stride, pad, groups=1,
+               dilation=1):
     x = Var("x", TensorType((batch, channels, size, size), "float32"))
     w = Var("w", TensorType((out_channels, channels // groups, kernel, kernel), "float32"))
     b = Var("b", TensorType((out_channels,), "float32"))
-    conv = op.nn.conv2d(x, w, strides=(stride, stride), padding=(pad, pad), groups=groups)
+    conv = op.nn.conv2d(x, w, strides=(stride, stride), padding=(pad, pad), groups=groups,
+                        dilation=(dilation, dilation))
     return Function([x, w, b], op.nn.relu(op.nn.bias_add(conv, b)))
 
 
@@ -233,14 +235,16 @@ def _conv_relu(batch, channels, out_channels, size, kernel, stride, pad, groups=
     (8, 8, 16, 5, 3, 1, 1),  # 3x3, padded: the window's out-of-image taps add zero
     (8, 16, 32, 7, 3, 2, 1),  # strided
     (16, 16, 16, 4, 1, 1, 0),  # pointwise
+    (8, 8, 16, 6, 3, 1, 2, 1, 2),  # dilated: a 5 x 5 window
 ])
 def test_convolutions_on_tensor_cores_with_the_default_config(case):
     group = _check(_conv_relu(*case))
     assert group.schedule_config["rule"] == "gpu_conv2d_mma"
-    window = case[4]
-    # The input's shared tile is the block's window, not whole rows: a clamped index
-    # (the padding test) spans no more than the window.
-    assert f", {window}, {window}], shared" in str(group.prim_func)
+    window = (case[4] - 1) * (case[8] if len(case) > 8 else 1) + 1
+    span = (group.schedule_config["knobs"]["pixels"] - 1) * case[5] + window
+    # The input's shared tile is the windows of the block's pixels, not whole rows: a
+    # clamped index (the padding test) spans no more than its unclamped form.
+    assert f", {window}, {min(span, case[3])}], shared" in str(group.prim_func)
 
 
 def test_every_sampled_config_of_the_tensor_core_convolutions_computes_the_reference():

@@ -32,7 +32,9 @@ from typing import Any
 
 from .... import te
 from ....target import Target
+from ....tir import expr as E
 from ....tir.mma import LANE_X, LANE_Y, TILE_COLS, TILE_ROWS, TILE_STEPS
+from ....tir.simplify import linear_form
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
@@ -50,8 +52,10 @@ class GPUConv2dMmaRule(ScheduleRule):
             return None
         batch, channels, width = (int(anchor.shape[i]) for i in (0, 1, 3))
         data, weight = anchor.op.input_tensors[:2]
-        in_channels, window_h, window_w = (int(weight.shape[i]) for i in (1, 2, 3))
-        stride = _stride(anchor, data)
+        in_channels, kernel_h, kernel_w = (int(weight.shape[i]) for i in (1, 2, 3))
+        stride, dilation_h, dilation_w = _window(anchor)  # _takes checked it reads
+        # the input rows and columns one output pixel's window spans
+        window_h, window_w = (kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1
         limit = target.max_threads_per_block
         shared_bytes = target.max_shared_memory_per_block
 
@@ -61,8 +65,8 @@ class GPUConv2dMmaRule(ScheduleRule):
             warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
             # the step's weights of the block's channels, and its images' input under the
             # windows of its pixels (consecutive ones of one row)
-            tiles = (rows * window_w + cols * ((pixels - 1) * stride + window_w)) \
-                * k_step * window_h
+            tiles = (rows * kernel_h * kernel_w
+                     + cols * window_h * ((pixels - 1) * stride + window_w)) * k_step
             padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
             tiles = (tiles + padding) * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
@@ -119,10 +123,28 @@ _TILES = tuple(
     for k in (16, 8))
 
 
-def _stride(anchor: Any, data: Any) -> int:
-    """The convolution's horizontal stride, from its input and output widths (the window's
-    step between neighbouring output pixels; at least 1)."""
-    return max(1, int(data.shape[3]) // max(1, int(anchor.shape[3])))
+def _window(anchor: Any) -> tuple[int, int, int] | None:
+    """(horizontal stride, vertical and horizontal dilation) of a convolution, read off the
+    input's row and column indices in its compute (``y * stride + ry * dilation - pad``,
+    clamped); None when they are not of that form."""
+    data = anchor.op.input_tensors[0]
+    loads = [n for n in E.post_order(anchor.op.body) if isinstance(n, te.TensorLoad)
+             and n.tensor.op is data.op]
+    if len(loads) != 1:
+        return None
+    _, _, y, x = anchor.op.axis
+    _, ry, rx = anchor.op.reduce_axis
+    row, col = (linear_form(_unclamped(i)) for i in loads[0].indices[2:])
+    steps = (col.coef_of(x.var), row.coef_of(ry.var), col.coef_of(rx.var))
+    return steps if all(step >= 1 for step in steps) and row.coef_of(y.var) >= 1 else None
+
+
+def _unclamped(index: Any) -> Any:
+    """``index`` without its clamps to the input (a max or min with a constant)."""
+    while isinstance(index, (E.Min, E.Max)) and (isinstance(index.a, E.IntImm)
+                                                 or isinstance(index.b, E.IntImm)):
+        index = index.b if isinstance(index.a, E.IntImm) else index.a
+    return index
 
 
 def _block(config: Any) -> tuple[int, int]:
@@ -144,7 +166,7 @@ def _takes(anchor: Any, output: Any) -> bool:
     data, weight = reads[:2]
     return (len(weight.shape) == 4 and int(data.shape[1]) == int(weight.shape[1])
             and int(weight.shape[0]) == int(anchor.shape[1])
-            and int(weight.shape[1]) % TILE_STEPS == 0)
+            and int(weight.shape[1]) % TILE_STEPS == 0 and _window(anchor) is not None)
 
 
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
@@ -164,12 +186,17 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
     wj, n1 = owner.split(ni, factor=tiles_n * TILE_COLS)
     t4, cols = owner.split(n1, factor=tiles_n * 2)
-    po, pi = owner.split(pixel, factor=pixels)
-    owner.reorder(no, oo, po, pi, wi, wj, g, t4, rows, cols)
     owner.bind(no, "blockIdx.z")
     owner.bind(oo, "blockIdx.y")
-    owner.bind(po, "blockIdx.x")
-    owner.bind(owner.fuse(pi, wi, wj), "threadIdx.z")
+    if pixels == 1:  # unsplit: a split by 1 hides from bound inference that x is one pixel
+        owner.reorder(no, oo, pixel, wi, wj, g, t4, rows, cols)
+        owner.bind(pixel, "blockIdx.x")
+        owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    else:
+        po, pi = owner.split(pixel, factor=pixels)
+        owner.reorder(no, oo, po, pi, wi, wj, g, t4, rows, cols)
+        owner.bind(po, "blockIdx.x")
+        owner.bind(owner.fuse(pi, wi, wj), "threadIdx.z")
     owner.bind(g, "threadIdx.y")
     owner.bind(t4, "threadIdx.x")
     stage = s[acc]
@@ -178,14 +205,17 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     rc, ry, rx = stage.op.reduce_axis
     step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
     if shared:
-        stride = _stride(anchor, data)
-        window_w = (pixels - 1) * stride + int(weight.shape[3])  # the block's pixels' windows
+        stride, dilation_h, dilation_w = _window(anchor)  # type: ignore[misc]
+        spans = {  # the input's rows and columns under the block's pixels' windows
+            2: (int(weight.shape[2]) - 1) * dilation_h + 1,
+            3: (pixels - 1) * stride + (int(weight.shape[3]) - 1) * dilation_w + 1}
         block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
                  "k": k_step}
 
-        def extent(role: str, dim: int) -> int:
-            # the window's rows and columns (the input's under the block's pixels)
-            return block.get(role, int(weight.shape[dim]) if dim == 2 else window_w)
+        def extent(operand: Any, role: str, dim: int) -> int:
+            if role in block:
+                return block[role]
+            return spans[dim] if operand is data else int(weight.shape[dim])
 
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
                         (tiles_m, tiles_n), extent, axes=(1, 0))

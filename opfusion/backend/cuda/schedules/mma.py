@@ -159,7 +159,7 @@ def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, 
         block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
                  "k": k_step}
         stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n,
-                        (tiles_m, tiles_n), lambda role, _: block.get(role, 1))
+                        (tiles_m, tiles_n), lambda _, role, __: block.get(role, 1))
 
 
 def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
@@ -182,21 +182,23 @@ def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
 
 def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Stage,
                     step: Any, warps: int, tiles: tuple[int, int],
-                    extent: Callable[[str, int], int], axes: tuple[int, int] = (-2, -1)
+                    extent: Callable[[Any, str, int], int],
+                    axes: tuple[int, int] = (-2, -1)
                     ) -> None:
     """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
     memory at ``step``, by the whole block together, each tile's rows spaced so that a
     warp's operand loads meet the fewest bank conflicts (:func:`bank_offset`). ``tiles``:
-    (tiles_m, tiles_n); ``extent(role, dim)``: the tile's extent along an operand dimension
-    of a role (``rows``, ``cols``, ``k`` or ``other``); ``axes``: which of ``acc``'s axes
-    are the tile's rows and columns."""
+    (tiles_m, tiles_n); ``extent(operand, role, dim)``: the tile's extent along a dimension
+    of an operand with a role (``rows``, ``cols``, ``k`` or ``other``); ``axes``: which of
+    ``acc``'s axes are the tile's rows and columns."""
     for operand in operands:
         # before the copy replaces the operand in the accumulating stage
         roles = operand_roles(s[acc].op.output(0), operand, axes)
         copy = s.cache_read(operand, "shared", [acc])
         s[copy].compute_at(stage, step)
         if roles is not None:
-            align_rows(s[copy], roles, tiles, [extent(r, d) for d, r in enumerate(roles)])
+            align_rows(s[copy], roles, tiles,
+                       [extent(operand, r, d) for d, r in enumerate(roles)])
         warp_copy(s[copy], warps)
 
 
