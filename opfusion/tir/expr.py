@@ -618,7 +618,7 @@ class Buffer:
         """Row-major strides in elements (the last is 1): dense, or the padded ones given."""
         if self.padded_strides is not None:
             return self.padded_strides
-        return dense_strides(self.shape)
+        return aligned_strides(self.shape, {})
 
     @property
     def index_dtype(self) -> str:
@@ -646,18 +646,11 @@ class Buffer:
     __hash__ = object.__hash__
 
 
-def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides in elements of a dense array of ``shape``."""
-    strides = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    return tuple(strides)
-
-
 def aligned_strides(shape: Sequence[int], aligns: dict[int, tuple[int, int]]
                     ) -> tuple[int, ...]:
     """Row-major strides of an array of ``shape`` whose dimensions in ``aligns`` (dimension
-    -> (factor, offset)) are padded to the next stride that is ``offset`` modulo ``factor``."""
+    -> (factor, offset)) are padded to the next stride that is ``offset`` modulo ``factor``
+    (dense without ``aligns``)."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         stride = strides[d + 1] * int(shape[d + 1])
