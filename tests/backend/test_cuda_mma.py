@@ -217,7 +217,10 @@ def test_tensor_core_products_on_the_gpu_match_the_reference():
     got = exe.run(*inputs)[0]
     testing.assert_close(got, evaluate(func, inputs), TF32_RTOL)
     rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
-    testing.assert_close(got, evaluate(func, rounded), 1e-5)
+    # The tensor cores sum in float32 in their own order: within 1e-4, a third of what
+    # TF32's rounding alone moves the result (3-4e-4), so the layout and the rounding are
+    # both checked.
+    testing.assert_close(got, evaluate(func, rounded), 1e-4)
     exe.close()
 
 
