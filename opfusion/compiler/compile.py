@@ -47,6 +47,7 @@ from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.merge_parallel_products import MergeParallelProducts
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
+from ..transform.pad_conv_channels import PadConvChannels
 from ..transform.pass_infra import Sequential
 from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
@@ -199,8 +200,10 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     rows; then a channel shuffle that a group-window convolution reads becomes that
     convolution's ``input_shuffle`` (FoldChannelShuffle)."""
     if target is not None and as_target(target).device != "cpu":
-        # The GPU schedules read the plain layouts (threads, not vectors, along the rows).
-        return Sequential([FoldConstant(), InferType()], name="AlterLayout")(mod)
+        # The GPU schedules read the plain layouts (threads, not vectors, along the rows);
+        # convolutions for tensor cores get their input channels in whole 8-steps.
+        return Sequential([PadConvChannels(target), FoldConstant(), InferType()],
+                          name="AlterLayout")(mod)
     # SimplifyExpr again: the reshapes around a packed product of a batch of rows keep an
     # elementwise operator after them (a bias) from its epilogue until it moves above them.
     return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),

@@ -14,25 +14,31 @@ def kernel_work(body: S.Stmt) -> int:
     weighted by the product of the extents of the loops around it (an exact Python int,
     however large). A loop whose extent depends on an outer loop (the last, shorter part of
     a split, ``min(32, 54 - 32 * i)``) counts its largest extent; one with no finite bound
-    counts once."""
+    counts once. A loop bound to a GPU index inside another bound to the same index (a
+    block's threads copying a shared tile, inside the threads' own loops) is that index
+    again, not loops over it: it counts once."""
     total = 0
     ranges: dict[Var, tuple[int, int]] = {}
-    stack: list[tuple[S.Stmt, int]] = [(body, 1)]
+    stack: list[tuple[S.Stmt, int, frozenset[str]]] = [(body, 1, frozenset())]
     while stack:
-        node, weight = stack.pop()
+        node, weight, bound = stack.pop()
         if isinstance(node, S.For):
             extent = largest_extent(node, ranges)
+            tag = node.kind.value if node.kind.is_thread_binding else None
+            if tag in bound:
+                extent = min(extent, 1)  # this thread's own index (if within the extent)
             if extent > 0:
-                stack.append((node.body, weight * extent))
+                stack.append((node.body, weight * extent,
+                              bound | {tag} if tag is not None else bound))
         elif isinstance(node, S.SeqStmt):
-            stack.extend((child, weight) for child in node.stmts)
+            stack.extend((child, weight, bound) for child in node.stmts)
         elif isinstance(node, (S.Allocate, S.LetStmt)):
-            stack.append((node.body, weight))
+            stack.append((node.body, weight, bound))
         elif isinstance(node, S.IfThenElse):
             total += weight
-            stack.append((node.then_case, weight))
+            stack.append((node.then_case, weight, bound))
             if node.else_case is not None:
-                stack.append((node.else_case, weight))
+                stack.append((node.else_case, weight, bound))
         else:
             total += weight
     return total

@@ -279,8 +279,8 @@ def test_resnet50_at_batch_32_convolves_on_tensor_cores_and_compiles():
     mod, params = testing.WORKLOADS["resnet50"](batch_size=32, image_shape=(3, 32, 32))
     model = build_gpu_model(mod, params, "cuda -arch=sm_90 -tf32=1")
     rules = [str((k.schedule_config or {}).get("rule")) for k in model.kernels]
-    # every convolution but the stem (3 input channels), and the classifier
-    assert rules.count("gpu_conv2d_mma") == 23 and rules.count("gpu_conv2d") == 1
+    # every convolution (the stem's 3 input channels padded to 8), and the classifier
+    assert rules.count("gpu_conv2d_mma") == 24 and rules.count("gpu_conv2d") == 0
     assert rules.count("gpu_mma") == 1
     ptx = compile_cuda(model.source.code, "compute_90").decode()
     assert ptx.count("mma.sync.aligned.m16n8k8") >= 24
@@ -341,3 +341,51 @@ def test_storage_align_pads_a_temporary_and_nothing_reads_the_padding():
     out = np.zeros((8, 6), "float32")
     run(func, x, out)  # unwritten padding is NaN in the interpreter: a read would show
     np.testing.assert_array_equal(out, x * 2)
+
+
+def test_a_stem_gets_zero_channels_for_the_tensor_cores_and_computes_the_same():
+    from opfusion.backend.cuda.runtime import InterpretedDevice
+    from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
+
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((16, 3, 3, 3)).astype("float32")
+    x = Var("x", TensorType((8, 3, 6, 6), "float32"))
+    func = Function([x], op.nn.relu(op.nn.conv2d(x, opf.const(weight), strides=(2, 2),
+                                                 padding=(1, 1))))
+    for target, padded in ((TF32, True), (Target("cuda -arch=sm_90"), False)):
+        model = build_gpu_model(func, target=target)
+        ops = [name for k in model.kernels for name in k.op_names]
+        assert ("nn.pad" in ops) == padded
+        rules = [str((k.schedule_config or {}).get("rule")) for k in model.kernels]
+        assert ("gpu_conv2d_mma" if padded else "gpu_conv2d") in rules
+        data = rng.standard_normal((8, 3, 6, 6)).astype("float32")
+        got = GPUExecutor(model, InterpretedDevice()).run(data)[0]
+        testing.assert_close(got, evaluate(_typed(func), [data]),
+                             TF32_RTOL if padded else 1e-5)
+
+
+def test_only_convolutions_the_tensor_cores_take_are_padded():
+    from opfusion.transform.pad_conv_channels import PadConvChannels
+
+    for batch, groups, channels, padded in ((8, 1, 3, True), (4, 1, 3, False),
+                                             (8, 1, 16, False), (8, 3, 3, False)):
+        x = Var("x", TensorType((batch, channels, 5, 5), "float32"))
+        w = Var("w", TensorType((6, channels // groups, 3, 3), "float32"))
+        mod = opf.transform.InferType()(opf.IRModule.from_expr(
+            Function([x, w], op.nn.conv2d(x, w, groups=groups))))
+        out = PadConvChannels(TF32)(mod)
+        text = str(out["main"])
+        assert ("nn.pad" in text) == padded, (batch, groups, channels)
+        assert "nn.pad" not in str(PadConvChannels(Target("cuda -arch=sm_90"))(mod)["main"])
+
+
+def test_a_blocks_copy_inside_its_threads_loops_counts_once_per_thread():
+    from opfusion.tir.work import kernel_work
+
+    func = _run_group(_dense_relu(64, 32, 32), {"rule": "gpu_mma", "knobs": {
+        "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 1, "k_step": 16,
+        "shared": True}})[0].prim_func
+    # products: 64 x 32 x 32 multiply-adds, as 2 x 2 x 8 nests per thread; copies: each
+    # element of the two 32-wide shared tiles once a step; the rest: the epilogue
+    work = kernel_work(func.body)
+    assert 64 * 32 * 32 <= work < 4 * 64 * 32 * 32

@@ -24,7 +24,8 @@ position contributes zero. The epilogue (bias, activation, residual) runs on eac
 registers.
 
 Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), ``pixels`` (1,
-2, 4, 7, 8: dividing the width), ``k_step`` (8, 16, 32), ``shared``."""
+2, 4, 7, 8: dividing the width), ``k_step`` (8, 16, 32), ``row_steps`` (the copies at each
+row of the window, for windows whose whole tiles do not fit), ``shared``."""
 
 from __future__ import annotations
 
@@ -65,8 +66,10 @@ class GPUConv2dMmaRule(ScheduleRule):
             warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
             # the step's weights of the block's channels, and its images' input under the
             # windows of its pixels (consecutive ones of one row)
-            tiles = (rows * kernel_h * kernel_w
-                     + cols * window_h * ((pixels - 1) * stride + window_w)) * k_step
+            # a window row at a time: one row of weights and of input
+            weight_rows, input_rows = (1, 1) if c["row_steps"] else (kernel_h, window_h)
+            tiles = (rows * weight_rows * kernel_w
+                     + cols * input_rows * ((pixels - 1) * stride + window_w)) * k_step
             padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
             tiles = (tiles + padding) * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
@@ -86,6 +89,7 @@ class GPUConv2dMmaRule(ScheduleRule):
             Knob("pixels", (1, 2, 4, 7, 8), "consecutive pixels of a row per block, each its "
                  "own warps, sharing the block's weights"),
             Knob("k_step", (8, 16, 32), "input channels per shared-memory stage"),
+            Knob("row_steps", (False, True), "stage one row of the window at a time"),
             Knob("shared", (True, False), "stage weights and input in shared memory"),
         ], fits)
         return space if len(space) else None
@@ -97,9 +101,9 @@ class GPUConv2dMmaRule(ScheduleRule):
         space = self.space(anchor, output, target)
         assert space is not None
         for pixels in (4, 7, 2, 1):
-            for tile in _TILES:
+            for tile, row_steps in _TILES:
                 try:
-                    return space.config(**tile, pixels=pixels)
+                    return space.config(**tile, pixels=pixels, row_steps=row_steps)
                 except ScheduleError:
                     continue
         return next(iter(space))
@@ -109,18 +113,21 @@ class GPUConv2dMmaRule(ScheduleRule):
         arrange_conv2d_mma(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
                            int(config["tiles_m"]), int(config["tiles_n"]),
                            int(config["pixels"]), int(config["k_step"]),
-                           bool(config["shared"]))
+                           bool(config["shared"]), bool(config["row_steps"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
 #: Warps a block may have along threadIdx.z (CUDA's limit on a block's z size).
 MAX_WARPS = 64
 
-#: The heuristic's tiles, largest first, each with the deepest step that fits (untuned).
+#: The heuristic's tiles, largest first, each with the deepest step that fits: the whole
+#: window staged at once, else a row of it at a time (a 7x7 stem's weights for 64 channels
+#: and 8 input channels are 100 KB), untuned.
 _TILES = tuple(
-    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
+    ({"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k,
+      "shared": True}, row_steps)
     for wm, wn, tm, tn in ((2, 2, 2, 2), (2, 1, 2, 2), (1, 1, 2, 2), (1, 1, 1, 1))
-    for k in (16, 8))
+    for row_steps in (False, True) for k in (16, 8))
 
 
 def _window(anchor: Any) -> tuple[int, int, int] | None:
@@ -171,7 +178,7 @@ def _takes(anchor: Any, output: Any) -> bool:
 
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
                        tiles_m: int, tiles_n: int, pixels: int, k_step: int,
-                       shared: bool) -> None:
+                       shared: bool, row_steps: bool = False) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
@@ -204,10 +211,12 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     an, ao, _, _ = stage.op.axis
     rc, ry, rx = stage.op.reduce_axis
     step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
+    if row_steps:  # the copies at each row of the window: one row's weights and input
+        step = ry
     if shared:
         stride, dilation_h, dilation_w = _window(anchor)  # type: ignore[misc]
         spans = {  # the input's rows and columns under the block's pixels' windows
-            2: (int(weight.shape[2]) - 1) * dilation_h + 1,
+            2: 1 if row_steps else (int(weight.shape[2]) - 1) * dilation_h + 1,
             3: (pixels - 1) * stride + (int(weight.shape[3]) - 1) * dilation_w + 1}
         block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
                  "k": k_step}
@@ -215,7 +224,9 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
         def extent(operand: Any, role: str, dim: int) -> int:
             if role in block:
                 return block[role]
-            return spans[dim] if operand is data else int(weight.shape[dim])
+            if operand is data:
+                return spans[dim]
+            return 1 if row_steps and dim == 2 else int(weight.shape[dim])
 
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
                         (tiles_m, tiles_n), extent, axes=(1, 0))
