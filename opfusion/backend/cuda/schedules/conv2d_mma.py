@@ -65,14 +65,14 @@ class GPUConv2dMmaRule(ScheduleRule):
             pixels, k_step = int(c["pixels"]), int(c["k_step"])
             warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
             # the step's weights of the block's channels, and its images' input under the
-            # windows of its pixels (consecutive ones of one row)
-            # a window row at a time: one row of weights and of input
+            # windows of its pixels (consecutive ones of one row): their rows, or one row
             weight_rows, input_rows = (1, 1) if c["row_steps"] else (kernel_h, window_h)
             tiles = (rows * weight_rows * kernel_w
                      + cols * input_rows * ((pixels - 1) * stride + window_w)) * k_step
             padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
             tiles = (tiles + padding) * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
+                    and (c["shared"] or not c["row_steps"])  # rows of no copy: the same
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
                     and warps * LANE_X * LANE_Y <= limit
                     and channels // rows <= MAX_GRID_Z
