@@ -68,6 +68,7 @@ from .tensor import (
     placeholder,
     post_dfs_order,
     read_graph,
+    reads_of,
     reduce_axis,
     var,
 )
@@ -80,6 +81,6 @@ __all__ = [
     "cos", "cosh", "create_schedule", "erf", "exp", "exp2", "expm1", "floor", "floordiv",
     "floormod", "fmod", "if_then_else", "log", "log10", "log1p", "log2", "max", "max_value",
     "min", "min_value", "placeholder", "post_dfs_order", "pow", "power", "read_graph",
-    "reduce_axis", "round", "rsqrt", "select", "sigmoid", "sin", "sinh", "sqrt", "sum", "tan",
-    "tanh", "thread_axis", "trunc", "var",
+    "reads_of", "reduce_axis", "round", "rsqrt", "select", "sigmoid", "sin", "sinh", "sqrt",
+    "sum", "tan", "tanh", "thread_axis", "trunc", "var",
 ]

@@ -372,6 +372,15 @@ def _as_ops(ops: Any) -> list[Operation]:
     return out
 
 
+def reads_of(op: Operation, tensor: Tensor) -> list[TensorLoad]:
+    """The reads of ``tensor`` in the body of the compute ``op``, in post order."""
+    body = getattr(op, "body", None)
+    if body is None:
+        return []
+    return [node for node in post_order(body)
+            if isinstance(node, TensorLoad) and node.tensor.op is tensor.op]
+
+
 def read_graph(outputs: Any) -> dict[Operation, list[Tensor]]:
     """Each operation reachable from ``outputs`` -> the tensors it reads (iterative walk)."""
     graph: dict[Operation, list[Tensor]] = {}

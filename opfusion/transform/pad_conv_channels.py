@@ -26,11 +26,9 @@ from ..ir.module import IRModule
 from ..ir.visitor import ExprMutator
 from ..op import nn as nn_ops
 from ..target import Target, as_target
+from ..tir.mma import TILE_STEPS
 from .context import PassContext
 from .pass_infra import Pass, function_pass, pass_factory, register_pass
-
-#: Input channels a tensor-core step contracts over (and images a tile takes).
-CHANNEL_STEP = 8
 
 
 @pass_factory
@@ -60,10 +58,10 @@ def padded_channels(call: Call) -> int:
     data, weight = (arg.checked_type for arg in call.args[:2])
     channels = int(data.shape[1])
     if (call.op_name != "nn.conv2d" or call.attrs.groups != 1 or data.dtype != "float32"
-            or weight.dtype != "float32" or int(data.shape[0]) % CHANNEL_STEP
-            or channels % CHANNEL_STEP == 0):
+            or weight.dtype != "float32" or int(data.shape[0]) % TILE_STEPS
+            or channels % TILE_STEPS == 0):
         return channels
-    return -(-channels // CHANNEL_STEP) * CHANNEL_STEP
+    return -(-channels // TILE_STEPS) * TILE_STEPS
 
 
 class _Padder(ExprMutator):
@@ -86,4 +84,4 @@ class _Padder(ExprMutator):
         return Call(new.op, [data, weight, *new.args[2:]], new.attrs, new.span)
 
 
-__all__ = ["CHANNEL_STEP", "PadConvChannels", "padded_channels"]
+__all__ = ["PadConvChannels", "padded_channels"]

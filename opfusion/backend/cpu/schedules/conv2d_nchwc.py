@@ -410,9 +410,7 @@ def prefetch_next_k_block(acc_stage: te.Stage, acc: te.Tensor, loops: tuple[Any,
     if len(weights) != 1:
         return
     (weight,) = weights
-    source = getattr(acc.op.body, "source", acc.op.body)  # the sum's term
-    loads = [n for n in E.post_order(source)
-             if isinstance(n, te.TensorLoad) and n.tensor is weight]
+    loads = te.reads_of(acc.op, weight)
     if len(loads) != 1:
         return
     block_loop, inner_block, channel = (loop.var for loop in loops)

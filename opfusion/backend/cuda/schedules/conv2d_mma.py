@@ -49,12 +49,13 @@ class GPUConv2dMmaRule(ScheduleRule):
     ops = ("nn.conv2d",)
 
     def space(self, anchor: Any, output: Any, target: Target) -> ConfigSpace | None:
-        if not target.allow_tf32 or not _takes(anchor, output):
+        window = _window(anchor) if _takes(anchor, output) else None
+        if not target.allow_tf32 or window is None:
             return None
         batch, channels, width = (int(anchor.shape[i]) for i in (0, 1, 3))
         data, weight = anchor.op.input_tensors[:2]
         in_channels, kernel_h, kernel_w = (int(weight.shape[i]) for i in (1, 2, 3))
-        stride, dilation_h, dilation_w = _window(anchor)  # _takes checked it reads
+        stride, dilation_h, dilation_w = window
         # the input rows and columns one output pixel's window spans
         window_h, window_w = (kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1
         limit = target.max_threads_per_block
@@ -134,9 +135,7 @@ def _window(anchor: Any) -> tuple[int, int, int] | None:
     """(horizontal stride, vertical and horizontal dilation) of a convolution, read off the
     input's row and column indices in its compute (``y * stride + ry * dilation - pad``,
     clamped); None when they are not of that form."""
-    data = anchor.op.input_tensors[0]
-    loads = [n for n in E.post_order(anchor.op.body) if isinstance(n, te.TensorLoad)
-             and n.tensor.op is data.op]
+    loads = te.reads_of(anchor.op, anchor.op.input_tensors[0])
     if len(loads) != 1:
         return None
     _, _, y, x = anchor.op.axis
@@ -173,7 +172,7 @@ def _takes(anchor: Any, output: Any) -> bool:
     data, weight = reads[:2]
     return (len(weight.shape) == 4 and int(data.shape[1]) == int(weight.shape[1])
             and int(weight.shape[0]) == int(anchor.shape[1])
-            and int(weight.shape[1]) % TILE_STEPS == 0 and _window(anchor) is not None)
+            and int(weight.shape[1]) % TILE_STEPS == 0)
 
 
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,

@@ -216,8 +216,7 @@ def operand_roles(acc: Any, operand: Any, axes: tuple[int, int] = (-2, -1)
     op = acc.op
     rows, cols = op.axis[axes[0]], op.axis[axes[1]]
     k = op.reduce_axis[0]
-    loads = [n for n in E.post_order(op.body) if isinstance(n, te.TensorLoad)
-             and n.tensor.op is operand.op]
+    loads = te.reads_of(op, operand)
     if len(loads) != 1:
         return None
     roles = []
