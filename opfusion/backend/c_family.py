@@ -38,7 +38,10 @@ from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type
 
-walk_stmts = S.walk_stmts  # shared by the emitters' analyses
+# shared by the emitters' analyses
+walk_stmts = S.walk_stmts
+read_buffers = S.read_buffers
+written_buffers = S.written_buffers
 
 #: C spelling of intrinsics whose name differs from the IR's (before the float suffix).
 _INTRINSIC_C_NAMES = {"round": "nearbyint"}
@@ -494,33 +497,3 @@ class CFamilyEmitter:
 def has_inner_loop(loop: S.For) -> bool:
     """Whether ``loop``'s body holds another loop."""
     return any(isinstance(inner, S.For) for inner in walk_stmts(loop.body))
-
-
-def _stmt_exprs(stmt: S.Stmt) -> list[E.PrimExpr]:
-    if isinstance(stmt, S.BufferStore):
-        return [stmt.value, *stmt.indices]
-    if isinstance(stmt, S.For):
-        return [stmt.min, stmt.extent]
-    if isinstance(stmt, S.IfThenElse):
-        return [stmt.condition]
-    if isinstance(stmt, (S.LetStmt, S.Evaluate)):
-        return [stmt.value]
-    if isinstance(stmt, S.Prefetch):
-        return list(stmt.indices)
-    return []
-
-
-def written_buffers(body: S.Stmt) -> set[int]:
-    """Ids of the buffers ``body`` stores to."""
-    return {id(s.buffer) for s in walk_stmts(body) if isinstance(s, S.BufferStore)}
-
-
-def read_buffers(body: S.Stmt) -> set[int]:
-    """Ids of the buffers ``body`` loads from."""
-    found: set[int] = set()
-    for stmt in walk_stmts(body):
-        for root in _stmt_exprs(stmt):
-            for node in E.post_order(root):
-                if isinstance(node, E.BufferLoad):
-                    found.add(id(node.buffer))
-    return found

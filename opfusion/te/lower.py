@@ -28,9 +28,10 @@ GPU schedules: a loop bound to a block or thread index keeps its full extent (a 
 stays an ``if``: a launch's size is a constant), and a stage with scope "shared" is computed
 for the whole block: its region is relaxed over every loop bound to a thread index, and a
 barrier comes before its computation (the previous iteration's readers are done) and after
-it (its values are visible to every thread). In a nest that computes shared stages, guards
-go around the stores they protect rather than around loops, which hold barriers every
-thread must reach.
+it (its values are visible to every thread); shared stages computed one after another share
+those barriers unless a later one reads an earlier one. In a nest that computes shared
+stages, guards go around the stores they protect rather than around loops, which hold
+barriers every thread must reach.
 
 Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
 
@@ -646,14 +647,12 @@ class _NestBuilder:
             p = positions[i]
             if attach:
                 kids = self.emitted.get(p, [])
-                shared = [local is not None and local.scope == "shared" for local, _ in kids]
+                barriers = _shared_barriers(kids)
                 for k in range(len(kids) - 1, -1, -1):
                     local, kid = kids[k]
-                    parts = [kid]
-                    if shared[k]:  # its values published to the block's threads
-                        parts.append(S.Barrier())
-                        if k == 0 or not shared[k - 1]:  # the last iteration's readers done
-                            parts.insert(0, S.Barrier())
+                    before, after = barriers[k]
+                    parts = [*([S.Barrier()] if before else []), kid,
+                             *([S.Barrier()] if after else [])]
                     stmt = S.SeqStmt([*parts, stmt])
                     if local is not None:
                         stmt = S.Allocate(local, stmt)
@@ -665,6 +664,32 @@ class _NestBuilder:
                 lo, hi = bounds[p]
                 stmt = S.For(var, lo, E.sub(hi, lo), self.kinds[p], stmt)
         return _guard(placed.get(0, []), stmt)
+
+
+def _shared_barriers(kids: list[tuple[E.Buffer | None, S.Stmt]]) -> list[tuple[bool, bool]]:
+    """Whether a barrier comes before and after each of the stages computed at one loop
+    position (their buffers and statements, in order). A shared stage waits first for the
+    last iteration's readers of its buffer, and its values are published to the block's
+    threads after it. Shared stages in a row share their barriers: one before the first,
+    one after the last, and one between two only where the later reads what the earlier
+    ones of the row wrote. Two copies of a product's operands then wait together, and each
+    thread's loads of both are in flight at once rather than one copy's after the other's."""
+    shared = [local is not None and local.scope == "shared" for local, _ in kids]
+    barriers: list[tuple[bool, bool]] = []
+    unpublished: set[int] = set()  # shared buffers written since the last barrier
+    for k, (local, _) in enumerate(kids):
+        if not shared[k]:
+            barriers.append((False, False))
+            continue
+        assert local is not None
+        unpublished.add(id(local))
+        before = k == 0 or not shared[k - 1]
+        after = (k + 1 == len(kids) or not shared[k + 1]
+                 or bool(S.read_buffers(kids[k + 1][1]) & unpublished))
+        if after:
+            unpublished.clear()
+        barriers.append((before, after))
+    return barriers
 
 
 def _has_barrier(stmt: S.Stmt) -> bool:

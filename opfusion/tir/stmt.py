@@ -69,7 +69,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import TensorExprError
-from .expr import Buffer, BufferLoad, PrimExpr, Var, as_expr, cast
+from .expr import Buffer, BufferLoad, PrimExpr, Var, as_expr, cast, post_order
 
 __all__ = [
     "Allocate", "Buffer", "BufferStore", "Evaluate", "For", "ForKind", "IfThenElse", "LetStmt",
@@ -303,3 +303,34 @@ def walk_stmts(body: Stmt) -> Iterator[Stmt]:
             stack.append(stmt.then_case)
         elif isinstance(stmt, (For, LetStmt, Allocate)):
             stack.append(stmt.body)
+
+
+def stmt_exprs(stmt: Stmt) -> list[PrimExpr]:
+    """The expressions ``stmt`` itself holds (not those of the statements inside it)."""
+    if isinstance(stmt, BufferStore):
+        return [stmt.value, *stmt.indices]
+    if isinstance(stmt, For):
+        return [stmt.min, stmt.extent]
+    if isinstance(stmt, IfThenElse):
+        return [stmt.condition]
+    if isinstance(stmt, (LetStmt, Evaluate)):
+        return [stmt.value]
+    if isinstance(stmt, Prefetch):
+        return list(stmt.indices)
+    return []
+
+
+def written_buffers(body: Stmt) -> set[int]:
+    """Ids of the buffers ``body`` stores to."""
+    return {id(s.buffer) for s in walk_stmts(body) if isinstance(s, BufferStore)}
+
+
+def read_buffers(body: Stmt) -> set[int]:
+    """Ids of the buffers ``body`` loads from."""
+    found: set[int] = set()
+    for stmt in walk_stmts(body):
+        for root in stmt_exprs(stmt):
+            for node in post_order(root):
+                if isinstance(node, BufferLoad):
+                    found.add(id(node.buffer))
+    return found

@@ -69,6 +69,48 @@ def test_shared_copies_cover_every_thread_of_the_block():
     assert shapes["B_shared"] == ("shared", (8, 4))
 
 
+def _barriers_in_loop(func, name):
+    loop = next(n for n in S.walk_stmts(func.body)
+                if isinstance(n, S.For) and n.loop_var.name.startswith(name))
+    return sum(isinstance(n, S.Barrier) for n in S.walk_stmts(loop.body))
+
+
+def test_copies_of_both_operands_share_their_barriers():
+    # One barrier before the two copies (the last step's readers done), one after both: the
+    # copy of B reads nothing the copy of A wrote. The interpreter checks there is no race.
+    s, args = tiled_matmul(8, 16, 8, tile=4, k_step=4)
+    func = lower(s, args, "matmul")
+    assert _barriers_in_loop(func, "k_outer") == 2
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(shape).astype("float32") for shape in ((8, 16), (16, 8)))
+    c = np.zeros((8, 8), "float32")
+    run(func, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_shared_stage_that_reads_the_one_before_waits_for_it():
+    a = te.placeholder((4, 8), "float32", name="A")
+    twice = te.compute((4, 8), lambda i, k: a[i, k] * 2.0, name="twice")
+    more = te.compute((4, 8), lambda i, k: twice[i, (k + 1) % 8] + 1.0, name="more")
+    r = te.reduce_axis((0, 8), name="r")
+    out = te.compute((4,), lambda i: te.sum(more[i, r], axis=r), name="out")
+    s = te.create_schedule([out.op])
+    acc = s.cache_write(out, "local")
+    s[out].bind(out.op.axis[0], "threadIdx.x")
+    s[acc].compute_at(s[out], out.op.axis[0])
+    ro, _ = s[acc].split(s[acc].op.reduce_axis[0], factor=4)
+    for stage in (twice, more):
+        s[stage].set_scope("shared")
+        s[stage].compute_at(s[acc], ro)
+        s[stage].bind(s[stage].op.axis[0], "threadIdx.x")
+    func = lower(s, [a, out], "chain")
+    assert _barriers_in_loop(func, "r_outer") == 3
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype("float32")
+    got = np.zeros(4, "float32")
+    run(func, x, got)
+    np.testing.assert_allclose(got, (2 * x + 1).sum(axis=1), rtol=1e-5)
+
+
 def test_a_bound_loop_of_one_runs_on_the_first_thread_only():
     # C's loop of one, bound to threadIdx.x, stays a loop: in a launch of 8 threads (B's),
     # only thread 0 runs its body. That body holds the barriers around B's computation, so
