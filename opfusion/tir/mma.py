@@ -34,6 +34,7 @@ GPU. On a CPU the nest is an ordinary loop."""
 
 from __future__ import annotations
 
+import collections
 import math
 import struct
 from dataclasses import dataclass
@@ -158,6 +159,79 @@ def mma_fragments(nest: MmaNest, t4: E.Var, g: E.Var) -> MmaFragments:
     return MmaFragments(a, b, acc, nest.store.buffer)  # type: ignore[arg-type]
 
 
+def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
+    """Ids of ``func``'s shared buffers that only tensor-core operands read: every load of
+    one is a whole factor of a tensor-core nest, or a branch of a selection that is (the
+    other branch another such load or a constant TF32 holds exactly, as a padding test's
+    zero). Rounding is idempotent, so such a buffer may hold its values rounded to TF32 when
+    they are stored, and the instruction then takes its operands as they are: each value is
+    rounded once per copy rather than once per use, which is once per warp and tile that
+    reads it. The numbers are the same either way."""
+    loads: collections.Counter[int] = collections.Counter()
+    as_operands: collections.Counter[int] = collections.Counter()
+    shared: set[int] = set()
+    lanes: dict[str, list[E.Var]] = {"threadIdx.x": [], "threadIdx.y": []}
+    work: list[S.Stmt | tuple[str]] = [func.body]
+    while work:
+        item = work.pop()
+        if isinstance(item, tuple):  # leaving a loop bound to a lane index
+            lanes[item[0]].pop()
+            continue
+        for root in S.stmt_exprs(item):
+            for node in E.post_order(root):
+                if isinstance(node, E.BufferLoad):
+                    loads[id(node.buffer)] += 1
+        if isinstance(item, S.Allocate) and item.buffer.scope == "shared":
+            shared.add(id(item.buffer))
+        if isinstance(item, S.For) and item.kind is S.ForKind.MMA_TF32:
+            try:
+                nest = match_nest(item, lanes["threadIdx.x"][-1], lanes["threadIdx.y"][-1])
+            except (IndexError, TensorExprError):
+                pass  # not an instruction: the emitter says why
+            else:
+                for factor in (nest.a, nest.b):
+                    for load in _selected_loads(factor) or ():
+                        as_operands[id(load.buffer)] += 1
+        if isinstance(item, S.For) and item.kind.value in lanes:
+            lanes[item.kind.value].append(item.loop_var)
+            work.append((item.kind.value,))
+        work.extend(reversed(_children(item)))
+    return frozenset(b for b in shared if as_operands[b] and as_operands[b] == loads[b])
+
+
+def holds_tf32(expr: E.PrimExpr, buffers: frozenset[int]) -> bool:
+    """Whether ``expr`` is already a TF32 value: a load of one of ``buffers`` (see
+    :func:`tf32_operand_buffers`), a selection of such, or a constant TF32 holds exactly."""
+    loads = _selected_loads(expr)
+    return loads is not None and all(id(load.buffer) in buffers for load in loads)
+
+
+def _selected_loads(expr: E.PrimExpr) -> list[E.BufferLoad] | None:
+    """The loads a factor selects among (a load; a Select of loads and exact constants);
+    None for any other expression."""
+    found: list[E.BufferLoad] = []
+    work = [expr]
+    while work:
+        node = work.pop()
+        if isinstance(node, E.BufferLoad) and node.dtype == "float32":
+            found.append(node)
+        elif isinstance(node, E.Select):
+            work.extend((node.true_value, node.false_value))
+        elif not (isinstance(node, E.FloatImm) and round_tf32(node.value) == node.value):
+            return None
+    return found
+
+
+def _children(stmt: S.Stmt) -> list[S.Stmt]:
+    if isinstance(stmt, S.SeqStmt):
+        return list(stmt.stmts)
+    if isinstance(stmt, S.IfThenElse):
+        return [stmt.then_case] + ([] if stmt.else_case is None else [stmt.else_case])
+    if isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
+        return [stmt.body]
+    return []
+
+
 def round_tf32(x: float) -> float:
     """``x`` (a float32 value) rounded as ``cvt.rna.tf32.f32`` does: to 10 bits of mantissa,
     to nearest, ties away from zero; NaN and infinities unchanged."""
@@ -186,5 +260,5 @@ def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int
 
 
 __all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
-           "MmaFragments", "MmaNest", "match_nest", "mma_fragments", "round_tf32",
-           "warp_tile_sums"]
+           "MmaFragments", "MmaNest", "holds_tf32", "match_nest", "mma_fragments",
+           "round_tf32", "tf32_operand_buffers", "warp_tile_sums"]

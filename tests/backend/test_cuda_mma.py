@@ -322,6 +322,68 @@ def test_shared_tiles_are_padded_off_each_others_banks():
     assert [b.size for b in shared] == [31 * 18 + 16, 15 * 20 + 16]
 
 
+@pytest.mark.parametrize("func", [_dense_relu(64, 32, 64), _conv_relu(8, 16, 32, 6, 3, 1, 1)],
+                         ids=["dense", "padded_conv"])
+def test_tiles_only_tensor_cores_read_are_rounded_once_as_they_are_stored(func):
+    from opfusion.tir import stmt as S
+
+    group = _check(func)  # the interpreter rounds at the instruction: the same numbers
+    shared = [s.buffer for s in S.walk_stmts(group.prim_func.body)
+              if isinstance(s, S.Allocate) and s.buffer.scope == "shared"]
+    assert len(shared) == 2
+    assert mma.tf32_operand_buffers(group.prim_func) == {id(b) for b in shared}
+    code = cuda_module([group.prim_func], target=TF32).code
+    # every operand taken as it is; the rounding is at the stores into the two tiles
+    assert code.count("__float_as_uint(") == 6 and code.count("__uint_as_float(opf_tf32(") == 2
+    if NO_NVRTC is None:
+        assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_80").decode()
+
+
+def test_a_tile_read_other_than_as_an_operand_is_rounded_at_the_instruction():
+    # a's tile is read scaled: rounding its stores would round a, not 2 a, so its operands
+    # keep their own rounding; b's tile is read as it is, rounded once when stored.
+    a = te.placeholder((16, 16), name="a")
+    b = te.placeholder((16, 8), name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((16, 8), lambda i, j: te.sum(a[i, k] * 2.0 * b[k, j], axis=k), name="c")
+    s = te.create_schedule(c.op)
+    tiles = [s.cache_read(t, "shared", [c]) for t in (a, b)]
+    acc = s.cache_write(c, "local")
+    i, j = s[c].op.axis
+    g, rows = s[c].split(i, factor=2)
+    t4, cols = s[c].split(j, factor=2)
+    s[c].reorder(g, t4, rows, cols)
+    s[c].bind(t4, "threadIdx.x")
+    s[c].bind(g, "threadIdx.y")
+    s[acc].compute_at(s[c], t4)
+    ko, k8 = s[acc].split(s[acc].op.reduce_axis[0], factor=8)
+    s[acc].reorder(ko, k8, *s[acc].op.axis)
+    s[acc].tensorize(k8, "mma_tf32")
+    for tile in tiles:
+        s[tile].compute_at(s[acc], ko)
+        fused = s[tile].fuse(*s[tile].op.axis)
+        _, lane = s[tile].split(fused, factor=32)
+        ty, tx = s[tile].split(lane, factor=4)
+        s[tile].bind(ty, "threadIdx.y")
+        s[tile].bind(tx, "threadIdx.x")
+    func = opf.lower(s, [a, b, c])
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(shape).astype("float32") for shape in ((16, 16), (16, 8)))
+    out = np.zeros((16, 8), "float32")
+    run(func, x, y, out)
+    np.testing.assert_allclose(out, _tf32(2 * x) @ _tf32(y), rtol=1e-6, atol=1e-6)
+    (b_tile,) = [t for t in _allocated(func) if t.name.startswith("b")]
+    assert mma.tf32_operand_buffers(func) == {id(b_tile)}
+    code = cuda_module([func], target=TF32).code
+    assert code.count("__float_as_uint(") == 2 and code.count("= opf_tf32(") == 4
+
+
+def _allocated(func):
+    from opfusion.tir import stmt as S
+
+    return [s.buffer for s in S.walk_stmts(func.body) if isinstance(s, S.Allocate)]
+
+
 def test_storage_align_pads_a_temporary_and_nothing_reads_the_padding():
     from opfusion.tir import stmt as S
 

@@ -12,7 +12,9 @@ the rest):
 - a barrier is ``__syncthreads()``;
 - ``#pragma unroll`` before an UNROLLED loop;
 - an MMA_TF32 nest is one warp's ``mma.sync`` on tensor cores, its operands loaded and
-  rounded to TF32 by each lane (:mod:`opfusion.tir.mma`);
+  rounded to TF32 by each lane (:mod:`opfusion.tir.mma`), or rounded once as they are
+  stored where a shared tile holds nothing but such operands
+  (:func:`~opfusion.tir.mma.tf32_operand_buffers`);
 - helpers are ``__device__`` functions, and the file includes nothing: NVRTC has no C
   library headers, so the fixed-width integer types and ``INFINITY``/``NAN`` are defined in
   the prelude; the math functions (``expf``, ``erff``, ``tanhf``, ...) are CUDA's own, each
@@ -73,6 +75,8 @@ class CUDAEmitter(CFamilyEmitter):
         self.launch = launch
         self.sizes = dict(zip(S.THREAD_TAGS, (*launch.grid, *launch.block)))
         self.bound: dict[str, list[E.Var]] = {}  # GPU index -> the loops bound to it, open
+        # shared tiles only tensor cores read: rounded to TF32 as they are stored
+        self.tf32_tiles = mma.tf32_operand_buffers(func)
 
     def param_declaration(self, buffer: E.Buffer, name: str, is_written: bool) -> str:
         const = "" if is_written else "const "
@@ -136,7 +140,9 @@ class CUDAEmitter(CFamilyEmitter):
             for number, value in enumerate(values):
                 name = self.names.fresh(f"mma_{kind}{number}")
                 names.append(name)
-                self.line(indent + 1, f"const uint32_t {name} = {helper}({self.expr(value)});")
+                rounded = mma.holds_tf32(value, self.tf32_tiles)
+                bits = f"{'__float_as_uint' if rounded else helper}({self.expr(value)})"
+                self.line(indent + 1, f"const uint32_t {name} = {bits};")
         acc = self.buffer_name(fragments.buffer)
         outs = ", ".join(f'"+f"({acc}[{self.expr(self.offset(fragments.buffer, i))}])'
                          for i in fragments.acc)
@@ -156,7 +162,8 @@ class CUDAEmitter(CFamilyEmitter):
         if not (isinstance(loop.extent, E.IntImm) and loop.extent.value == VECTOR_FLOATS
                 and isinstance(loop.min, E.IntImm) and loop.min.value == 0
                 and isinstance(store, S.BufferStore) and isinstance(store.value, E.BufferLoad)
-                and store.buffer.dtype == "float32" and store.value.buffer.dtype == "float32"):
+                and store.buffer.dtype == "float32" and store.value.buffer.dtype == "float32"
+                and id(store.buffer) not in self.tf32_tiles):
             return False
         bases = [_aligned_base(self.offset(b.buffer, b.indices), loop.loop_var)
                  for b in (store, store.value)]
@@ -184,6 +191,15 @@ class CUDAEmitter(CFamilyEmitter):
     def emit_stmt(self, stmt: S.Stmt, indent: int, stack: list[WorkItem]) -> None:
         if isinstance(stmt, S.Barrier):
             self.line(indent, "__syncthreads();")
+            return
+        if isinstance(stmt, S.BufferStore) and id(stmt.buffer) in self.tf32_tiles:
+            # a tile only tensor cores read, its values rounded once here rather than at
+            # each use (mma.tf32_operand_buffers)
+            helper = self.need_helper("opf_tf32", _TF32_HELPER)
+            target = self.buffer_name(stmt.buffer)
+            offset = self.expr(self.offset(stmt.buffer, stmt.indices))
+            self.line(indent, f"{target}[{offset}] = "
+                              f"__uint_as_float({helper}({self.expr(stmt.value)}));")
             return
         super().emit_stmt(stmt, indent, stack)
 
