@@ -29,9 +29,11 @@ stays an ``if``: a launch's size is a constant), and a stage with scope "shared"
 for the whole block: its region is relaxed over every loop bound to a thread index, and a
 barrier comes before its computation (the previous iteration's readers are done) and after
 it (its values are visible to every thread); shared stages computed one after another share
-those barriers unless a later one reads an earlier one. In a nest that computes shared
-stages, guards go around the stores they protect rather than around loops, which hold
-barriers every thread must reach.
+those barriers unless a later one reads an earlier one. Shared stages that ask for double
+buffering (``Stage.double_buffer``), all those computed at a constant loop with no guard,
+are pipelined over two buffers instead (:mod:`opfusion.tir.pipeline`). In a nest that
+computes shared stages, guards go around the stores they protect rather than around loops,
+which hold barriers every thread must reach.
 
 Loop variables are int32 (int64 for a loop of 2**31 or more iterations)."""
 
@@ -46,9 +48,11 @@ from ..errors import LoweringError, ScheduleError
 from ..tir import expr as E
 from ..tir import stmt as S
 from ..tir.bound import Interval, eval_interval, union
+from ..tir.pipeline import double_buffer_loop
 from ..tir.simplify import (
     Ranges,
     const_bound,
+    fresh_vars,
     linear_form,
     prove,
     simplify,
@@ -468,6 +472,7 @@ class _Lowering:
         r = next((i for i, v in enumerate(leaves) if v.is_reduce), len(leaves))
         children = self.attached.get(stage, {})
         emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]] = {}
+        double: set[int] = set()  # shared buffers of stages to double-buffer
         for pos, kids in children.items():
             inside_parallel = in_parallel or S.ForKind.PARALLEL in kinds[:pos + 1]
             for kid in kids:
@@ -475,7 +480,9 @@ class _Lowering:
                 kid_stmt = self._emit(kinfo, inside_parallel)
                 local = None if kid in self.arg_buffers else kinfo.buffer
                 emitted.setdefault(pos, []).append((local, kid_stmt))
-        nest = _NestBuilder(info, kinds, emitted, self._prefetches(info))
+                if kid.double_buffered and local is not None and local.scope == "shared":
+                    double.add(id(local))
+        nest = _NestBuilder(info, kinds, emitted, self._prefetches(info), double)
         # Shared stages computed in this nest put barriers in its loops, which every thread
         # must reach: its guards then go around the stores they protect, never around a loop.
         at_stores = any((local is not None and local.scope == "shared") or _has_barrier(kid)
@@ -495,9 +502,9 @@ class _Lowering:
                 update = _guard([c for c, _ in info.conditions], update)
             else:
                 outer_conds, inner_conds = nest.split_conditions(r)
-            init_nest = _fresh_loops(nest.build(spatial_inner,
-                                                [c for c, red in inner_conds if not red],
-                                                init, attach=False))
+            init_nest = fresh_vars(nest.build(spatial_inner,
+                                              [c for c, red in inner_conds if not red],
+                                              init, attach=False), "_init")
             update_nest = nest.build(inner, [c for c, _ in inner_conds], update)
             return nest.build(list(range(r)), outer_conds, S.SeqStmt([init_nest, update_nest]))
         store: S.Stmt = S.BufferStore(info.buffer, self._to_buffers(body), store_idx)
@@ -561,8 +568,9 @@ class _NestBuilder:
 
     def __init__(self, info: _StageInfo, kinds: list[S.ForKind],
                  emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]],
-                 prefetches: dict[int, list[S.Stmt]]) -> None:
+                 prefetches: dict[int, list[S.Stmt]], double: set[int] | None = None) -> None:
         self.info = info
+        self.double = double or set()
         self.leaves = info.stage.leaf_iter_vars
         self.kinds = kinds
         self.emitted = emitted
@@ -614,6 +622,23 @@ class _NestBuilder:
         # var >= ceil(rest / -coef)
         return "lo", E.floordiv(E.add(rest, -coef - 1), -coef)
 
+    def _pipelined(self, p: int, bounds: tuple[E.PrimExpr, E.PrimExpr] | None,
+                   guards: list[E.PrimExpr], body: S.Stmt) -> S.Stmt | None:
+        """The loop at leaf position ``p`` around ``body``, its shared stages double-buffered
+        (:func:`opfusion.tir.pipeline.double_buffer_loop`), when every stage computed at it
+        asks for that (``Stage.double_buffer``) and the loop is a constant range with no
+        guard; else None (the plain form)."""
+        kids = self.emitted.get(p, [])
+        var = self.info.loop_vars.get(self.leaves[p])
+        if (not kids or var is None or bounds is None or guards or p in self.prefetches
+                or not all(local is not None and id(local) in self.double for local, _ in kids)):
+            return None
+        start, end = (_constant(b) for b in bounds)
+        if start is None or end is None:
+            return None
+        copies = [(local, kid) for local, kid in kids if local is not None]
+        return double_buffer_loop(var, start, end - start, self.kinds[p], copies, body)
+
     def build(self, positions: list[int], conds: list[E.PrimExpr], body: S.Stmt,
               attach: bool = True) -> S.Stmt:
         """Loops over ``positions`` (outermost first) around ``body``."""
@@ -645,6 +670,11 @@ class _NestBuilder:
         stmt = body
         for i in range(len(positions) - 1, -1, -1):
             p = positions[i]
+            pipelined = self._pipelined(p, bounds.get(p), placed.get(i + 1, []), stmt) \
+                if attach else None
+            if pipelined is not None:
+                stmt = pipelined
+                continue
             if attach:
                 kids = self.emitted.get(p, [])
                 barriers = _shared_barriers(kids)
@@ -664,6 +694,10 @@ class _NestBuilder:
                 lo, hi = bounds[p]
                 stmt = S.For(var, lo, E.sub(hi, lo), self.kinds[p], stmt)
         return _guard(placed.get(0, []), stmt)
+
+
+def _constant(value: E.PrimExpr) -> int | None:
+    return value.value if isinstance(value, E.IntImm) else None
 
 
 def _shared_barriers(kids: list[tuple[E.Buffer | None, S.Stmt]]) -> list[tuple[bool, bool]]:
@@ -708,23 +742,6 @@ def _guard(conds: list[E.PrimExpr], stmt: S.Stmt) -> S.Stmt:
     for c in conds[1:]:
         cond = E.logical_and(cond, c)
     return S.IfThenElse(cond, stmt)
-
-
-def _fresh_loops(stmt: S.Stmt) -> S.Stmt:
-    """A copy of ``stmt`` whose loops define new variables (``<name>_init``), so that every
-    variable of a PrimFunc is defined by exactly one loop."""
-    from ..tir.simplify import substitute_stmt
-
-    if isinstance(stmt, S.For):
-        var = E.Var(f"{stmt.loop_var.name}_init", stmt.loop_var.dtype)
-        body = substitute_stmt(stmt.body, {stmt.loop_var: var})
-        return S.For(var, stmt.min, stmt.extent, stmt.kind, _fresh_loops(body))
-    if isinstance(stmt, S.IfThenElse):
-        return S.IfThenElse(stmt.condition, _fresh_loops(stmt.then_case),
-                            None if stmt.else_case is None else _fresh_loops(stmt.else_case))
-    if isinstance(stmt, S.SeqStmt):
-        return S.SeqStmt([_fresh_loops(s) for s in stmt.stmts])
-    return stmt
 
 
 # ---------------------------------------------------------------------------------------------

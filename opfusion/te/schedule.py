@@ -132,6 +132,7 @@ class Stage:
         self.prefetches: list[tuple[Tensor, IterVar, tuple[Any, ...]]] = []
         # dimension -> (factor, offset) of its buffer's stride (storage_align)
         self.storage_aligns: dict[int, tuple[int, int]] = {}
+        self.double_buffered = False  # see double_buffer()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -361,6 +362,19 @@ class Stage:
             raise self._fail(f"storage_align needs a factor > 0 and 0 <= offset < factor, "
                              f"not {factor!r} and {offset!r}")
         self.storage_aligns[dim] = (factor, offset)
+
+    def double_buffer(self) -> None:
+        """Give a shared stage two buffers that the loop it is computed at alternates
+        between (TVM's primitive): while the block's threads compute with one step's tile,
+        each thread has already loaded its share of the next step's into registers, and
+        stores it into the other buffer after the computation, so the loads' latency is
+        hidden behind it and a step needs one barrier, not two. Lowering pipelines the
+        stage where it can (see :func:`opfusion.tir.pipeline.double_buffer_loop`) and
+        computes it as a plain shared stage where it cannot."""
+        if self.scope != "shared":
+            raise self._fail("double_buffer needs a shared stage (set_scope('shared') or "
+                             f"cache_read(..., 'shared', ...)), not scope {self.scope!r}")
+        self.double_buffered = True
 
     def set_scope(self, scope: str) -> None:
         """Where the stage's buffer lives when it is not an argument: "local" (the default:

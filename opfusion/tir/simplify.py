@@ -510,6 +510,29 @@ def substitute_stmt(stmt: S.Stmt, mapping: dict[E.Var, Any]) -> S.Stmt:
     return map_stmt(stmt, lambda e: E.substitute(e, mapping))
 
 
+def fresh_vars(stmt: S.Stmt, suffix: str = "") -> S.Stmt:
+    """A copy of ``stmt`` whose loops and lets define new variables (named as before, plus
+    ``suffix``), so that a statement placed more than once still defines each variable in
+    one place (recursion by nesting depth)."""
+    if isinstance(stmt, S.For):
+        var = E.Var(f"{stmt.loop_var.name}{suffix}", stmt.loop_var.dtype)
+        body = substitute_stmt(stmt.body, {stmt.loop_var: var})
+        return S.For(var, stmt.min, stmt.extent, stmt.kind, fresh_vars(body, suffix))
+    if isinstance(stmt, S.LetStmt):
+        var = E.Var(f"{stmt.var.name}{suffix}", stmt.var.dtype)
+        body = substitute_stmt(stmt.body, {stmt.var: var})
+        return S.LetStmt(var, stmt.value, fresh_vars(body, suffix))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, fresh_vars(stmt.then_case, suffix),
+                            None if stmt.else_case is None
+                            else fresh_vars(stmt.else_case, suffix))
+    if isinstance(stmt, S.SeqStmt):
+        return S.SeqStmt([fresh_vars(s, suffix) for s in stmt.stmts])
+    if isinstance(stmt, S.Allocate):
+        return S.Allocate(stmt.buffer, fresh_vars(stmt.body, suffix))
+    return stmt
+
+
 def simplify_stmt(stmt: S.Stmt, ranges: Ranges | None = None) -> S.Stmt | None:
     """Simplify every expression using the ranges of enclosing loops; drop loops that never
     run, ifs decided by the ranges and unit loops (their variable becomes the loop's start;

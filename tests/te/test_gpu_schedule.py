@@ -111,6 +111,40 @@ def test_a_shared_stage_that_reads_the_one_before_waits_for_it():
     np.testing.assert_allclose(got, (2 * x + 1).sum(axis=1), rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(8, 12, 8), (13, 7, 10), (4, 33, 9)])
+def test_double_buffered_copies_load_the_next_step_while_this_one_computes(shape):
+    m, k, n = shape
+    s, args = tiled_matmul(m, k, n, tile=4, k_step=4)
+    for stage in s.stages:
+        if stage.scope == "shared":
+            stage.double_buffer()
+    func = lower(s, args, "matmul")
+    tiles = {a.buffer.name: a.buffer.shape for a in S.walk_stmts(func.body)
+             if isinstance(a, S.Allocate)}
+    assert tiles["A_shared"] == (2, 4, 4) and tiles["B_shared"] == (2, 4, 4)
+    assert tiles["A_shared_next"] == (1,)  # a thread's share of a step: one element each
+    assert _barriers_in_loop(func, "k_outer") == 1
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    c = np.zeros((m, n), "float32")
+    run(func, a, b, c)  # (with its check that no thread reads a tile another is writing)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_of_one_step_keeps_its_copies_plain():
+    s, args = tiled_matmul(8, 4, 8, tile=4, k_step=4)  # one step: nothing to overlap
+    for stage in s.stages:
+        if stage.scope == "shared":
+            stage.double_buffer()
+    func = lower(s, args, "matmul")
+    shapes = [a.buffer.shape for a in S.walk_stmts(func.body) if isinstance(a, S.Allocate)
+              and a.buffer.scope == "shared"]
+    assert shapes == [(4, 4), (4, 4)]
+    with pytest.raises(ScheduleError, match="double_buffer needs a shared stage"):
+        s[s.stages[-1].op].double_buffer()
+
+
 def test_a_bound_loop_of_one_runs_on_the_first_thread_only():
     # C's loop of one, bound to threadIdx.x, stays a loop: in a launch of 8 threads (B's),
     # only thread 0 runs its body. That body holds the barriers around B's computation, so

@@ -25,7 +25,9 @@ registers.
 
 Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), ``pixels`` (1,
 2, 4, 7, 8: dividing the width), ``k_step`` (8, 16, 32), ``row_steps`` (the copies at each
-row of the window, for windows whose whole tiles do not fit), ``shared``."""
+row of the window, for windows whose whole tiles do not fit), ``shared``, ``double_buffer``
+(two of each tile, the next step's loaded while this one's computes, as in :mod:`.mma`;
+the default where two fit)."""
 
 from __future__ import annotations
 
@@ -71,9 +73,9 @@ class GPUConv2dMmaRule(ScheduleRule):
             tiles = (rows * weight_rows * kernel_w
                      + cols * input_rows * ((pixels - 1) * stride + window_w)) * k_step
             padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
-            tiles = (tiles + padding) * 4
+            tiles = (tiles + padding) * 4 * (2 if c["double_buffer"] else 1)
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
-                    and (c["shared"] or not c["row_steps"])  # rows of no copy: the same
+                    and (c["shared"] or not (c["row_steps"] or c["double_buffer"]))
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
                     and warps * LANE_X * LANE_Y <= limit
                     and channels // rows <= MAX_GRID_Z
@@ -92,6 +94,8 @@ class GPUConv2dMmaRule(ScheduleRule):
             Knob("k_step", (8, 16, 32), "input channels per shared-memory stage"),
             Knob("row_steps", (False, True), "stage one row of the window at a time"),
             Knob("shared", (True, False), "stage weights and input in shared memory"),
+            Knob("double_buffer", (True, False), "load the next step's tiles while this "
+                 "step's compute (two of each tile)"),
         ], fits)
         return space if len(space) else None
 
@@ -103,10 +107,12 @@ class GPUConv2dMmaRule(ScheduleRule):
         assert space is not None
         for pixels in (4, 7, 2, 1):
             for tile, row_steps in _TILES:
-                try:
-                    return space.config(**tile, pixels=pixels, row_steps=row_steps)
-                except ScheduleError:
-                    continue
+                for double_buffer in (True, False):
+                    try:
+                        return space.config(**tile, pixels=pixels, row_steps=row_steps,
+                                            double_buffer=double_buffer)
+                    except ScheduleError:
+                        continue
         return next(iter(space))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
@@ -114,7 +120,8 @@ class GPUConv2dMmaRule(ScheduleRule):
         arrange_conv2d_mma(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
                            int(config["tiles_m"]), int(config["tiles_n"]),
                            int(config["pixels"]), int(config["k_step"]),
-                           bool(config["shared"]), bool(config["row_steps"]))
+                           bool(config["shared"]), bool(config["row_steps"]),
+                           bool(config["double_buffer"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
@@ -177,7 +184,8 @@ def _takes(anchor: Any, output: Any) -> bool:
 
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
                        tiles_m: int, tiles_n: int, pixels: int, k_step: int,
-                       shared: bool, row_steps: bool = False) -> None:
+                       shared: bool, row_steps: bool = False,
+                       double_buffer: bool = False) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
@@ -228,4 +236,4 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
             return 1 if row_steps and dim == 2 else int(weight.shape[dim])
 
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
-                        (tiles_m, tiles_n), extent, axes=(1, 0))
+                        (tiles_m, tiles_n), extent, axes=(1, 0), double_buffer=double_buffer)

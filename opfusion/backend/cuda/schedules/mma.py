@@ -20,9 +20,14 @@ the right one for the step into shared memory together, waits at a barrier, and 
 issues ``k_step / 8`` instructions per tile. The elementwise epilogue runs on each lane's
 registers before the store.
 
+With ``double_buffer`` the block keeps two of each tile: each thread loads its share of the
+next step's tiles into registers before this step's instructions and stores it into the
+other tiles after them, so the loads' latency hides behind the instructions and a step
+waits at one barrier instead of two (:mod:`opfusion.tir.pipeline`).
+
 Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m`` (1, 2, 4), ``tiles_n`` (1, 2, 4, 8),
-``k_step`` (8, 16, 32), ``shared``; a point must tile the product exactly, with blocks of at
-most the target's threads and tiles that fit its shared memory."""
+``k_step`` (8, 16, 32), ``shared``, ``double_buffer``; a point must tile the product exactly,
+with blocks of at most the target's threads and tiles that fit its shared memory."""
 
 from __future__ import annotations
 
@@ -62,9 +67,12 @@ class GPUMmaRule(ScheduleRule):
             # the tiles, and the padding that moves their rows off each other's banks
             tiles = ((block_rows + block_cols) * int(c["k_step"])
                      + (BANKS - 1) * (block_rows + block_cols + int(c["k_step"]))) * 4
+            if c["double_buffer"]:  # two steps' tiles
+                tiles *= 2
             return (rows % block_rows == 0 and cols % block_cols == 0
                     and depth % int(c["k_step"]) == 0 and threads <= limit
                     and rows // block_rows <= MAX_GRID_Z
+                    and (c["shared"] or not c["double_buffer"])  # no tiles: the same
                     and (not c["shared"] or tiles <= shared_bytes))
 
         fits.__doc__ = "tiles that divide the product, blocks and shared tiles the GPU allows"
@@ -75,6 +83,8 @@ class GPUMmaRule(ScheduleRule):
             Knob("tiles_n", (1, 2, 4, 8), "8-column tensor-core tiles of each warp"),
             Knob("k_step", (8, 16, 32), "contraction steps per shared-memory stage"),
             Knob("shared", (True, False), "stage the operands' tiles in shared memory"),
+            Knob("double_buffer", (True, False), "load the next step's tiles while this "
+                 "step's compute (two of each tile)"),
         ], fits)
         return space if len(space) else None
 
@@ -87,28 +97,31 @@ class GPUMmaRule(ScheduleRule):
         if not fitting:  # a small or oddly sized product: the first point of the space
             return next(iter(space))
         # The largest tile that still gives every multiprocessor a block, else the one
-        # that gives the most blocks.
+        # that gives the most blocks (double-buffered where it fits: it comes first).
         for config in fitting:
             block_rows, block_cols = _block(config)
             if batch * (rows // block_rows) * (cols // block_cols) >= target.multiprocessors:
                 return config
-        return fitting[-1]
+        return next(c for c in fitting if _block(c) == _block(fitting[-1]))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
               config: Config) -> None:
         arrange_mma_product(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
                             int(config["tiles_m"]), int(config["tiles_n"]),
-                            int(config["k_step"]), bool(config["shared"]))
+                            int(config["k_step"]), bool(config["shared"]),
+                            bool(config["double_buffer"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
-#: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down (untuned: not
-#: yet measured on a GPU).
+#: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
+#: buffered where two of its tiles fit (untuned: not yet measured on a GPU).
 _TILES = tuple(
-    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True}
+    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True,
+     "double_buffer": double}
     for wm, wn, tm, tn, k in ((2, 2, 4, 8, 16), (2, 2, 2, 4, 32), (2, 2, 2, 4, 16),
                               (2, 2, 1, 2, 16), (2, 2, 1, 1, 16), (2, 1, 1, 1, 16),
-                              (1, 1, 1, 1, 8)))
+                              (1, 1, 1, 1, 8))
+    for double in (True, False))
 
 
 def _in(space: ConfigSpace, values: dict[str, KnobValue]) -> bool:
@@ -131,7 +144,8 @@ def _float32(anchor: Any) -> bool:
 
 
 def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
-                        tiles_m: int, tiles_n: int, k_step: int, shared: bool) -> None:
+                        tiles_m: int, tiles_n: int, k_step: int, shared: bool,
+                        double_buffer: bool = False) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     product: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
@@ -159,7 +173,8 @@ def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, 
         block = {"rows": warps_m * tiles_m * TILE_ROWS, "cols": warps_n * tiles_n * TILE_COLS,
                  "k": k_step}
         stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n,
-                        (tiles_m, tiles_n), lambda _, role, __: block.get(role, 1))
+                        (tiles_m, tiles_n), lambda _, role, __: block.get(role, 1),
+                        double_buffer=double_buffer)
 
 
 def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
@@ -183,14 +198,15 @@ def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
 def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Stage,
                     step: Any, warps: int, tiles: tuple[int, int],
                     extent: Callable[[Any, str, int], int],
-                    axes: tuple[int, int] = (-2, -1)
+                    axes: tuple[int, int] = (-2, -1), double_buffer: bool = False
                     ) -> None:
     """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
     memory at ``step``, by the whole block together, each tile's rows spaced so that a
     warp's operand loads meet the fewest bank conflicts (:func:`bank_offset`). ``tiles``:
     (tiles_m, tiles_n); ``extent(operand, role, dim)``: the tile's extent along a dimension
     of an operand with a role (``rows``, ``cols``, ``k`` or ``other``); ``axes``: which of
-    ``acc``'s axes are the tile's rows and columns."""
+    ``acc``'s axes are the tile's rows and columns; ``double_buffer``: two of each tile,
+    the next step's loaded while this one's computes (:meth:`te.Stage.double_buffer`)."""
     for operand in operands:
         # before the copy replaces the operand in the accumulating stage
         roles = operand_roles(s[acc].op.output(0), operand, axes)
@@ -200,6 +216,8 @@ def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Sta
             align_rows(s[copy], roles, tiles,
                        [extent(operand, r, d) for d, r in enumerate(roles)])
         warp_copy(s[copy], warps)
+        if double_buffer:
+            s[copy].double_buffer()
 
 
 #: Shared memory's banks, 4 bytes each: a warp's loads of different words of one bank

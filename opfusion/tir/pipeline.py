@@ -1,0 +1,176 @@
+"""Double buffering: a loop whose body starts with copies into shared tiles, pipelined over
+two buffers per tile.
+
+A GPU contraction loop of the plain form (:mod:`opfusion.te.lower`)::
+
+    for k in range(n):
+        barrier; copy(k) into tile; barrier
+        compute(k) from tile
+
+waits for every step's global loads before it computes with them. The pipelined form keeps
+two tiles and loads each step's copy a step early::
+
+    copy(0) into tile[0]; barrier
+    for k in range(n):
+        if k + 1 < n: next = (this thread's share of copy(k + 1), loaded into registers)
+        compute(k) from tile[k % 2]
+        if k + 1 < n: tile[(k + 1) % 2] = next
+        barrier
+
+The loads of step k + 1 are issued before step k's computation and only waited for at the
+stores after it, so their latency is hidden behind the computation, and a step needs one
+barrier instead of two: a step's stores go to the tile the step before read, whose readers
+the previous barrier waited for, and the barrier after them publishes the tile the next
+step reads. A thread's share of a copy is the iterations of the copy's serial loops around
+its store (the rounds of a block-wide copy), unrolled so that ``next`` is registers.
+
+:func:`double_buffer_loop` builds the pipelined loop, or says (None) that the copies are
+not of a form it pipelines: each a nest of loops and conditions around one store into its
+tile, with constant serial loops of at most :data:`MAX_REGISTERS` iterations in all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from . import expr as E
+from . import stmt as S
+from .simplify import fresh_vars, map_stmt, substitute_stmt
+
+#: Registers a thread may hold for one copy's next step (a copy of more rounds stays plain).
+MAX_REGISTERS = 64
+
+
+def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
+                       copies: Sequence[tuple[E.Buffer, S.Stmt]], body: S.Stmt
+                       ) -> S.Stmt | None:
+    """The loop ``for var in range(start, start + extent)`` (of ``kind``) around ``copies``
+    (each a shared tile and the statement that fills it for step ``var``) and then ``body``
+    (which reads the tiles), pipelined as the module docstring shows, with the Allocates of
+    the two-step tiles and of the registers around it; None when it cannot be."""
+    if extent < 2 or kind is not S.ForKind.SERIAL:
+        return None
+    phase = E.floormod(E.sub(var, start), 2)
+    tiles = {id(tile): _two_steps(tile) for tile, _ in copies}
+    parts = [_split_copy(tile, copy, tiles[id(tile)], phase) for tile, copy in copies]
+    if any(part is None for part in parts):
+        return None
+    step_after = {var: E.add(var, 1)}
+    prologue = [fresh_vars(substitute_stmt(_retarget_store(copy, tile, tiles[id(tile)], phase),
+                                             {var: E.IntImm(start, var.dtype)}))
+                for tile, copy in copies]
+    loads = [fresh_vars(substitute_stmt(part[0], step_after)) for part in parts if part]
+    stores = [fresh_vars(substitute_stmt(part[1], step_after)) for part in parts if part]
+    has_next = E.LT(E.add(var, 1), E.IntImm(start + extent, var.dtype))
+    loop = S.For(var, E.IntImm(start, var.dtype), E.IntImm(extent, var.dtype), kind,
+                 S.SeqStmt([S.IfThenElse(has_next, S.SeqStmt(loads)),
+                            _retarget_loads(body, tiles, phase),
+                            S.IfThenElse(has_next, S.SeqStmt(stores)),
+                            S.Barrier()]))
+    stmt: S.Stmt = S.SeqStmt([*prologue, S.Barrier(), loop])
+    for part in parts:
+        assert part is not None
+        stmt = S.Allocate(part[2], stmt)
+    for tile, _ in reversed(copies):
+        stmt = S.Allocate(tiles[id(tile)], stmt)
+    return stmt
+
+
+def _two_steps(tile: E.Buffer) -> E.Buffer:
+    """``tile`` with an outer dimension of two steps, each laid out as ``tile`` is."""
+    span = tile.strides[0] * tile.shape[0] if tile.shape else 1
+    return E.Buffer(tile.name, (2, *tile.shape), tile.dtype, tile.scope,
+                    (span, *tile.strides))
+
+
+def _split_copy(tile: E.Buffer, copy: S.Stmt, tiles: E.Buffer, phase: E.PrimExpr
+                ) -> tuple[S.Stmt, S.Stmt, E.Buffer] | None:
+    """``copy`` as (its loads into registers, their stores into the two-step ``tiles`` at
+    ``phase``, the registers), or None when it is not one store in loops and conditions."""
+    stores = [s for s in S.walk_stmts(copy) if isinstance(s, S.BufferStore)]
+    if (len(stores) != 1 or stores[0].buffer is not tile
+            or any(isinstance(s, (S.Barrier, S.Allocate)) for s in S.walk_stmts(copy))):
+        return None
+    serial = _serial_loops_around(copy, stores[0])
+    if serial is None:
+        return None
+    count, index = 1, E.IntImm(0)
+    for loop in reversed(serial):  # the register's index: the serial loops', row-major
+        assert isinstance(loop.min, E.IntImm) and isinstance(loop.extent, E.IntImm)
+        index = E.add(index, E.mul(E.sub(loop.loop_var, loop.min.value), count))
+        count *= loop.extent.value
+    if count > MAX_REGISTERS:
+        return None
+    registers = E.Buffer(f"{tile.name}_next", (count,), tile.dtype, "local")
+    load = _rebuild(copy, lambda s: S.BufferStore(registers, s.value, [index]))
+    put = _rebuild(copy, lambda s: S.BufferStore(tiles, E.BufferLoad(registers, [index]),
+                                                 [phase, *s.indices]))
+    return load, put, registers
+
+
+def _serial_loops_around(copy: S.Stmt, store: S.BufferStore) -> list[S.For] | None:
+    """The loops not bound to a GPU index on the path to ``store``, outermost first; None
+    if one of them is not a constant range."""
+    path: list[S.For] = []
+    node = copy
+    while node is not store:
+        if isinstance(node, S.For):
+            if not node.kind.is_thread_binding:
+                if not (isinstance(node.min, E.IntImm) and isinstance(node.extent, E.IntImm)):
+                    return None
+                path.append(node)
+            node = node.body
+        elif isinstance(node, (S.LetStmt, S.Allocate)):
+            node = node.body
+        elif isinstance(node, S.IfThenElse) and node.else_case is None:
+            node = node.then_case
+        elif isinstance(node, S.SeqStmt) and len(node.stmts) == 1:
+            node = node.stmts[0]
+        else:  # a sequence or an else: not one path to the store
+            return None
+    return path
+
+
+def _rebuild(stmt: S.Stmt, store: Callable[[S.BufferStore], S.Stmt]) -> S.Stmt:
+    """``stmt`` (one path of loops and conditions to a store) with the store replaced by
+    ``store(it)`` and its serial loops unrolled (their indices then constant: registers)."""
+    if isinstance(stmt, S.BufferStore):
+        return store(stmt)
+    if isinstance(stmt, S.For):
+        kind = stmt.kind if stmt.kind.is_thread_binding else S.ForKind.UNROLLED
+        return S.For(stmt.loop_var, stmt.min, stmt.extent, kind, _rebuild(stmt.body, store))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, _rebuild(stmt.then_case, store))
+    if isinstance(stmt, S.LetStmt):
+        return S.LetStmt(stmt.var, stmt.value, _rebuild(stmt.body, store))
+    assert isinstance(stmt, S.SeqStmt) and len(stmt.stmts) == 1, stmt
+    return _rebuild(stmt.stmts[0], store)
+
+
+def _retarget_store(copy: S.Stmt, tile: E.Buffer, tiles: E.Buffer, phase: E.PrimExpr
+                    ) -> S.Stmt:
+    """``copy`` storing into ``tiles`` at ``phase`` instead of into ``tile``."""
+    if isinstance(copy, S.BufferStore) and copy.buffer is tile:
+        return S.BufferStore(tiles, copy.value, [phase, *copy.indices])
+    if isinstance(copy, S.For):
+        return S.For(copy.loop_var, copy.min, copy.extent, copy.kind,
+                     _retarget_store(copy.body, tile, tiles, phase))
+    if isinstance(copy, S.IfThenElse):
+        return S.IfThenElse(copy.condition, _retarget_store(copy.then_case, tile, tiles, phase))
+    if isinstance(copy, S.LetStmt):
+        return S.LetStmt(copy.var, copy.value, _retarget_store(copy.body, tile, tiles, phase))
+    assert isinstance(copy, S.SeqStmt) and len(copy.stmts) == 1, copy
+    return _retarget_store(copy.stmts[0], tile, tiles, phase)
+
+
+def _retarget_loads(body: S.Stmt, tiles: dict[int, E.Buffer], phase: E.PrimExpr) -> S.Stmt:
+    """``body`` reading each tile's two-step form at ``phase``."""
+
+    def visit(node: E.PrimExpr) -> E.PrimExpr | None:
+        if isinstance(node, E.BufferLoad) and id(node.buffer) in tiles:  # (indices done)
+            return E.BufferLoad(tiles[id(node.buffer)], [phase, *node.indices])
+        return None
+
+    return map_stmt(body, lambda e: E.rewrite(e, visit))
+
+
+__all__ = ["MAX_REGISTERS", "double_buffer_loop"]
