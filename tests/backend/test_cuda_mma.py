@@ -283,12 +283,18 @@ def test_resnet50_at_batch_32_convolves_on_tensor_cores_and_compiles():
 
     mod, params = testing.WORKLOADS["resnet50"](batch_size=32, image_shape=(3, 32, 32))
     model = build_gpu_model(mod, params, "cuda -arch=sm_90 -tf32=1")
-    rules = [str((k.schedule_config or {}).get("rule")) for k in model.kernels]
+    configs = [k.schedule_config or {} for k in model.kernels]
+    rules = [str(c.get("rule")) for c in configs]
     # every convolution (the stem's 3 input channels padded to 8), and the classifier
     assert rules.count("gpu_conv2d_mma") == 24 and rules.count("gpu_conv2d") == 0
     assert rules.count("gpu_mma") == 1
+    assert any(c.get("knobs", {}).get("double_buffer") for c in configs)
     ptx = compile_cuda(model.source.code, "compute_90").decode()
     assert ptx.count("mma.sync.aligned.m16n8k8") >= 24
+    # machine code for an A100 and an H100: ptxas checks what PTX does not (registers,
+    # 48 KiB of static shared memory a block, the inline assembly's operands)
+    for arch in ("sm_80", "sm_90"):
+        assert compile_cuda(model.source.code, arch)[:4] == b"\x7fELF"
 
 
 def test_a_transformer_layer_runs_its_products_on_tensor_cores_on_the_interpreted_device():

@@ -114,13 +114,15 @@ class GPUMmaRule(ScheduleRule):
 
 
 #: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
-#: buffered where two of its tiles fit (untuned: not yet measured on a GPU).
+#: buffered where two of its tiles fit; the small ones take 32 steps a stage where the
+#: contraction allows, so that a stage has four instructions a warp to hide the next one's
+#: loads behind, not one (untuned: not yet measured on a GPU).
 _TILES = tuple(
     {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True,
      "double_buffer": double}
     for wm, wn, tm, tn, k in ((2, 2, 4, 8, 16), (2, 2, 2, 4, 32), (2, 2, 2, 4, 16),
-                              (2, 2, 1, 2, 16), (2, 2, 1, 1, 16), (2, 1, 1, 1, 16),
-                              (1, 1, 1, 1, 8))
+                              (2, 2, 1, 2, 16), (2, 2, 1, 1, 16), (2, 1, 1, 1, 32),
+                              (2, 1, 1, 1, 16), (1, 1, 1, 1, 32), (1, 1, 1, 1, 8))
     for double in (True, False))
 
 
