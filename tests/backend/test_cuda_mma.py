@@ -265,6 +265,29 @@ def test_every_sampled_config_of_the_tensor_core_convolutions_computes_the_refer
         _check(func, {"rule": "gpu_conv2d_mma", "knobs": dict(config)})
 
 
+@pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
+@pytest.mark.parametrize("case", [
+    (32, 64, 64, 14, 3, 1, 1),  # 3x3, padded
+    (32, 64, 128, 14, 1, 2, 0),  # strided 1x1
+    (32, 16, 64, 28, 1, 1, 0),  # pointwise
+])
+def test_tensor_core_convolutions_on_the_gpu_match_the_reference(case):
+    """The default config and sampled ones (double-buffered and not) through the GPU runner,
+    which checks each one's outputs against the reference (1e-3 of the largest: a lane
+    layout the hardware does not share is off by the values themselves) before timing it."""
+    from opfusion.autotune.gpu_runner import GPURunner
+    from opfusion.autotune.measure import MeasureOptions, generate_candidates, task_data
+    from opfusion.autotune.task import extract_tasks
+
+    (task,) = extract_tasks(_typed(_conv_relu(*case)), None, "cuda -tf32=1")
+    assert task.rule == "gpu_conv2d_mma"
+    configs = [task.default, *task.space.sample(6, seed=0)]
+    assert {c["double_buffer"] for c in configs} == {False, True}
+    results = GPURunner().run(task_data(task), generate_candidates(task, configs),
+                              MeasureOptions(repeat=1, min_repeat_seconds=0.0))
+    assert [r.error for r in results if not r.ok] == []
+
+
 @pytest.mark.parametrize("func, target", [
     (_conv_relu(8, 8, 16, 4, 3, 1, 1), Target("cuda -arch=sm_90")),  # TF32 not allowed
     (_conv_relu(4, 8, 16, 4, 3, 1, 1), TF32),  # a batch of fewer than 8 images
