@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU session checks, in one call (a lent GPU's time is short): the tests that
-# need a GPU, then benchmarks/gpu.py with tuning. Logs go to $OUT (the device tool's
-# folder that comes back) or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
+# need a GPU, then benchmarks/gpu.py with tuning, then what double buffering was worth in the
+# tuning's records. Logs go to $OUT (the device tool's folder that comes back) or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
@@ -19,3 +19,5 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
 timeout 480 python3 benchmarks/gpu.py --products --tf32 --tune "${1:-120}" \
   --records "$out/records.json" 2>&1 \
   | tee "$out/bench.log"
+# what double buffering was worth per layer in that tuning run's search (ms, best with each)
+python3 benchmarks/records_knobs.py "$out/records.json" double_buffer 2>&1 | tee "$out/knobs.log"
