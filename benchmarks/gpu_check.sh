@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a GPU session checks, in one call (a lent GPU's time is short): the tests that
 # need a GPU, then benchmarks/gpu.py with tuning, then what double buffering was worth in the
-# tuning's records. Logs go to $OUT (the device tool's folder that comes back) or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
+# tuning's records. Logs go to $OUT (the device tool's folder that comes back) or
+# ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
