@@ -37,7 +37,7 @@ from . import stmt as S
 from .simplify import fresh_vars, map_stmt, substitute_stmt
 
 #: Registers a thread may hold for one copy's next step (a copy of more rounds stays plain).
-MAX_REGISTERS = 64
+MAX_REGISTERS = 32
 
 
 def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
