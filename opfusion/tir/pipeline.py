@@ -55,8 +55,8 @@ def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
     if any(part is None for part in parts):
         return None
     step_after = {var: E.add(var, 1)}
-    prologue = [fresh_vars(substitute_stmt(_retarget_store(copy, tile, tiles[id(tile)], phase),
-                                             {var: E.IntImm(start, var.dtype)}))
+    first = {var: E.IntImm(start, var.dtype)}
+    prologue = [fresh_vars(substitute_stmt(_rebuild(copy, _into(tiles[id(tile)], phase)), first))
                 for tile, copy in copies]
     loads = [fresh_vars(substitute_stmt(part[0], step_after)) for part in parts if part]
     stores = [fresh_vars(substitute_stmt(part[1], step_after)) for part in parts if part]
@@ -102,9 +102,14 @@ def _split_copy(tile: E.Buffer, copy: S.Stmt, tiles: E.Buffer, phase: E.PrimExpr
         return None
     registers = E.Buffer(f"{tile.name}_next", (count,), tile.dtype, "local")
     load = _rebuild(copy, lambda s: S.BufferStore(registers, s.value, [index]))
-    put = _rebuild(copy, lambda s: S.BufferStore(tiles, E.BufferLoad(registers, [index]),
-                                                 [phase, *s.indices]))
+    put = _rebuild(copy, lambda s: _into(tiles, phase)(
+        S.BufferStore(s.buffer, E.BufferLoad(registers, [index]), s.indices)))
     return load, put, registers
+
+
+def _into(tiles: E.Buffer, phase: E.PrimExpr) -> Callable[[S.BufferStore], S.Stmt]:
+    """A store into a tile made a store into the two-step ``tiles`` at ``phase``."""
+    return lambda s: S.BufferStore(tiles, s.value, [phase, *s.indices])
 
 
 def _serial_loops_around(copy: S.Stmt, store: S.BufferStore) -> list[S.For] | None:
@@ -144,22 +149,6 @@ def _rebuild(stmt: S.Stmt, store: Callable[[S.BufferStore], S.Stmt]) -> S.Stmt:
         return S.LetStmt(stmt.var, stmt.value, _rebuild(stmt.body, store))
     assert isinstance(stmt, S.SeqStmt) and len(stmt.stmts) == 1, stmt
     return _rebuild(stmt.stmts[0], store)
-
-
-def _retarget_store(copy: S.Stmt, tile: E.Buffer, tiles: E.Buffer, phase: E.PrimExpr
-                    ) -> S.Stmt:
-    """``copy`` storing into ``tiles`` at ``phase`` instead of into ``tile``."""
-    if isinstance(copy, S.BufferStore) and copy.buffer is tile:
-        return S.BufferStore(tiles, copy.value, [phase, *copy.indices])
-    if isinstance(copy, S.For):
-        return S.For(copy.loop_var, copy.min, copy.extent, copy.kind,
-                     _retarget_store(copy.body, tile, tiles, phase))
-    if isinstance(copy, S.IfThenElse):
-        return S.IfThenElse(copy.condition, _retarget_store(copy.then_case, tile, tiles, phase))
-    if isinstance(copy, S.LetStmt):
-        return S.LetStmt(copy.var, copy.value, _retarget_store(copy.body, tile, tiles, phase))
-    assert isinstance(copy, S.SeqStmt) and len(copy.stmts) == 1, copy
-    return _retarget_store(copy.stmts[0], tile, tiles, phase)
 
 
 def _retarget_loads(body: S.Stmt, tiles: dict[int, E.Buffer], phase: E.PrimExpr) -> S.Stmt:

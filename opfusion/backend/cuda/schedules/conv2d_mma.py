@@ -41,7 +41,7 @@ from ....tir.simplify import linear_form
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
-from .mma import BANKS, stage_in_shared, tensorize_tiles
+from .mma import BANKS, DOUBLE_BUFFER, stage_in_shared, tensorize_tiles
 
 
 class GPUConv2dMmaRule(ScheduleRule):
@@ -94,8 +94,7 @@ class GPUConv2dMmaRule(ScheduleRule):
             Knob("k_step", (8, 16, 32), "input channels per shared-memory stage"),
             Knob("row_steps", (False, True), "stage one row of the window at a time"),
             Knob("shared", (True, False), "stage weights and input in shared memory"),
-            Knob("double_buffer", (True, False), "load the next step's tiles while this "
-                 "step's compute (two of each tile)"),
+            DOUBLE_BUFFER,
         ], fits)
         return space if len(space) else None
 

@@ -83,8 +83,7 @@ class GPUMmaRule(ScheduleRule):
             Knob("tiles_n", (1, 2, 4, 8), "8-column tensor-core tiles of each warp"),
             Knob("k_step", (8, 16, 32), "contraction steps per shared-memory stage"),
             Knob("shared", (True, False), "stage the operands' tiles in shared memory"),
-            Knob("double_buffer", (True, False), "load the next step's tiles while this "
-                 "step's compute (two of each tile)"),
+            DOUBLE_BUFFER,
         ], fits)
         return space if len(space) else None
 
@@ -112,6 +111,10 @@ class GPUMmaRule(ScheduleRule):
                             bool(config["double_buffer"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
+
+#: Both tensor-core rules' knob for two of each shared tile (:func:`stage_in_shared`).
+DOUBLE_BUFFER = Knob("double_buffer", (True, False),
+                     "load the next step's tiles while this step computes (two of each tile)")
 
 #: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
 #: buffered where two of its tiles fit; the small ones take 32 steps a stage where the
