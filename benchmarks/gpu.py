@@ -274,13 +274,27 @@ def opfusion_row(device, mod, params, target: str, data, want, repeat: int, prof
         print(f"  max error {error:.1e} of the largest output against the NumPy reference")
     ms = time_opfusion(exe, repeat)
     if profile:
-        times = exe.profile(data)
-        total = sum(t for _, t in times)
-        print(f"  slowest groups (of {total:.2f} ms with a sync per group):")
-        for name, t in sorted(times, key=lambda t: -t[1])[:profile]:
-            print(f"    {t:8.3f} ms  {name}")
+        print_profile(model, exe.profile(data), profile)
     exe.close()
     return ms
+
+
+def print_profile(model, times: list[tuple[str, float]], count: int) -> None:
+    """The ``count`` slowest groups of one profiled run: time, kind, TFLOP/s of products and
+    convolutions, and the schedule config (what a lease needs to tell a slow tile from a
+    slow kind of layer)."""
+    from profile_kinds import kind_and_flops
+
+    groups = {g.name: g for g in model.kernels}
+    total = sum(t for _, t in times)
+    print(f"  slowest groups (of {total:.2f} ms with a sync per group):")
+    for name, t in sorted(times, key=lambda t: -t[1])[:count]:
+        group = groups.get(name)
+        kind, flops = kind_and_flops(group) if group is not None else ("", 0.0)
+        rate = f"{flops / (t * 1e-3) / 1e12:6.1f} TFLOP/s" if flops and t > 0 else " " * 14
+        config = (group.schedule_config or {}) if group is not None else {}
+        knobs = " ".join(f"{k}={v}" for k, v in config.get("knobs", {}).items())
+        print(f"    {t:8.3f} ms  {rate}  {name}  {kind}  {config.get('rule', '')} {knobs}")
 
 
 def report(title: str, results: dict[str, float], bound: float | None) -> None:
