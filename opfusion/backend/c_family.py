@@ -38,10 +38,7 @@ from ..tir import expr as E
 from ..tir import stmt as S
 from .c_names import NameTable, c_type
 
-# shared by the emitters' analyses
-walk_stmts = S.walk_stmts
-read_buffers = S.read_buffers
-written_buffers = S.written_buffers
+walk_stmts = S.walk_stmts  # shared by the emitters' analyses
 
 #: C spelling of intrinsics whose name differs from the IR's (before the float suffix).
 _INTRINSIC_C_NAMES = {"round": "nearbyint"}
@@ -338,7 +335,7 @@ class CFamilyEmitter:
     def emit_function(self) -> str:
         """The text of the whole function (see :meth:`function_text`)."""
         func = self.func
-        written = written_buffers(func.body)
+        written = S.written_buffers(func.body)
         declarations: list[str] = []
         for buffer in func.params:
             if id(buffer) in self._buffer_names:

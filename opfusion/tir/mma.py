@@ -195,7 +195,7 @@ def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
         if isinstance(item, S.For) and item.kind.value in lanes:
             lanes[item.kind.value].append(item.loop_var)
             work.append((item.kind.value,))
-        work.extend(reversed(_children(item)))
+        work.extend(reversed(S.stmt_children(item)))
     return frozenset(b for b in shared if as_operands[b] and as_operands[b] == loads[b])
 
 
@@ -220,16 +220,6 @@ def _selected_loads(expr: E.PrimExpr) -> list[E.BufferLoad] | None:
         elif not (isinstance(node, E.FloatImm) and round_tf32(node.value) == node.value):
             return None
     return found
-
-
-def _children(stmt: S.Stmt) -> list[S.Stmt]:
-    if isinstance(stmt, S.SeqStmt):
-        return list(stmt.stmts)
-    if isinstance(stmt, S.IfThenElse):
-        return [stmt.then_case] + ([] if stmt.else_case is None else [stmt.else_case])
-    if isinstance(stmt, (S.For, S.LetStmt, S.Allocate)):
-        return [stmt.body]
-    return []
 
 
 def round_tf32(x: float) -> float:

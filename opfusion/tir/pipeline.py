@@ -51,15 +51,16 @@ def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
         return None
     phase = E.floormod(E.sub(var, start), 2)
     tiles = {id(tile): _two_steps(tile) for tile, _ in copies}
-    parts = [_split_copy(tile, copy, tiles[id(tile)], phase) for tile, copy in copies]
-    if any(part is None for part in parts):
+    found = [_split_copy(tile, copy, tiles[id(tile)], phase) for tile, copy in copies]
+    parts = [part for part in found if part is not None]
+    if len(parts) < len(found):
         return None
     step_after = {var: E.add(var, 1)}
     first = {var: E.IntImm(start, var.dtype)}
     prologue = [fresh_vars(substitute_stmt(_rebuild(copy, _into(tiles[id(tile)], phase)), first))
                 for tile, copy in copies]
-    loads = [fresh_vars(substitute_stmt(part[0], step_after)) for part in parts if part]
-    stores = [fresh_vars(substitute_stmt(part[1], step_after)) for part in parts if part]
+    loads = [fresh_vars(substitute_stmt(load, step_after)) for load, _, _ in parts]
+    stores = [fresh_vars(substitute_stmt(put, step_after)) for _, put, _ in parts]
     has_next = E.LT(E.add(var, 1), E.IntImm(start + extent, var.dtype))
     loop = S.For(var, E.IntImm(start, var.dtype), E.IntImm(extent, var.dtype), kind,
                  S.SeqStmt([S.IfThenElse(has_next, S.SeqStmt(loads)),
@@ -67,9 +68,8 @@ def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
                             S.IfThenElse(has_next, S.SeqStmt(stores)),
                             S.Barrier()]))
     stmt: S.Stmt = S.SeqStmt([*prologue, S.Barrier(), loop])
-    for part in parts:
-        assert part is not None
-        stmt = S.Allocate(part[2], stmt)
+    for _, _, registers in parts:
+        stmt = S.Allocate(registers, stmt)
     for tile, _ in reversed(copies):
         stmt = S.Allocate(tiles[id(tile)], stmt)
     return stmt
@@ -102,8 +102,8 @@ def _split_copy(tile: E.Buffer, copy: S.Stmt, tiles: E.Buffer, phase: E.PrimExpr
         return None
     registers = E.Buffer(f"{tile.name}_next", (count,), tile.dtype, "local")
     load = _rebuild(copy, lambda s: S.BufferStore(registers, s.value, [index]))
-    put = _rebuild(copy, lambda s: _into(tiles, phase)(
-        S.BufferStore(s.buffer, E.BufferLoad(registers, [index]), s.indices)))
+    put = _rebuild(copy, lambda s: S.BufferStore(tiles, E.BufferLoad(registers, [index]),
+                                                 [phase, *s.indices]))
     return load, put, registers
 
 
@@ -124,7 +124,7 @@ def _serial_loops_around(copy: S.Stmt, store: S.BufferStore) -> list[S.For] | No
                     return None
                 path.append(node)
             node = node.body
-        elif isinstance(node, (S.LetStmt, S.Allocate)):
+        elif isinstance(node, S.LetStmt):
             node = node.body
         elif isinstance(node, S.IfThenElse) and node.else_case is None:
             node = node.then_case

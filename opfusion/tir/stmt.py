@@ -289,20 +289,24 @@ class PrimFunc:
         return str(self)
 
 
+def stmt_children(stmt: Stmt) -> list[Stmt]:
+    """The statements directly inside ``stmt``, in program order."""
+    if isinstance(stmt, SeqStmt):
+        return list(stmt.stmts)
+    if isinstance(stmt, IfThenElse):
+        return [stmt.then_case] + ([] if stmt.else_case is None else [stmt.else_case])
+    if isinstance(stmt, (For, LetStmt, Allocate)):
+        return [stmt.body]
+    return []
+
+
 def walk_stmts(body: Stmt) -> Iterator[Stmt]:
     """Every statement of ``body``, parents before children, in program order; iterative."""
     stack = [body]
     while stack:
         stmt = stack.pop()
         yield stmt
-        if isinstance(stmt, SeqStmt):
-            stack.extend(reversed(stmt.stmts))
-        elif isinstance(stmt, IfThenElse):
-            if stmt.else_case is not None:
-                stack.append(stmt.else_case)
-            stack.append(stmt.then_case)
-        elif isinstance(stmt, (For, LetStmt, Allocate)):
-            stack.append(stmt.body)
+        stack.extend(reversed(stmt_children(stmt)))
 
 
 def stmt_exprs(stmt: Stmt) -> list[PrimExpr]:

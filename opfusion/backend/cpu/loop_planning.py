@@ -41,7 +41,8 @@ from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
 from ...tir.simplify import linear_form, simplify
-from ..c_family import read_buffers, walk_stmts, written_buffers
+from ...tir.stmt import read_buffers, written_buffers
+from ..c_family import walk_stmts
 from .vector_math import VECTOR_INTRINSICS
 
 #: Element types a vector may hold, with their size in bytes.
