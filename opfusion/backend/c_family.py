@@ -289,13 +289,16 @@ class CFamilyEmitter:
         name = f"opf_{'max' if is_max else 'min'}_{dtype}"
         ctype = c_type(dtype)
         cmp = ">" if is_max else "<"
-        # Floats: NaN in either operand gives NaN, as numpy.maximum/minimum do.
-        nan = " || a != a" if dtype.startswith("float") else ""
-        self.need_helper(
-            f"1_{name}",
-            f"static inline {ctype} {name}({ctype} a, {ctype} b) "
-            f"{{ return (a {cmp} b{nan}) ? a : b; }}",
-        )
+        # Floats: NaN in either operand gives NaN, as numpy.maximum/minimum do: the
+        # comparison gives b when either is NaN, and a NaN a is then kept. Written as two
+        # selects rather than one of ``a > b || a != a``, which GCC compiles to a branch per
+        # call: a ReLU of random signs in scalar code mispredicted half the time (ShuffleNet
+        # v2's 4-lane concatenations with a ReLU ran 2.7x slower); this form is a
+        # ``vmaxss`` and a conditional move.
+        body = (f"{ctype} m = (a {cmp} b) ? a : b; return (a != a) ? a : m;"
+                if dtype.startswith("float") else f"return (a {cmp} b) ? a : b;")
+        self.need_helper(f"1_{name}", f"static inline {ctype} {name}({ctype} a, {ctype} b) "
+                                      f"{{ {body} }}")
         return name
 
     def _floor_div_mod(self, node: E.PrimExpr, args: list[str]) -> str:
