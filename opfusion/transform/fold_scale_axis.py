@@ -31,13 +31,15 @@ The rules, TVM's:
 
 Constant weights and constant scales are multiplied here, in float64 and rounded once to the
 weight's dtype; anything else becomes a multiply on the weight (reshaped to the weight's
-channel axis), which FoldConstant folds once the weights are bound. Traversals are iterative
-and every container is ordered, so the result is deterministic."""
+channel axis), which FoldConstant folds once the weights are bound. A scale computed at run
+time (a squeeze-excitation gate) folds forward only where the consumers' weights have no more
+elements than the value it scales: the multiply on the weights runs at every run too.
+Traversals are iterative and every container is ordered, so the result is deterministic."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -114,6 +116,15 @@ def _forward_pass(mod: IRModule, ctx: PassContext) -> IRModule:
 def _tensor(expr: Expr) -> TensorType | None:
     ty: Type = expr.checked_type
     return ty if isinstance(ty, TensorType) else None
+
+
+def _elements(expr: Expr) -> int:
+    """Elements of a tensor-typed expression; 0 when its type is not a tensor's or a
+    dimension is not a number."""
+    value = _tensor(expr)
+    if value is None or not all(isinstance(dim, (int, np.integer)) for dim in value.shape):
+        return 0
+    return int(np.prod(value.shape))
 
 
 def _per_channel(value: TensorType | None, scale: TensorType | None, axis: int) -> bool:
@@ -489,6 +500,8 @@ class _Demand:
 
     axis: int
     positive: bool = False
+    #: Weight elements the consumers would multiply by a scale computed at run time.
+    weights: int = 0
 
 
 @dataclass(frozen=True)
@@ -505,16 +518,19 @@ Scaled = Mapping[Expr, _Scaled]
 
 def _prep_conv2d(call: Call, demand: _Demand | None) -> list[_Demand | None]:
     axes = _conv_axes(call)
-    return [None if axes is None else _Demand(axes.data_channel), None]
+    return [None if axes is None else _Demand(axes.data_channel, weights=_elements(call.args[1])),
+            None]
 
 
 def _prep_dense(call: Call, demand: _Demand | None) -> list[_Demand | None]:
     data = _tensor(call.args[0])
-    return [_Demand(data.ndim - 1) if data is not None and _dense_ok(call) else None, None]
+    if data is None or not _dense_ok(call):
+        return [None, None]
+    return [_Demand(data.ndim - 1, weights=_elements(call.args[1])), None]
 
 
 def _prep_relu(call: Call, demand: _Demand | None) -> list[_Demand | None]:
-    return [None if demand is None else _Demand(demand.axis, positive=True)]
+    return [None if demand is None else replace(demand, positive=True)]
 
 
 def _prep_bias_add(call: Call, demand: _Demand | None) -> list[_Demand | None]:
@@ -560,7 +576,8 @@ def _forward_demands(nodes: Sequence[Expr], root: Expr) -> dict[Expr, _Demand | 
         if known is None or demand is None or known.axis != demand.axis:
             demands[node] = None
         else:
-            demands[node] = _Demand(known.axis, known.positive or demand.positive)
+            demands[node] = _Demand(known.axis, known.positive or demand.positive,
+                                    known.weights + demand.weights)
 
     for node in reversed(nodes):
         prep = _FORWARD_PREPS.get(_op_name(node) or "")
@@ -591,6 +608,13 @@ def _forward_multiply(call: Call, new: Mapping[Expr, Expr], scaled: Scaled,
         scale = _Scale.of(new[call.args[other]], scale_type, out.shape[demand.axis])
         if demand.positive and not scale.positive:
             continue
+        values = _elements(call)
+        if scale.values is None and values and demand.weights > values:
+            # A scale known only at run time multiplies the weights at every run: that
+            # costs more than multiplying the value itself once the weights are the larger
+            # (EfficientNet's squeeze-excitation gates on its 7x7 layers: 221k weights for
+            # 56k values; a SiLU on the gate's 48 hidden values folded into 55k weights).
+            return None
         return _Scaled(new[call.args[this]], scale, demand.axis)
     return None
 

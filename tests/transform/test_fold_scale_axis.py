@@ -433,7 +433,7 @@ def test_forward_folds_into_grouped_and_depthwise_convs(groups, out_channels):
 
 @pytest.mark.parametrize("groups,out_channels", [(2, 6), (4, 8), (4, 4)])
 def test_forward_variable_scale_and_weight_in_grouped_convs(groups, out_channels):
-    x, s = opf.var("x", shape=(1, 4, 5, 5)), opf.var("s", shape=(4, 1, 1))
+    x, s = opf.var("x", shape=(1, 4, 7, 7)), opf.var("s", shape=(4, 1, 1))
     w = opf.var("w", shape=(out_channels, 4 // groups, 3, 3))
     before = _module([x, s, w], nn.conv2d(opf.op.multiply(x, s), w, groups=groups))
     after = FoldScaleAxis()(before)
@@ -441,6 +441,30 @@ def test_forward_variable_scale_and_weight_in_grouped_convs(groups, out_channels
     conv = after["main"].body
     assert conv.args[0] is after["main"].params[0]  # the conv reads x itself
     _check_numbers(before, after)
+
+
+def test_a_run_time_scale_stays_on_the_value_when_the_weights_are_larger():
+    # a squeeze-excitation gate on a 7x7 layer: scaling the 64x32 weight at every run would
+    # cost more than scaling the 32x7x7 value
+    x, gate = opf.var("x", shape=(1, 32, 7, 7)), opf.var("gate", shape=(1, 32, 1, 1))
+    weight = opf.const(_randn(64, 32, 1, 1))
+    before = _module([x, gate], nn.conv2d(opf.op.multiply(x, gate), weight))
+    _unchanged(before)
+    # the same gate on a 14x14 layer folds: 2048 weights against 6272 values
+    x14 = opf.var("x", shape=(1, 32, 14, 14))
+    before = _module([x14, gate], nn.conv2d(opf.op.multiply(x14, gate), weight))
+    after = FoldScaleAxis()(before)
+    assert after["main"].body.args[0] is after["main"].params[0]
+    _check_numbers(before, after)
+
+
+def test_a_run_time_scale_counts_the_weights_of_every_consumer():
+    x, gate = opf.var("x", shape=(1, 8, 4, 4)), opf.var("gate", shape=(8, 1, 1))
+    scaled = opf.op.multiply(x, gate)  # 128 values; 72 weights alone, 144 together
+    convs = [nn.conv2d(scaled, opf.const(_randn(9, 8, 1, 1))) for _ in range(2)]
+    _unchanged(_module([x, gate], opf.op.add(*convs)))
+    after = FoldScaleAxis()(_module([x, gate], convs[0]))
+    assert after["main"].body.args[0] is after["main"].params[0]
 
 
 def test_forward_dense_input_scale():
