@@ -187,6 +187,8 @@ CASES = {
     "avg_pool": (nn.avg_pool2d, (normal(1, 4, 16, 16),), False,
                  {"pool_size": 3, "padding": 1, "count_include_pad": True}),
     "global_avg_pool": (nn.global_avg_pool2d, (normal(2, 4, 9, 9),), True, {}),
+    "global_avg_pool_blocked": (nn.global_avg_pool2d, (normal(1, 3, 9, 11, 8),), False,
+                                {"layout": "NCHW8c"}),
     "max_pool_blocked": (nn.max_pool2d, (normal(1, 2, 15, 15, 8),), True,
                          {"pool_size": 3, "strides": 2, "padding": 1, "layout": "NCHW8c"}),
     "avg_pool_blocked": (nn.avg_pool2d, (normal(1, 2, 12, 12, 16),), False,
@@ -625,3 +627,40 @@ def test_avx512_defaults_use_its_wider_vectors():
         "vector_width": 16, "parallel": True}
     assert dict(RULES.fallback.default_config(None, None, Target(avx512))) == {
         "vector_width": 32, "parallel": True}
+
+
+# ---------------------------------------------------------------------------------------------
+# the loops of copies and global pools
+
+
+def _default_source(builder, arrays, target_spec, **attrs):
+    """The C source of one group under its rule's default config."""
+    target = Target(target_spec)
+    with target:
+        group = Group(builder, arrays, **attrs)
+        s, anchor, output = group.schedule()
+        get_backend(target).schedule(s, anchor, output, group.op_name, None)
+        return opf.build(s, [*group.holders, output], target=target, name="ruled").get_source()
+
+
+@pytest.mark.parametrize("target_spec", TARGETS)
+def test_a_blocked_padded_copy_moves_whole_channel_blocks(target_spec):
+    # one vector load (or zeros) per pixel under the padding test, not one element at a
+    # time: the depthwise task's own padded rows, and a padded copy built first
+    depthwise = _default_source(nn.conv2d_nchwc, (normal(1, 3, 12, 12, 8),
+                                                  normal(3, 1, 5, 5, 1, 8, seed=1)), target_spec,
+                                padding=2, strides=2, groups=24, data_layout="NCHW8c",
+                                kernel_layout="OIHW1i8o", out_layout="NCHW8c")
+    dense = _default_source(nn.conv2d_nchwc, (normal(1, 2, 9, 9, 8),
+                                              normal(2, 2, 3, 3, 8, 8, seed=1)), target_spec,
+                            padding=1, strides=2, data_layout="NCHW8c",
+                            kernel_layout="OIHW8i8o", out_layout="NCHW8c")
+    for source in (depthwise, dense):
+        assert "opf_store_float32x8(&conv2d_nchwc_pad[" in source
+
+
+def test_a_global_pool_of_few_channel_blocks_runs_in_parallel():
+    # two blocks of output, but 2 x 112 x 112 x 16 terms: worth the threads
+    source = _default_source(nn.global_avg_pool2d, (normal(1, 2, 112, 112, 16),), "c",
+                             layout="NCHW16c")
+    assert "omp parallel" in source

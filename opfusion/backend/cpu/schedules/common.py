@@ -157,12 +157,24 @@ def parallel_outer(stage: te.Stage, axes: list[Any], elements: int) -> Any:
 def padded_copy_first(s: te.Schedule, pad: te.Tensor | None) -> None:
     """A padded copy of an input (convolution, pooling), when there is one, built whole
     before the kernel's main loops: its outer three axes (batch, channels, rows) fused and
-    parallel."""
+    parallel, a blocked copy's lanes vectorized (:func:`vectorize_block_lanes`)."""
     if pad is None:
         return
     stage = s[pad]
     stage.compute_root()
     parallel_outer(stage, list(pad.op.axis)[:3], tensor_size(pad))
+    vectorize_block_lanes(stage, pad)
+
+
+def vectorize_block_lanes(stage: te.Stage, tensor: te.Tensor) -> None:
+    """Vectorize the channel block of a blocked (NCHW<x>c) copy such as a padded input, x a
+    power of two from 4: one vector load or zero per pixel under its padding test. Left to
+    the C compiler, the copy's conditional loads stayed scalar, one element at a time
+    (EfficientNet's 5x5 stride-2 depthwise layer spent 0.58 of its 0.68 ms in them)."""
+    axes = list(tensor.op.axis)
+    lanes = int(axes[-1].dom.extent) if len(axes) == 5 else 0
+    if lanes >= 4 and lanes & (lanes - 1) == 0:
+        stage.vectorize(axes[-1])
 
 
 def untouched(s: te.Schedule, stage: te.Stage) -> bool:
@@ -179,14 +191,14 @@ def untouched(s: te.Schedule, stage: te.Stage) -> bool:
                 or any(p is stage for p in parents))
 
 
-def _reduction_work(op: te.ComputeOp) -> int:
+def reduction_work(op: te.ComputeOp) -> int:
     """Iterations of ``op``'s loops, the reduction's inputs (partial sums) included."""
     work = tensor_size(op.output(0))
     for r in op.reduce_axis:
         work *= int(r.dom.extent)
     for t in op.input_tensors:
         if isinstance(t.op, te.ComputeOp) and t.op.tag == SUM_PARTIAL:
-            work = max(work, _reduction_work(t.op))
+            work = max(work, reduction_work(t.op))
     return work
 
 
@@ -229,7 +241,7 @@ def arrange_blocked_sums(s: te.Schedule) -> None:
                 for t in op.input_tensors):
             continue
         if untouched(s, stage):
-            parallel_outer(stage, list(op.axis), _reduction_work(op))
+            parallel_outer(stage, list(op.axis), reduction_work(op))
         sum_parts_at(s, op.output(0))
 
 

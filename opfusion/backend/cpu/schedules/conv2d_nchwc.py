@@ -54,6 +54,7 @@ from .common import (
     producer,
     tensor_bytes,
     tensor_size,
+    vectorize_block_lanes,
 )
 
 #: Parallel tasks a blocked convolution is cut into at least, when it has the rows: enough
@@ -379,6 +380,7 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
         # A depthwise task reads its own channel blocks alone: their padded rows built at the
         # task, in cache, rather than a whole padded copy first.
         s[pad].compute_at(stage, task)
+        vectorize_block_lanes(s[pad], pad)
     else:
         padded_copy_first(s, pad)
     arrange_rest(s)

@@ -32,6 +32,7 @@ from .common import (
     padded_copy_first,
     parallel_outer,
     producer,
+    reduction_work,
     sum_parts_at,
     tensor_size,
     vector_width_knob,
@@ -102,7 +103,11 @@ def pool_blocked_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
     stage = s[owner]
     n, b, y, x, c = stage.op.axis
     stage.reorder(n, y, b, x, c)
-    row = parallel_outer(stage, [n, y, b], tensor_size(owner) * 4)
+    # The work is the windows' terms: a global pool's few rows of output still read the
+    # whole input (EfficientNet's squeeze-excitation pools ran on one thread, 4x ONNX
+    # Runtime's time).
+    row = parallel_outer(stage, [n, y, b], max(tensor_size(owner) * 4,
+                                               reduction_work(reduced.op)))
     # A row whose reduction is wider (blocked_columns) ends in a partial tile: its last
     # columns are computed and not stored.
     xo, xi = stage.split(x, factor=col_tile)
