@@ -664,3 +664,8 @@ def test_a_global_pool_of_few_channel_blocks_runs_in_parallel():
     source = _default_source(nn.global_avg_pool2d, (normal(1, 2, 112, 112, 16),), "c",
                              layout="NCHW16c")
     assert "omp parallel" in source
+
+
+def test_an_elementwise_stage_of_four_lane_blocks_runs_in_vectors():
+    source = _default_source(nn.relu, (normal(1, 29, 7, 7, 4),), AVX2)
+    assert "opf_store_float32x4(&" in source
