@@ -3,8 +3,8 @@
     python benchmarks/ab_checkouts.py OLD_DIR NEW_DIR [names...] [--rounds 10] [--batch 5]
 
 OLD_DIR and NEW_DIR are source trees (e.g. ``git worktree add /tmp/old cb21d3a``). One
-worker process per checkout imports opfusion from its tree and compiles every model (a light
-or transformer model by name, an .onnx file, or ``workload:<name>`` for a builder of
+worker process per checkout imports opfusion from its tree and compiles every model (a light,
+transformer or vision model by name, an .onnx file, or ``workload:<name>`` for a builder of
 :mod:`opfusion.testing.workloads`);
 then the two are timed in turn, ``--batch`` runs each, for ``--rounds`` rounds, so that a
 drifting machine slows both alike. Prints each model's median latency per checkout and
@@ -35,7 +35,9 @@ def load(name):
         return mod, params, workload_input(mod, params)
     from opfusion.testing.light import light_model
     from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
+    from opfusion.testing.vision import VISION_MODEL_NAMES, vision_model
     path = (transformer_model(name) if name in TRANSFORMER_MODEL_NAMES
+            else vision_model(name) if name in VISION_MODEL_NAMES
             else name if name.endswith(".onnx") else light_model(name))
     mod, params = opf.frontend.from_onnx(path)
     rng = np.random.default_rng(0)
