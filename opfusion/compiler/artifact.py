@@ -161,7 +161,8 @@ def export_executor(exe: Executor, path: str | os.PathLike[str]) -> None:
         "output_names": exe.output_names,
         "plan": {"block_of": {str(k): v for k, v in exe.plan.block_of.items()},
                  "block_sizes": exe.plan.block_sizes, "naive_bytes": exe.plan.naive_bytes,
-                 "aliases": {str(k): list(v) for k, v in exe.plan.aliases.items()}},
+                 "aliases": {str(k): list(v) for k, v in exe.plan.aliases.items()},
+                 "views": list(exe.plan.views)},
     }
     index, weights = weights_layout(constants)
     target = Path(path)
@@ -565,9 +566,10 @@ def _rebuild(manifest: dict[str, Any], library_bytes: bytes, digest: str, source
             raise ArtifactError(f"{path}: steps call kernels but the artifact has no library")
         library = _install_library(library_bytes, source, digest)
     aliases = _aliases(manifest, values)
-    steps, modules = _steps(entries, values, library, source, path, aliases)
+    views = _views(manifest, aliases)
+    steps, modules = _steps(entries, values, library, source, path, aliases, views)
     outputs, tuple_output = _outputs(manifest, values, steps)
-    plan = _plan(manifest, values, steps, outputs, aliases)
+    plan = _plan(manifest, values, steps, outputs, aliases, views)
     exe = Executor(input_names, values, steps, outputs, plan, tuple_output,
                    _output_names(manifest, len(outputs)))
     exe.modules = modules
@@ -640,14 +642,27 @@ def _aliases(manifest: dict[str, Any], values: list[ValueInfo]) -> dict[int, tup
     return aliases
 
 
+def _views(manifest: dict[str, Any], aliases: dict[int, tuple[int, int]]) -> tuple[int, ...]:
+    """The aliased values that are views (slices read in place), checked: each one of the
+    aliases, once."""
+    raw = _field(manifest, "plan", dict, "manifest").get("views", [])
+    if not isinstance(raw, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v in aliases for v in raw) \
+            or len(set(raw)) != len(raw):
+        raise ArtifactError(f"the manifest's plan.views is {raw!r}, not a list of distinct "
+                            "aliased values")
+    return tuple(raw)
+
+
 def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary | None,
-           source: str, path: Any, aliases: dict[int, tuple[int, int]]
-           ) -> tuple[list[ExecStep], dict[str, Module]]:
+           source: str, path: Any, aliases: dict[int, tuple[int, int]],
+           views: tuple[int, ...] = ()) -> tuple[list[ExecStep], dict[str, Module]]:
     """The steps, each checked: values in range, read after they are made and written once;
     a kernel from the library's table whose parameters are exactly the step's values (and
     which writes none of the values it reads); a reference function typed like its values.
     A value that ``aliases`` places others in (an in-place concatenation) is made when they
-    all are, and no step writes it."""
+    all are, and no step writes it; a view is made when the value holding it is, and no
+    step writes it."""
     kernels = None
     if library is not None:
         try:
@@ -656,8 +671,12 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
             raise ArtifactError(f"{path}: {err}") from None
     ready = {i for i, v in enumerate(values) if v.input_index is not None or v.constant is not None}
     missing: dict[int, int] = {}  # holder: its aliased values not made yet
-    for holder, _ in aliases.values():
-        missing[holder] = missing.get(holder, 0) + 1
+    viewed: dict[int, list[int]] = {}  # holder: its views
+    for value, (holder, _) in aliases.items():
+        if value in views:
+            viewed.setdefault(holder, []).append(value)
+        else:
+            missing[holder] = missing.get(holder, 0) + 1
     steps, modules = [], {}
     for number, entry in enumerate(entries):
         where = f"steps[{number}]"
@@ -672,7 +691,7 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
                 raise ArtifactError(f"the manifest's {where} reads value {value} before any "
                                     f"step makes it")
         for value in writes:
-            if value in ready or writes.count(value) > 1 or value in missing:
+            if value in ready or writes.count(value) > 1 or value in missing or value in views:
                 raise ArtifactError(f"the manifest's {where} writes value {value}, an input, a "
                                     f"constant, a value written before or assembled in place")
         output_types = []
@@ -698,19 +717,22 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
         group = LoweredGroup(name, None, output_types, reference_function=reference,
                              op_names=[str(op) for op in ops])
         steps.append(ExecStep(group, function, reads, writes))
-        _make_ready(writes, ready, aliases, missing)
+        _make_ready(writes, ready, aliases, missing, viewed)
     return steps, modules
 
 
 def _make_ready(made: list[int], ready: set[int], aliases: dict[int, tuple[int, int]],
-                missing: dict[int, int]) -> None:
-    """Mark ``made`` ready, and every in-place concatenation whose last piece that was."""
+                missing: dict[int, int], viewed: dict[int, list[int]] | None = None) -> None:
+    """Mark ``made`` ready, every in-place concatenation whose last piece that was, and the
+    views of each value made."""
     pending = list(made)
     while pending:
         value = pending.pop()
         ready.add(value)
-        if value in aliases:
-            holder = aliases[value][0]
+        views = (viewed or {}).get(value, [])
+        pending.extend(view for view in views if view not in ready)
+        holder = aliases[value][0] if value in aliases else None
+        if holder is not None and value not in (viewed or {}).get(holder, []):
             missing[holder] -= 1
             if missing[holder] == 0:
                 pending.append(holder)
@@ -801,7 +823,8 @@ def _output_names(manifest: dict[str, Any], count: int) -> list[str] | None:
 
 
 def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep],
-          outputs: list[int], aliases: dict[int, tuple[int, int]]) -> MemoryPlan:
+          outputs: list[int], aliases: dict[int, tuple[int, int]],
+          views: tuple[int, ...] = ()) -> MemoryPlan:
     """The memory plan, checked: exactly the intermediate values are planned (and the
     in-place concatenations), an aliased value in its holder's block, each block as large as
     its largest storage (a value with all those aliased into it), and no two storages of one
@@ -820,7 +843,8 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
     naive = _field(entry, "naive_bytes", int, "plan")
     kept = set(outputs)
     holders = {holder for holder, _ in aliases.values()}
-    intermediates = {v for step in steps for v in step.writes if v not in kept} | holders
+    intermediates = ({v for step in steps for v in step.writes if v not in kept} | holders
+                     | set(views))
     if set(block_of) != intermediates or any(v in kept for v in (*aliases, *holders)):
         raise ArtifactError("the manifest's memory plan does not place exactly the "
                             "intermediate values")
@@ -854,7 +878,7 @@ def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecSte
             if start <= end:
                 raise ArtifactError(f"the manifest's memory plan puts values {value} and "
                                     f"{other}, alive together, in block {block}")
-    return MemoryPlan(block_of, list(sizes), naive, dict(aliases))
+    return MemoryPlan(block_of, list(sizes), naive, dict(aliases), views)
 
 
 def _install_library(data: bytes, source: str, digest: str) -> CompiledLibrary:

@@ -273,6 +273,8 @@ class _ExecutorBuilder:
         self.steps: list[ExecStep] = []
         self.kernels: list[tuple[Function, LoweredGroup]] = []
         self.kernel_by_hash: dict[int, list[int]] = {}
+        #: the slices read in place (see _slice_view), aliased into the values they slice
+        self.views: list[int] = []
         self.value_of: dict[Expr, Any] = {}
         self.input_names: list[str] = []
         for index, param in enumerate(main.params):
@@ -400,6 +402,12 @@ class _ExecutorBuilder:
                 placed = self._concatenation_offsets(step, keep, written, aliases)
             if placed is None and reshape and _is_reshape(step.group):
                 placed = self._concatenation_offsets(step, keep, written, aliases, whole=True)
+            if placed is None and reshape:
+                view = self._slice_view(step, keep, written, aliases)
+                if view is not None:
+                    aliases[step.writes[0]] = (step.reads[0], view)
+                    self.views.append(step.writes[0])
+                    continue
             if placed is None:
                 kept_steps.append(step)
                 continue
@@ -432,19 +440,36 @@ class _ExecutorBuilder:
             offset += ty.nbytes
         return offsets if offset == result.nbytes else None
 
+    def _slice_view(self, step: ExecStep, keep: set[int], written: set[int],
+                    aliases: dict[int, tuple[int, int]]) -> int | None:
+        """The byte offset of a slice's result in its operand when the step only slices an
+        intermediate into one contiguous piece (a range of one axis with nothing but ones
+        before it: a split's part along the channels or channel blocks at batch 1), so that
+        the result can be a view of the operand: no step copies it. None otherwise, or when
+        either is a model output, the operand is not an intermediate some step writes, or
+        the offset is not aligned."""
+        if len(step.reads) != 1 or len(step.writes) != 1:
+            return None
+        source, result = step.reads[0], step.writes[0]
+        if source in keep or result in keep or source not in written or result in aliases:
+            return None
+        offset = _contiguous_slice_offset(step.group)
+        return offset if offset is not None and offset % ALIGNMENT == 0 else None
+
     def _plan_memory(self, aliases: dict[int, tuple[int, int]]) -> MemoryPlan:
         """The static memory plan of the intermediates (every value a step writes that is not
         an output, and the results of in-place concatenations), checked against the size
         limits."""
         keep = set(self.outputs)
         nbytes = {}
+        # (a slice read in place is written by no step: its reads keep its holder alive)
         for value in [*(v for step in self.steps for v in step.writes),
-                      *(holder for holder, _ in aliases.values())]:
+                      *(holder for holder, _ in aliases.values()), *aliases]:
             if value not in keep:
                 nbytes[value] = self.values[value].type.nbytes
         with stage("plan memory"):
             plan = plan_memory(steps_for_plan(self.steps), nbytes, keep=list(keep),
-                               aliases=aliases)
+                               aliases=aliases, views=self.views)
         check_values([], plan.total_bytes)
         return plan
 
@@ -480,6 +505,35 @@ def _is_reshape(group: LoweredGroup) -> bool:
         node = node.args[0]
     return (node is func.params[0] and isinstance(func.body, Call)
             and func.body.checked_type.dtype == node.checked_type.dtype)
+
+
+def _contiguous_slice_offset(group: LoweredGroup) -> int | None:
+    """The byte offset of a kernel's result in its one parameter when the kernel is one
+    ``strided_slice`` of it whose result is a contiguous piece of it (see
+    :meth:`_ExecutorBuilder._slice_view`); None for any other kernel."""
+    func = group.function
+    if func is None or group.constants or group.op_names != ["strided_slice"] \
+            or len(func.params) != 1:
+        return None
+    body = func.body
+    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.args[0] is func.params[0]
+            and isinstance(body.checked_type, TensorType)):
+        return None
+    shape = tuple(int(d) for d in func.params[0].checked_type.shape)
+    ranges = [range(*piece.indices(dim))
+              for piece, dim in zip(body.op.slices(shape, body.attrs), shape)]
+    partial = [axis for axis, (part, dim) in enumerate(zip(ranges, shape))
+               if len(part) != dim or (dim > 1 and part.step != 1)]
+    if len(partial) > 1 or any(dim != 1 for dim in shape[:partial[0] if partial else 0]):
+        return None
+    if not partial:
+        return 0
+    axis = partial[0]
+    part = ranges[axis]
+    if part.step != 1 or len(part) == 0:
+        return None
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return part.start * inner * np.dtype(body.checked_type.dtype).itemsize
 
 
 def _concatenation_axis(group: LoweredGroup) -> int | None:

@@ -805,6 +805,10 @@ def _value_names(input_names: Sequence[str], values: Sequence[ValueInfo],
     for holder, _ in plan.aliases.values():
         names.setdefault(holder, "a concatenation written in place by the kernels of its "
                                  f"operands, of type {values[holder].type!r}")
+    for value in plan.views:
+        holder, offset = plan.aliases[value]
+        names.setdefault(value, f"a slice of {names.get(holder, 'an intermediate')} read in "
+                                f"place at byte {offset}, of type {values[value].type!r}")
     return names
 
 

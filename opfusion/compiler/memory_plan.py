@@ -11,7 +11,11 @@ concatenation written where the concatenation's result has them (see
 ``opfusion.compiler.compile``'s in-place concatenation), so that no step copies them. A value
 and everything aliased into it, transitively, are one *storage*, planned as one tensor of
 the outermost value's size, live from the first write of any of them to the last use of any
-of them."""
+of them.
+
+A *view* is an alias the other way round: a value no step writes, read in place inside the
+value that holds it (a contiguous slice of an intermediate: a split's part along the channels
+at batch 1). It is made when its holder is; its reads keep the storage alive."""
 
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ class MemoryPlan:
     block_sizes: list[int]
     naive_bytes: int
     aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: the aliased values that are views (read in place in their holder, written by no step)
+    views: tuple[int, ...] = ()
     _offsets: dict[int, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -147,7 +153,8 @@ def resolve_aliases(aliases: Mapping[int, tuple[int, int]]) -> dict[int, tuple[i
 
 def plan_memory(steps: Sequence[PlannedStep], nbytes: dict[int, int],
                 keep: Sequence[int] = (),
-                aliases: Mapping[int, tuple[int, int]] | None = None) -> MemoryPlan:
+                aliases: Mapping[int, tuple[int, int]] | None = None,
+                views: Sequence[int] = ()) -> MemoryPlan:
     """Assign a block to every value in ``nbytes`` (the intermediates, with their sizes).
 
     Values in ``keep`` (the results) are never freed; values not in ``nbytes`` (inputs and
@@ -183,7 +190,7 @@ def plan_memory(steps: Sequence[PlannedStep], nbytes: dict[int, int],
         if owner in block_of:
             block_of[value] = block_of[owner]
     naive = sum(_aligned(size) for size in nbytes.values())
-    return MemoryPlan(block_of, sizes, naive, aliases)
+    return MemoryPlan(block_of, sizes, naive, aliases, tuple(views))
 
 
 def _take_block(size: int, sizes: list[int], free: list[int]) -> int:

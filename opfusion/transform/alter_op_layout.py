@@ -13,6 +13,8 @@ instead of going back to NCHW:
   folded batch-norm scale) or single values: the vectors are laid out in blocks as well;
   ``nn.bias_add`` along the channels becomes such an add;
 * concatenate along the channels, when every part's channels are whole blocks;
+* split along the channels into parts of whole blocks: each part a ``strided_slice`` of the
+  blocks (ShuffleNet v2's units split their shuffled channels in two);
 * ShuffleNet's channel shuffle (reshape to (N, g, C/g, H, W), transpose, reshape back)
   becomes one ``channel_shuffle`` of the blocked tensor: a permutation of its channels;
 * pooling (max, average and their global forms) of a blocked tensor, in its block;
@@ -59,7 +61,7 @@ from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..opdefs.nn import group_local_blocks, group_window_weight
 from ..target import Target, as_target
@@ -217,7 +219,7 @@ def _block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
 
 def _keeps_layout(op: Op) -> bool:
     """Whether ``op`` can run in the layout of its operands (see the module docstring)."""
-    if op.name in ("concatenate", "nn.bias_add", "reshape", "transpose", *_POOLS):
+    if op.name in ("concatenate", "split", "nn.bias_add", "reshape", "transpose", *_POOLS):
         return True  # (reshape and transpose: the pieces of a channel shuffle)
     if op.pattern == OpPatternKind.kElemWise:
         return True
@@ -258,6 +260,9 @@ class _LayoutRewriter:
         it converts the blocked operands to NCHW once, instead of converting the NCHW ones
         in and the result out again (ShuffleNet's residual adds between NCHW convolutions)."""
         for node in reversed(order):
+            if isinstance(node, TupleGetItem) and node in self.wanted:
+                self.wanted.add(node.tuple_value)  # a part of a split (see _split_part)
+                continue
             if not isinstance(node, Call) or not isinstance(node.op, Op):
                 continue
             if node.op.name == "nn.conv2d":
@@ -342,6 +347,9 @@ class _LayoutRewriter:
         if isinstance(node, Tuple):
             return self._rebuilt(node, Tuple(self.plain_args(node)))
         if isinstance(node, TupleGetItem):
+            part = self._split_part(node)
+            if part is not None:
+                return part
             value = self.get(node.tuple_value, PLAIN)
             rebuilt = node if value is node.tuple_value else TupleGetItem(value, node.index)
             return _Form(rebuilt, PLAIN)
@@ -674,6 +682,30 @@ class _LayoutRewriter:
         if shape[0] == 1 and shape[2] == 1 and shape[3] == 1 and shape[1] == out_type.shape[1]:
             return self.channel_vector(arg, ty, block)
         return None
+
+    def _split_part(self, item: TupleGetItem) -> _Form | None:
+        """Part ``i`` of a split along the channels of a blocked tensor whose parts are
+        whole blocks: a slice of its blocks, in its layout (ShuffleNet v2's units split the
+        shuffled channels in two; NCHW parts sent the shuffle and every concatenation
+        around it back to NCHW, and its blocked convolutions' results through transposes).
+        The split itself is then unused."""
+        split = item.tuple_value
+        if not (isinstance(split, Call) and split.op_name == "split"
+                and isinstance(split.checked_type, TupleType)):
+            return None
+        data = split.args[0]
+        block = self.forms[data].block
+        data_type = _tensor(data)
+        if block == PLAIN or not _is_nchw_float(data_type) or split.attrs.axis % 4 != 1:
+            return None
+        sizes = [int(part.shape[1]) for part in split.checked_type.fields]
+        if any(size % block for size in sizes):
+            return None
+        start = sum(sizes[:item.index]) // block
+        piece = Call(get_op("strided_slice"), [self.get(data, block)],
+                     {"begin": [start], "end": [start + sizes[item.index] // block],
+                      "axes": [1]})
+        return _Form(piece, block)
 
     def _concatenate(self, call: Call) -> _Form | None:
         tup = call.args[0]

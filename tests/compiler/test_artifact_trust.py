@@ -354,3 +354,46 @@ def test_aliases_in_a_cycle_are_refused(concatenated, tmp_path):
     path = _rewrite(concatenated[0], tmp_path / "cycle.opf", cycle)
     with pytest.raises(ArtifactError):
         opf.load(path)
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory):
+    """tanh(x[:, :8] as exp) and -exp(x)[:, 8:] concatenated, at batch 1: the two slices of
+    exp(x) are read in place (plan views), neither copied."""
+    directory = tmp_path_factory.mktemp("slices")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPFUSION_CACHE_DIR", str(directory / "cache"))
+        x = opf.var("x", (1, 16, 4, 4))
+        e = opf.op.exp(x)
+        low, high = (opf.op.strided_slice(e, begin=[b], end=[b + 8], axes=[1]) for b in (0, 8))
+        out = opf.op.concatenate([opf.op.tanh(low), opf.op.negative(high)], axis=1)
+        exe = opf.compile(opf.IRModule.from_expr(opf.Function([x], out)), fusion="none")
+        assert len(exe.plan.views) == 2
+        value = np.random.default_rng(1).standard_normal((1, 16, 4, 4)).astype(np.float32)
+        path = directory / "slices.opf"
+        exe.export(path)
+        yield path, value, exe(value), exe.plan
+
+
+def test_slices_read_in_place_round_trip(sliced):
+    path, value, want, plan = sliced
+    loaded = opf.load(path)
+    assert loaded.plan.views == plan.views
+    np.testing.assert_array_equal(loaded(value), want)
+
+
+def _write_view(manifest):
+    view = manifest["plan"]["views"][0]
+    step = next(s for s in manifest["steps"] if view in s["reads"])
+    step["writes"] = [view]  # a kernel writing what is only a view of another value
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_write_view, "writes value"),
+    (lambda m: m["plan"].update(views=[999]), "plan.views"),
+    (lambda m: m["plan"].update(views="all"), "plan.views"),
+], ids=["view written", "not an alias", "not a list"])
+def test_a_damaged_view_is_refused(sliced, tmp_path, edit, message):
+    path = _rewrite(sliced[0], tmp_path / "damaged.opf", edit)
+    with pytest.raises(ArtifactError, match=message):
+        opf.load(path)

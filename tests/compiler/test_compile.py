@@ -354,3 +354,46 @@ def test_reshapes_that_cannot_run_in_place_stay_copies(case):
     for g, w in zip(got, want if isinstance(want, tuple) else [want]):
         assert_close(g, w, 1e-5)
     assert len(_reshape_steps(exe)) == 1 and not exe.plan.aliases
+
+
+def _slice_steps(exe):
+    return [s for s in exe.steps if s.group.op_names == ["strided_slice"]]
+
+
+def _split_model(batch=1, axis=1, late=True):
+    """exp(x) sliced in two along ``axis``; the first part read only after a product that
+    needs memory of its own (so the split's operand must outlive its last direct reader),
+    the second at once."""
+    x = opf.var("x", shape=(batch, 32, 4, 4))
+    e = opf.op.exp(x)
+    half = 16 if axis == 1 else 2
+    parts = [opf.op.strided_slice(e, begin=[i * half], end=[(i + 1) * half], axes=[axis])
+             for i in range(2)]
+    w = np.random.default_rng(2).standard_normal((16, 16, 1, 1)).astype("float32")
+    first = opf.op.nn.relu(opf.op.nn.conv2d(parts[1], opf.const(w))) if axis == 1 \
+        else opf.op.negative(parts[1])
+    late_part = opf.op.sigmoid(parts[0]) if late else parts[0]
+    return opf.IRModule.from_expr(opf.Function([x], opf.op.concatenate(
+        [opf.op.tanh(first), late_part], axis=axis)))
+
+
+def test_a_contiguous_slice_of_an_intermediate_is_read_in_place():
+    mod = _split_model()
+    value = np.random.default_rng(0).standard_normal((1, 32, 4, 4)).astype("float32")
+    exe = opf.compile(mod, fusion="none")
+    assert not _slice_steps(exe) and len(exe.plan.views) == 2
+    assert_close(exe.run([value])[0], evaluate(mod, [value]), 1e-5)
+    with opf.transform.PassContext(config={"compile.inplace_reshape": False}):
+        copied = opf.compile(mod, fusion="none")
+    assert len(_slice_steps(copied)) == 2 and not copied.plan.views
+    assert_close(copied.run([value])[0], exe.run([value])[0], 0)
+
+
+@pytest.mark.parametrize("case", ["batch 2", "not the outer axis"])
+def test_slices_that_are_not_contiguous_stay_copies(case):
+    mod = _split_model(batch=2) if case == "batch 2" else _split_model(axis=2)
+    shape = mod["main"].params[0].type_annotation.shape
+    value = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    exe = opf.compile(mod, fusion="none")
+    assert len(_slice_steps(exe)) == 2 and not exe.plan.views
+    assert_close(exe.run([value])[0], evaluate(mod, [value]), 1e-5)

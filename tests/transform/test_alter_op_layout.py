@@ -231,6 +231,34 @@ def test_a_channel_shuffle_of_a_blocked_tensor_is_one_blocked_permutation():
     assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
 
 
+def test_a_shufflenet_v2_unit_stays_blocked_through_its_split():
+    # shuffle, split in two halves of whole blocks, one half through a convolution and the
+    # other concatenated back: blocked from the first convolution to the last
+    x = opf.var("x", shape=(1, 64, 28, 28))
+    y = nn.relu(nn.conv2d(x, opf.const(normal(64, 64, 1, 1) * .2)))
+    y = opf.op.reshape(opf.op.transpose(opf.op.reshape(y, newshape=(1, 2, 32, 28, 28)),
+                                        axes=(0, 2, 1, 3, 4)), newshape=(1, 64, 28, 28))
+    halves = opf.op.split(y, indices_or_sections=2, axis=1)
+    left, right = (opf.ir.TupleGetItem(halves, i) for i in range(2))
+    right = nn.relu(nn.conv2d(right, opf.const(normal(32, 32, 1, 1, seed=1) * .2)))
+    y = nn.conv2d(opf.op.concatenate([left, right], axis=1),
+                  opf.const(normal(16, 64, 1, 1, seed=2) * .2))
+    func = laid_out(y)
+    slices = calls(func, "strided_slice")
+    assert [(tuple(s.attrs.begin), tuple(s.attrs.end)) for s in slices] == [((0,), (2,)),
+                                                                            ((2,), (4,))]
+    assert not calls(func, "split") and len(calls(func, "layout_transform")) == 2
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 64, 28, 28, seed=6)
+    assert_close(opf.compile(mod)(value), evaluate(mod, [value]), 1e-5)
+    # a split that cuts a block keeps NCHW parts
+    parts = opf.op.split(nn.relu(nn.conv2d(x, opf.const(normal(64, 64, 1, 1)))),
+                         indices_or_sections=[24], axis=1)
+    func = laid_out(opf.op.concatenate([opf.ir.TupleGetItem(parts, i) for i in (1, 0)],
+                                       axis=1))
+    assert calls(func, "split") and not calls(func, "strided_slice")
+
+
 def test_mixed_operands_stay_nchw_unless_a_blocked_convolution_wants_the_result():
     x = opf.var("x", shape=(1, 32, 28, 28))
     blocked = nn.conv2d(x, opf.const(normal(32, 32, 3, 3) * .1), padding=1)
