@@ -656,7 +656,7 @@ def _views(manifest: dict[str, Any], aliases: dict[int, tuple[int, int]]) -> tup
 
 def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary | None,
            source: str, path: Any, aliases: dict[int, tuple[int, int]],
-           views: tuple[int, ...] = ()) -> tuple[list[ExecStep], dict[str, Module]]:
+           views: tuple[int, ...]) -> tuple[list[ExecStep], dict[str, Module]]:
     """The steps, each checked: values in range, read after they are made and written once;
     a kernel from the library's table whose parameters are exactly the step's values (and
     which writes none of the values it reads); a reference function typed like its values.
@@ -670,10 +670,11 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
         except LibraryLoadError as err:
             raise ArtifactError(f"{path}: {err}") from None
     ready = {i for i, v in enumerate(values) if v.input_index is not None or v.constant is not None}
+    is_view = set(views)
     missing: dict[int, int] = {}  # holder: its aliased values not made yet
     viewed: dict[int, list[int]] = {}  # holder: its views
     for value, (holder, _) in aliases.items():
-        if value in views:
+        if value in is_view:
             viewed.setdefault(holder, []).append(value)
         else:
             missing[holder] = missing.get(holder, 0) + 1
@@ -691,7 +692,7 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
                 raise ArtifactError(f"the manifest's {where} reads value {value} before any "
                                     f"step makes it")
         for value in writes:
-            if value in ready or writes.count(value) > 1 or value in missing or value in views:
+            if value in ready or writes.count(value) > 1 or value in missing or value in is_view:
                 raise ArtifactError(f"the manifest's {where} writes value {value}, an input, a "
                                     f"constant, a value written before or assembled in place")
         output_types = []
@@ -717,22 +718,22 @@ def _steps(entries: list[Any], values: list[ValueInfo], library: CompiledLibrary
         group = LoweredGroup(name, None, output_types, reference_function=reference,
                              op_names=[str(op) for op in ops])
         steps.append(ExecStep(group, function, reads, writes))
-        _make_ready(writes, ready, aliases, missing, viewed)
+        _make_ready(writes, ready, aliases, missing, viewed, is_view)
     return steps, modules
 
 
 def _make_ready(made: list[int], ready: set[int], aliases: dict[int, tuple[int, int]],
-                missing: dict[int, int], viewed: dict[int, list[int]] | None = None) -> None:
-    """Mark ``made`` ready, every in-place concatenation whose last piece that was, and the
-    views of each value made."""
+                missing: dict[int, int], viewed: dict[int, list[int]],
+                is_view: set[int]) -> None:
+    """Mark ``made`` ready, the views of each value made, and every in-place concatenation
+    whose last piece that was."""
     pending = list(made)
     while pending:
         value = pending.pop()
         ready.add(value)
-        views = (viewed or {}).get(value, [])
-        pending.extend(view for view in views if view not in ready)
-        holder = aliases[value][0] if value in aliases else None
-        if holder is not None and value not in (viewed or {}).get(holder, []):
+        pending.extend(view for view in viewed.get(value, ()) if view not in ready)
+        if value in aliases and value not in is_view:
+            holder = aliases[value][0]
             missing[holder] -= 1
             if missing[holder] == 0:
                 pending.append(holder)
@@ -824,7 +825,7 @@ def _output_names(manifest: dict[str, Any], count: int) -> list[str] | None:
 
 def _plan(manifest: dict[str, Any], values: list[ValueInfo], steps: list[ExecStep],
           outputs: list[int], aliases: dict[int, tuple[int, int]],
-          views: tuple[int, ...] = ()) -> MemoryPlan:
+          views: tuple[int, ...]) -> MemoryPlan:
     """The memory plan, checked: exactly the intermediate values are planned (and the
     in-place concatenations), an aliased value in its holder's block, each block as large as
     its largest storage (a value with all those aliased into it), and no two storages of one
