@@ -17,6 +17,7 @@ generated and compiled once (cached by content); a static memory plan; the execu
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -261,8 +262,9 @@ register_pass_config(
 INPLACE_RESHAPE = "compile.inplace_reshape"
 register_pass_config(
     INPLACE_RESHAPE, bool, True,
-    "Kernels that only reshape an intermediate (the same elements in the same order) are "
-    "not run: the memory plan places the intermediate where the result is.")
+    "Kernels that only reshape an intermediate (the same elements in the same order), or "
+    "slice one contiguous piece of it, are not run: the memory plan places the intermediate "
+    "where the result is, or the slice where it lies in the intermediate.")
 
 
 class _ExecutorBuilder:
@@ -391,7 +393,9 @@ class _ExecutorBuilder:
         all qualify stays a copy. Saves a pass over memory per concatenation, and DenseNet's
         copies of every earlier feature map at each layer. A step that only reshapes an
         intermediate is a concatenation of one operand (``reshape``): ViT's reshapes of
-        each layer norm's result for the product after it."""
+        each layer norm's result for the product after it. A step that only slices one
+        contiguous piece of an intermediate (also under ``reshape``) becomes a view of it
+        (:meth:`_slice_view`), recorded in ``self.views``."""
         keep = set(self.outputs)
         written = {value for step in self.steps for value in step.writes}
         aliases: dict[int, tuple[int, int]] = {}
@@ -532,8 +536,7 @@ def _contiguous_slice_offset(group: LoweredGroup) -> int | None:
     part = ranges[axis]
     if part.step != 1 or len(part) == 0:
         return None
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    return part.start * inner * np.dtype(body.checked_type.dtype).itemsize
+    return part.start * math.prod(shape[axis + 1:]) * np.dtype(body.checked_type.dtype).itemsize
 
 
 def _concatenation_axis(group: LoweredGroup) -> int | None:

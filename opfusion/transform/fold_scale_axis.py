@@ -119,12 +119,9 @@ def _tensor(expr: Expr) -> TensorType | None:
 
 
 def _elements(expr: Expr) -> int:
-    """Elements of a tensor-typed expression; 0 when its type is not a tensor's or a
-    dimension is not a number."""
+    """Elements of a tensor-typed expression (0 when its type is not a tensor's)."""
     value = _tensor(expr)
-    if value is None or not all(isinstance(dim, (int, np.integer)) for dim in value.shape):
-        return 0
-    return int(np.prod(value.shape))
+    return value.size if value is not None else 0
 
 
 def _per_channel(value: TensorType | None, scale: TensorType | None, axis: int) -> bool:
