@@ -48,6 +48,7 @@ from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.merge_parallel_products import MergeParallelProducts
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
+from ..transform.pad_channel_blocks import PadChannelBlocks
 from ..transform.pad_conv_channels import PadConvChannels
 from ..transform.pass_infra import Sequential
 from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
@@ -193,9 +194,10 @@ def random_array(rng: np.random.Generator, shape: Any, dtype: str) -> np.ndarray
 
 
 def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
-    """``mod`` with its convolutions in the blocked layout of ``target`` (None: the current
+    """``mod`` with its convolutions' channels rounded up to whole vectors where that pays
+    (PadChannelBlocks) and then in the blocked layout of ``target`` (None: the current
     target, else the host) by AlterOpLayout, the constant right operands of products in
-    column panels by PackMatmulWeights (both opt_level 3, unless the pass context disables
+    column panels by PackMatmulWeights (all three opt_level 3, unless the pass context disables
     them), and the weights' layout transforms folded into constants; SimplifyExpr again, which
     moves an elementwise operator above the reshapes around a packed product of a batch of
     rows; then a channel shuffle that a group-window convolution reads becomes that
@@ -207,7 +209,8 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
                           name="AlterLayout")(mod)
     # SimplifyExpr again: the reshapes around a packed product of a batch of rows keep an
     # elementwise operator after them (a bias) from its epilogue until it moves above them.
-    return Sequential([AlterOpLayout(target), PackMatmulWeights(target), FoldConstant(),
+    return Sequential([PadChannelBlocks(target), AlterOpLayout(target),
+                       PackMatmulWeights(target), FoldConstant(),
                        SimplifyExpr(), FoldChannelShuffle(), InferType()],
                       name="AlterLayout")(mod)
 

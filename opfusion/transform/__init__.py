@@ -55,6 +55,7 @@ from .legalize_checked_indices import LegalizeCheckedIndices
 from .merge_parallel_products import MergeParallelProducts
 from .optimize import optimization_passes, optimize
 from .pack_matmul_weights import PackMatmulWeights
+from .pad_channel_blocks import PadChannelBlocks
 from .pad_conv_channels import PadConvChannels
 from .pass_infra import (
     FunctionPass,
@@ -97,7 +98,7 @@ __all__ = [
     "FusionReport",
     "FusionStrategy", "HorizontalFusePass", "InferType", "InputFusePass", "InvalidFusionError",
     "LegalizeCheckedIndices", "MergeParallelProducts", "ModulePass", "PackMatmulWeights",
-    "PadConvChannels", "Pass",
+    "PadChannelBlocks", "PadConvChannels", "Pass",
     "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
     "PatternCallback", "PatternRewrite", "PrintIR",

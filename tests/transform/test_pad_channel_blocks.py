@@ -1,0 +1,183 @@
+"""PadChannelBlocks: which regions get whole vectors of channels, what they read and give back,
+and the same numbers as the reference interpreter before and after the pass (and compiled)."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Call, Constant, Function
+from opfusion.ir.module import IRModule
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target
+from opfusion.testing import assert_close
+from opfusion.transform.pad_channel_blocks import PadChannelBlocks, padded_count
+
+nn = opf.op.nn
+AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+AVX2 = Target("c -mattr=+avx2,+fma")
+
+
+def normal(*shape, seed=0, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype("float32")
+
+
+def module(x, out):
+    return opf.transform.InferType()(IRModule.from_expr(Function([x], out)))
+
+
+def padded(mod, target=AVX512, **context):
+    with opf.transform.PassContext(opt_level=3, **context):
+        return opf.transform.InferType()(PadChannelBlocks(target)(mod))
+
+
+def calls(mod, name):
+    return [n for n in post_order(mod["main"].body)
+            if isinstance(n, Call) and n.op_name == name]
+
+
+def conv(x, cin, cout, seed, kernel=1, groups=1, **attrs):
+    w = opf.const(normal(cout, cin // groups, kernel, kernel, seed=seed, scale=0.3))
+    b = opf.const(normal(1, cout, 1, 1, seed=seed + 50))
+    return opf.op.add(nn.conv2d(x, w, padding=kernel // 2, groups=groups, **attrs), b)
+
+
+def inverted_residual(channels=72, size=10, squeeze=False):
+    """MobileNet v3's block: expand 16 -> channels, depthwise 3x3, (squeeze-excitation,)
+    project back to 16, add the input."""
+    x = opf.var("x", shape=(1, 16, size, size))
+    y = nn.relu(conv(x, 16, channels, 1))
+    y = nn.relu(conv(y, channels, channels, 2, kernel=3, groups=channels))
+    if squeeze:
+        s = nn.relu(conv(nn.global_avg_pool2d(y), channels, 24, 3))
+        gate = opf.op.clip(opf.op.add(opf.op.multiply(conv(s, 24, channels, 4),
+                                                      opf.const(np.float32(1 / 6))),
+                                      opf.const(np.float32(0.5))), a_min=0.0, a_max=1.0)
+        y = opf.op.multiply(y, gate)
+    return x, opf.op.add(conv(y, channels, 16, 5), x)
+
+
+def same_numbers(before, after, shape, seed=7):
+    value = normal(*shape, seed=seed)
+    assert_close(evaluate(after, [value]), evaluate(before, [value]), 1e-6)
+
+
+def test_padded_count_rounds_up_to_whole_vectors_within_a_third_more():
+    assert padded_count(72, 16) == 80
+    assert padded_count(24, 16) == 32  # exactly a third more
+    assert padded_count(1000, 16) == 1008
+    assert padded_count(8, 16) == 8  # twice: no
+    assert padded_count(20, 16) == 20
+    assert padded_count(64, 16) == 64
+    assert padded_count(58, 8) == 64
+
+
+def test_an_inverted_residual_block_runs_in_whole_vectors():
+    x, out = inverted_residual()
+    mod = module(x, out)
+    new = padded(mod)
+    expand, depthwise, project = calls(new, "nn.conv2d")
+    assert expand.args[1].data.shape == (80, 16, 1, 1)
+    assert depthwise.attrs.groups == 80 and depthwise.args[1].data.shape == (80, 1, 3, 3)
+    assert project.args[1].data.shape == (16, 80, 1, 1)  # zero weights on the added inputs
+    assert not np.any(expand.args[1].data[72:]) and not np.any(project.args[1].data[:, 72:])
+    assert not calls(new, "strided_slice")  # nothing reads the padded values unpadded
+    assert new["main"].checked_type == mod["main"].checked_type
+    same_numbers(mod, new, (1, 16, 10, 10))
+
+
+def test_squeeze_excitation_gates_are_padded_with_their_block():
+    x, out = inverted_residual(squeeze=True)
+    mod = module(x, out)
+    new = padded(mod)
+    assert [c.checked_type.shape[1] for c in calls(new, "nn.conv2d")] == [80, 80, 24, 80, 16]
+    assert calls(new, "clip")[0].checked_type.shape == (1, 80, 1, 1)
+    same_numbers(mod, new, (1, 16, 10, 10))
+
+
+def test_a_concatenation_of_the_block_keeps_its_channels():
+    """A large value read unpadded would cost a copy of its channels: no padding."""
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    y = nn.relu(conv(nn.relu(conv(x, 16, 72, 1)), 72, 72, 2, kernel=3, groups=72))
+    mod = module(x, opf.op.concatenate([y, x], axis=1))
+    assert padded(mod)["main"] is mod["main"]
+
+
+def test_a_division_keeps_its_operands_unpadded():
+    """x / y on an added channel would divide by zero, so divide is not in a region."""
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    y = nn.relu(conv(nn.relu(conv(x, 16, 72, 1)), 72, 72, 2, kernel=3, groups=72))
+    mod = module(x, conv(opf.op.divide(y, opf.op.add(y, opf.const(np.float32(2)))), 72, 16, 3))
+    assert calls(padded(mod), "nn.conv2d")[0].checked_type.shape[1] == 72
+
+
+def test_a_one_pixel_result_gets_its_channels_back():
+    """SqueezeNet's classifier: 1000 channels, pooled to one pixel, then the result."""
+    x = opf.var("x", shape=(1, 128, 6, 6))
+    out = nn.global_avg_pool2d(nn.relu(conv(x, 128, 1000, 1)))
+    mod = module(x, out)
+    new = padded(mod)
+    (crop,) = calls(new, "strided_slice")
+    assert crop.args[0].checked_type.shape == (1, 1008, 1, 1)
+    assert new["main"].checked_type == mod["main"].checked_type
+    same_numbers(mod, new, (1, 128, 6, 6))
+
+
+def test_a_weight_scaled_at_run_time_is_padded_by_a_pad():
+    """FoldScaleAxis folds a squeeze-excitation gate into the next convolution's weight:
+    a weight computed at run time gets its zero input channels from an nn.pad."""
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    y = nn.relu(conv(nn.relu(conv(x, 16, 72, 1)), 72, 72, 2, kernel=3, groups=72))
+    gate = opf.op.sigmoid(conv(nn.global_avg_pool2d(y), 72, 72, 3))
+    weight = opf.op.multiply(opf.const(normal(16, 72, 1, 1, seed=4)),
+                             opf.op.reshape(gate, newshape=[-1, 1, 1]))
+    mod = module(x, nn.conv2d(y, weight))
+    new = padded(mod)
+    (pad,) = calls(new, "nn.pad")
+    assert pad.checked_type.shape == (16, 80, 1, 1)
+    same_numbers(mod, new, (1, 16, 10, 10))
+
+
+def test_nothing_is_padded_where_no_vector_is_gained():
+    # 40 channels between two convolutions, no depthwise one: the inputs' third more work
+    # would cost what the outputs' whole vectors save
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    mod = module(x, conv(nn.relu(conv(x, 16, 40, 1)), 40, 16, 2))
+    assert padded(mod)["main"] is mod["main"]
+    # 72 channels in vectors of 8 are whole already
+    x2, out = inverted_residual()
+    mod2 = module(x2, out)
+    assert padded(mod2, AVX2)["main"] is mod2["main"]
+
+
+def test_without_alter_op_layout_nothing_is_padded():
+    x, out = inverted_residual()
+    mod = module(x, out)
+    assert padded(mod, disabled_pass=["AlterOpLayout"])["main"] is mod["main"]
+    with opf.transform.PassContext(opt_level=3, disabled_pass=["PadChannelBlocks"]):
+        skipped = opf.transform.Sequential([PadChannelBlocks(AVX512)])(mod)
+    assert skipped["main"] is mod["main"]
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("squeeze", [False, True], ids=["plain", "squeeze"])
+def test_compiled_blocks_compute_the_reference(target, squeeze):
+    if target.missing_on_host():
+        pytest.skip(f"{target} does not run here")
+    x, out = inverted_residual(72 if target is AVX512 else 58, squeeze=squeeze)
+    mod = module(x, out)
+    value = normal(1, 16, 10, 10, seed=3)
+    exe = opf.compile(mod, target=target)
+    assert_close(exe(value), evaluate(mod, [value]), 1e-5)
+
+
+def test_added_channels_of_a_gate_stay_finite():
+    """sigmoid and clip give the added channels of a gate 0.5; the values they multiply
+    are zero there, and the next convolution's weights are zero on them."""
+    x, out = inverted_residual(squeeze=True)
+    new = padded(module(x, out))
+    gate = calls(new, "clip")[0]
+    body = Function(new["main"].params, gate)
+    value = evaluate(IRModule.from_expr(body), [normal(1, 16, 10, 10, seed=2)])
+    assert np.all(np.isfinite(value)) and np.all(value[:, 72:] == 0.5)
+    assert isinstance(calls(new, "nn.conv2d")[-1].args[1], Constant)
