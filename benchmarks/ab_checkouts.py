@@ -1,13 +1,15 @@
 """A/B latency of two opfusion checkouts on the same models, interleaved in one run.
 
     python benchmarks/ab_checkouts.py OLD_DIR NEW_DIR [names...] [--rounds 10] [--batch 5]
+        [--target "c -mattr=+avx2,+fma"]
 
 OLD_DIR and NEW_DIR are source trees (e.g. ``git worktree add /tmp/old cb21d3a``). One
 worker process per checkout imports opfusion from its tree and compiles every model (a light,
 transformer or vision model by name, an .onnx file, or ``workload:<name>`` for a builder of
 :mod:`opfusion.testing.workloads`);
 then the two are timed in turn, ``--batch`` runs each, for ``--rounds`` rounds, so that a
-drifting machine slows both alike. Prints each model's median latency per checkout and
+drifting machine slows both alike. ``--target`` compiles for another target than the host
+(an AVX2 target on an AVX-512 machine, say). Prints each model's median latency per checkout and
 NEW/OLD as a ratio (below 1: the new checkout is faster), with the machine's load before and
 after: quote figures only from a quiet machine (load under 0.5)."""
 
@@ -24,7 +26,7 @@ from pathlib import Path
 # The worker: reads model names, compiles each, then answers "time <name> <runs>" with the
 # seconds of each run, one JSON line per request.
 _WORKER = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 import opfusion as opf
 
@@ -48,7 +50,7 @@ def load(name):
 executors = {}
 for name in sys.argv[1:]:
     mod, params, inputs = load(name)
-    exe = opf.compile(mod, params=params)
+    exe = opf.compile(mod, params=params, target=os.environ.get("AB_TARGET") or None)
     exe.run(inputs)
     executors[name] = (exe, inputs)
 print(json.dumps({"ready": opf.__file__}), flush=True)
@@ -64,8 +66,8 @@ for line in sys.stdin:
 """
 
 
-def start_worker(tree: Path, names: list[str]) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def start_worker(tree: Path, names: list[str], target: str = "") -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "AB_TARGET": target}
     worker = subprocess.Popen([sys.executable, "-c", _WORKER, *names], env=env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tree)
     assert worker.stdout is not None
@@ -91,10 +93,12 @@ def main() -> None:
                                  "densenet121", "workload:transformer_encoder"])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batch", type=int, default=5)
+    parser.add_argument("--target", default="",
+                        help="compile for this target instead of the host")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
-    workers = {"old": start_worker(args.old, args.names),
-               "new": start_worker(args.new, args.names)}
+    workers = {"old": start_worker(args.old, args.names, args.target),
+               "new": start_worker(args.new, args.names, args.target)}
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name in args.names:

@@ -146,3 +146,23 @@ def test_a_k_blocked_tile_sums_each_block_from_zero(cpu_target):
     want = a.astype(np.float64) @ b.astype(np.float64)
     # Block by block: the rounding of 64-term sums, not of one 512-term sum.
     assert np.abs(c - want).max() <= 4e-6 * np.abs(want).max() * np.sqrt(64)
+
+
+def test_a_tile_of_the_whole_reduction_stores_its_sum_without_a_zero_fill(cpu_target):
+    """The reduction's zero-fill just before a tile that sums every term is left out, and
+    the tile stores its sum instead of adding it to the zeros it would load back."""
+    (plan,) = tile_plans(*tiled_matmul(8, 32, 16, 4, 16))
+    assert plan.fresh
+    source, a, b, c = run_matmul(*tiled_matmul(8, 32, 16, 4, 16), cpu_target)
+    assert not re.search(r"opf_store_float32x\d+\(&\w+\[[^\]]*\], opf_splat_float32x\d+\(0",
+                         source)
+    assert not re.search(r"opf_load_float32x\d+\(&\w+\[[^\]]*\]\) \+ acc", source)
+    np.testing.assert_array_equal(
+        c, plain_result(lambda: tiled_matmul(8, 32, 16, 4, 16), cpu_target))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5 * np.abs(a @ b).max())
+
+
+def test_a_k_blocked_tile_keeps_its_zero_fill():
+    # the fill is before the loop over the blocks, not just before the tile
+    (plan,) = tile_plans(*blocked_sum_matmul(4, 32, 512, 4, 8, 64))
+    assert plan.partial_sum and not plan.fresh

@@ -203,6 +203,8 @@ class CPUEmitter(CFamilyEmitter):
 
     def emit_for(self, loop: S.For, indent: int, stack: list[WorkItem]) -> None:
         assert self.plans is not None
+        if self.plans.skips(loop):
+            return
         tile = self.plans.tile(loop)
         if tile is not None:
             RegisterTileEmitter(self, self.vector, tile).emit(indent)

@@ -146,7 +146,7 @@ class RegisterTileEmitter:
         for point, register in zip(points, registers):
             address = self._address(plan.store.buffer, plan.store.indices, point)
             value = c.var_name(register)
-            if plan.partial_sum:
+            if plan.partial_sum and not plan.fresh:  # (fresh: the zeros it would add)
                 value = f"{load}({address}) + {value}"
             c.line(indent, f"{store}({address}, {value});")
             c.unbind_var(register)
