@@ -59,6 +59,25 @@ def test_vector_and_scalar_forms_agree_bit_for_bit():
     np.testing.assert_array_equal(vector(values), scalar(values.reshape(-1, 8)).reshape(16, 1024))
 
 
+def test_avx512s_scalef_form_gives_the_plain_forms_values_bit_for_bit():
+    """On AVX-512 the vector exp scales by 2^n with one scalef; the plain form multiplies by
+    two exact powers of two. Both round once: the same numbers, subnormals included."""
+    avx512 = opf.Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+    avx2 = opf.Target("c -mattr=+avx2,+fma")
+    if avx512.missing_on_host():
+        pytest.skip("no AVX-512 here")
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.uniform(-104, 89, 48 * 1024),
+                             np.linspace(-104, -87, 16 * 1024)]).astype("float32")
+    values[:len(SPECIALS)] = SPECIALS
+    values = values.reshape(64, 1024)
+    x = opf.var("x", shape=values.shape)
+    mod = IRModule.from_expr(Function([x], opf.op.exp(x)))
+    fast, plain = opf.compile(mod, target=avx512), opf.compile(mod, target=avx2)
+    assert "_mm512_scalef_ps" in fast.source() and "scalef" not in plain.source()
+    np.testing.assert_array_equal(fast(values), plain(values))
+
+
 def test_a_vectorized_loop_calls_the_vector_exp():
     source = compiled_exp((4, 1024)).source()
     assert "opf_exp_float32x" in source and "expf(" not in source

@@ -33,7 +33,7 @@ from .loop_planning import (
     VectorPlan,
     value_nodes,
 )
-from .vector_math import vector_exp_helper
+from .vector_math import scalef_guard, vector_exp_helper
 
 #: Streaming-store instructions, widest first: (bytes, target feature, preprocessor guard,
 #: intrinsic, vector type). The fence after them, ``_mm_sfence``, needs SSE.
@@ -97,8 +97,13 @@ class VectorEmitter:
                     f"{{ return {select}((a {cmp} b){nan}, a, b); }}")
         elif kind == "exp":
             self.c.includes.add("string.h")
+            nbytes = lanes * VECTOR_DTYPES[dtype]
+            scalef = self.target.has("avx512f") and scalef_guard(nbytes) is not None
+            if scalef:
+                self.c.need_helper("0_include_immintrin",
+                                   "#if defined(__SSE__)\n#include <immintrin.h>\n#endif")
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
-                                     self.helper("splat", dtype, lanes))
+                                     self.helper("splat", dtype, lanes), nbytes, scalef)
         elif kind == "sqrt":
             self.c.includes.add("math.h")
             root = "sqrtf" if dtype == "float32" else "sqrt"
