@@ -306,17 +306,25 @@ def group_window_tile(out_width: int, local: int, target: Any,
     return channel_tile(local, unit, budget), unit
 
 
+#: The share of a dense convolution's accumulator blocks that may be computed in vain to
+#: make whole wide tiles (:func:`padded_out_blocks`): 7 blocks as 8. MobileNet v3's 112
+#: channels at 14 x 14 (7 blocks of 16, tiles of 1 block x 7 columns, bound by their loads)
+#: as 2 tiles of 4 blocks: its 480 -> 112 and 672 -> 112 layers 0.116 -> 0.103 ms and
+#: 0.162 -> 0.146 ms (a Xeon with AVX-512, in the model's sequence).
+WIDE_TILE_BLOCK_WASTE = 1 / 8
+
+
 def padded_out_blocks(out_blocks: int) -> int:
     """Output channel blocks a dense blocked convolution's accumulator has: ``out_blocks``
     rounded up to whole wide tiles (WIDE_TILE_BLOCKS[0]) when that computes at most
-    WIDE_TILE_WASTE of them in vain (SqueezeNet's 1000 classes, 125 blocks of 8: 128), so
+    WIDE_TILE_BLOCK_WASTE of them in vain (SqueezeNet's 1000 classes, 125 blocks of 8: 128), so
     that an odd block count still gets a tile of several blocks, each broadcast input
     shared by their weight vectors, instead of one block of up to 7 columns, bound by its
     loads (SqueezeNet's last convolution, 512 -> 1000 channels at 13 x 13, 1.08x faster;
     Zen 3, AVX2); the blocks past the real ones are cropped."""
     tile = WIDE_TILE_BLOCKS[0]
     padded = -(-out_blocks // tile) * tile
-    return padded if padded - out_blocks <= WIDE_TILE_WASTE * padded else out_blocks
+    return padded if padded - out_blocks <= WIDE_TILE_BLOCK_WASTE * padded else out_blocks
 
 
 def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:

@@ -29,6 +29,7 @@ from opfusion.topi.nn import (
     flatten_pixels,
     group_window_tile,
     nchwc_width_unit,
+    padded_out_blocks,
     pointwise_accumulators,
 )
 from opfusion.topi.testing import call_over_arrays, check_compute
@@ -200,6 +201,18 @@ def test_conv2d_nchwc_compiled_matches_on_a_padded_row():
     w = _blocked(normal(16, 8, 3, 3, seed=1), "OIHW", "OIHW8i16o")
     check_compute(nn.conv2d_nchwc, x, w, padding=1, data_layout="NCHW8c",
                   kernel_layout="OIHW8i16o", out_layout="NCHW16c", compiled=True, rtol=1e-5)
+
+
+def test_seven_output_blocks_compute_as_two_wide_tiles_compiled():
+    """7 output blocks (112 channels of 16) are computed as 8, two tiles of 4 blocks, the
+    eighth repeating the seventh's weights and cropped (padded_out_blocks)."""
+    assert padded_out_blocks(7) == 8 and padded_out_blocks(6) == 6 and padded_out_blocks(5) == 5
+    x = _blocked(normal(1, 32, 6, 7), "NCHW", "NCHW16c")
+    w = _blocked(normal(112, 32, 1, 1, seed=1), "OIHW", "OIHW16i16o")
+    avx512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+    with avx512:
+        check_compute(nn.conv2d_nchwc, x, w, data_layout="NCHW16c", kernel_layout="OIHW16i16o",
+                      out_layout="NCHW16c", compiled=not avx512.missing_on_host(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NCHW8c"])
