@@ -164,7 +164,7 @@ def _is_nchw_float(ty: TensorType | None) -> bool:
     return ty is not None and ty.ndim == 4 and ty.dtype in ("float32", "float64")
 
 
-def _power_of_two_block(channels: int, lanes: int) -> int:
+def power_of_two_block(channels: int, lanes: int) -> int:
     """The largest power-of-two block from ``lanes`` down to 4 that divides ``channels``
     (PLAIN when none does)."""
     block = lanes
@@ -179,7 +179,7 @@ def _input_block(channels: int, lanes: int) -> int:
     """The block of a convolution's input channels: a power-of-two block when one divides
     them, else all of them when they fit in a vector (an RGB image: NCHW3c), else the
     largest divisor below a vector."""
-    block = _power_of_two_block(channels, lanes)
+    block = power_of_two_block(channels, lanes)
     if block:
         return block
     if channels <= lanes:
@@ -478,7 +478,7 @@ class _LayoutRewriter:
         whole = channels // self.lanes * self.lanes
         if whole < MIN_VECTOR_BLOCKS * self.lanes:
             return None
-        rest_block = _power_of_two_block(channels - whole, self.lanes)
+        rest_block = power_of_two_block(channels - whole, self.lanes)
         if not rest_block:
             return None
         parts: list[Expr] = []
@@ -563,15 +563,15 @@ class _LayoutRewriter:
         """(data block, weight input block, output block) of a convolution, or None when it
         stays NCHW: ``current`` is the block the data has already (PLAIN: none)."""
         if groups == 1:
-            out_block = _power_of_two_block(out_channels, self.lanes)
+            out_block = power_of_two_block(out_channels, self.lanes)
             in_block = current or _input_block(channels, self.lanes)
             return (in_block, in_block, out_block) if out_block else None
         if per_group == 1 and out_channels == channels:  # depthwise, one output per channel
-            block = current or _power_of_two_block(channels, self.lanes)
+            block = current or power_of_two_block(channels, self.lanes)
             return (block, 1, block) if block else None
         # Grouped: every block inside one group.
-        out_block = _power_of_two_block(out_channels // groups, self.lanes)
-        in_block = current or _power_of_two_block(per_group, self.lanes)
+        out_block = power_of_two_block(out_channels // groups, self.lanes)
+        in_block = current or power_of_two_block(per_group, self.lanes)
         if not out_block or not in_block or per_group % in_block:
             return None
         return in_block, in_block, out_block
@@ -647,7 +647,7 @@ class _LayoutRewriter:
         if (block == PLAIN and call in self.wanted and call.attrs.layout == "NCHW"
                 and _is_nchw_float(data_type)):
             assert data_type is not None
-            block = _power_of_two_block(data_type.shape[1], self.lanes)
+            block = power_of_two_block(data_type.shape[1], self.lanes)
         if block == PLAIN or call.attrs.layout != "NCHW":
             return None
         attrs = {**call.attrs, "layout": data_layout(block)}
@@ -736,4 +736,4 @@ def alter_op_layout(func: Function, lanes: int) -> Function:
 
 register_pass("AlterOpLayout", AlterOpLayout)
 
-__all__ = ["AlterOpLayout", "alter_op_layout", "data_layout"]
+__all__ = ["AlterOpLayout", "alter_op_layout", "data_layout", "power_of_two_block"]

@@ -25,11 +25,19 @@ padded) or by such an operator of the region's values, per-channel constants (pa
 zeros) and single values. A region is padded when
 
 * its channels round up to whole vectors at most MAX_PADDING_RATIO times (24 -> 32 on
-  AVX-512, not 8 -> 16), and
+  AVX-512, not 8 -> 16);
 * every consumer outside the region either reads the padded channels as they are (an
   ungrouped convolution, its weight padded along its input channels, at compile time or,
-  for a weight computed at run time, by an ``nn.pad``) or reads a value of one pixel
-  (squeeze-excitation's gates), which gets its channels back by a ``strided_slice``.
+  for a weight computed at run time, by an ``nn.pad``), or gets the channels back by a
+  ``strided_slice`` that costs little: of a value of one pixel (squeeze-excitation's gates)
+  or into a concatenation, which copies its parts anyway (the slice fuses into it:
+  ShuffleNet v2's branches);
+* and it pays for the third more work its convolutions' inputs may take: unpadded, its
+  channels would run in vectors of a quarter of the lanes or less (58 in NCHW, 116 in
+  blocks of 4 on AVX-512), or be split into whole vectors and a rest (AlterOpLayout's
+  MIN_VECTOR_BLOCKS), or it has a depthwise convolution or a pool, which would run in half
+  vectors. (EfficientNet's 24 and 40 channels, in blocks of 8 between two 1x1
+  convolutions, ran 1.02x slower padded.)
 
 Function results get their channels back the same way. ``opf.compile`` runs the pass for CPU
 targets at opt_level 3 before AlterOpLayout (``compile.alter_layout``), unless AlterOpLayout is
@@ -49,7 +57,7 @@ from ..ir.types import TensorType
 from ..ir.visitor import post_order
 from ..op import nn as nn_ops
 from ..target import Target, as_target
-from .alter_op_layout import MIN_VECTOR_BLOCKS
+from .alter_op_layout import MIN_VECTOR_BLOCKS, power_of_two_block
 from .context import PassContext
 from .pass_infra import Pass, function_pass, pass_factory, register_pass
 
@@ -170,6 +178,7 @@ class _Regions:
         self.parent: dict[Expr, Expr] = {}
         self.made: set[Expr] = set()  # members made by an operator whose result is padded
         self.blockers: set[Expr] = set()  # values whose region cannot be padded
+        self.concatenated = _concatenated_tuples(order)
         for node in order:
             if isinstance(node, Call) and _channels(node) is not None:
                 self._classify(node)
@@ -238,6 +247,8 @@ class _Regions:
             args = list(node.args)
             absorbed = self._absorbed_operands(node)
         elif isinstance(node, Tuple):
+            if node in self.concatenated:
+                return  # the concatenation copies its parts: it crops them for free
             args, absorbed = list(node.fields), set()
         elif isinstance(node, TupleGetItem):
             args, absorbed = [node.tuple_value], set()
@@ -256,6 +267,19 @@ class _Regions:
             return {i for i, arg in enumerate(call.args)
                     if arg in self.parent and self._find(arg) is root}
         return set()
+
+    def _pays(self, region: _Region) -> bool:
+        """Whether padding ``region`` saves more than the third more work that its
+        convolutions' inputs may take: its channels would otherwise run in vectors of a
+        quarter of the lanes or less (ShuffleNet v2's 58 channels in NCHW, 116 in blocks of
+        4 on AVX-512) or be split into whole vectors and a rest (see AlterOpLayout's
+        MIN_VECTOR_BLOCKS vectors or more), or it has a depthwise convolution or a pool,
+        which would run in vectors of half the lanes or less."""
+        if region.channels >= MIN_VECTOR_BLOCKS * self.lanes \
+                or power_of_two_block(region.channels, self.lanes) <= self.lanes // 4:
+            return True
+        return any(isinstance(m, Call) and (m.op_name in _POOLS or _is_depthwise(m))
+                   for m in region.members)
 
     def _exit(self, value: Expr) -> None:
         """``value`` is read unpadded: its region is padded only if that read is of one
@@ -283,15 +307,20 @@ class _Regions:
                 result.update((value, count) for value in region.members)
         return result
 
-    def _pays(self, region: _Region) -> bool:
-        """Whether padding ``region`` saves more than the third more work that its
-        convolutions' inputs may take: its channels would otherwise be split into whole
-        vectors and a rest (see AlterOpLayout's MIN_VECTOR_BLOCKS), or it has a depthwise
-        convolution or a pool, which would run in vectors of half the lanes or less."""
-        if region.channels >= MIN_VECTOR_BLOCKS * self.lanes:
-            return True
-        return any(isinstance(m, Call) and (m.op_name in _POOLS or _is_depthwise(m))
-                   for m in region.members)
+
+
+def _concatenated_tuples(order: list[Expr]) -> set[Expr]:
+    """The tuples that only concatenations read."""
+    readers: dict[Expr, list[Expr]] = {}
+    for node in order:
+        args = node.args if isinstance(node, Call) else node.fields \
+            if isinstance(node, Tuple) else [node.tuple_value] \
+            if isinstance(node, TupleGetItem) else []
+        for arg in args:
+            if isinstance(arg, Tuple):
+                readers.setdefault(arg, []).append(node)
+    return {tup for tup, users in readers.items()
+            if all(isinstance(u, Call) and u.op_name == "concatenate" for u in users)}
 
 
 def _has_convolution(members: list[Expr]) -> bool:

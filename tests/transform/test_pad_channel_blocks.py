@@ -95,12 +95,35 @@ def test_squeeze_excitation_gates_are_padded_with_their_block():
     same_numbers(mod, new, (1, 16, 10, 10))
 
 
-def test_a_concatenation_of_the_block_keeps_its_channels():
-    """A large value read unpadded would cost a copy of its channels: no padding."""
+def test_a_concatenation_crops_the_padded_channels_as_it_copies():
+    """ShuffleNet v2's branches end in a concatenation, which copies its parts anyway: the
+    crop of a padded part is a slice that fuses into it."""
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    y = nn.relu(conv(nn.relu(conv(x, 16, 58, 1)), 58, 58, 2, kernel=3, groups=58))
+    mod = module(x, opf.op.concatenate([y, x], axis=1))
+    new = padded(mod)
+    (crop,) = calls(new, "strided_slice")
+    assert crop.args[0].checked_type.shape == (1, 64, 10, 10)
+    assert new["main"].checked_type == mod["main"].checked_type
+    same_numbers(mod, new, (1, 16, 10, 10))
+
+
+def test_a_large_value_read_unpadded_elsewhere_keeps_its_channels():
+    """A crop for any other reader would cost a copy of its channels: no padding."""
     x = opf.var("x", shape=(1, 16, 10, 10))
     y = nn.relu(conv(nn.relu(conv(x, 16, 72, 1)), 72, 72, 2, kernel=3, groups=72))
-    mod = module(x, opf.op.concatenate([y, x], axis=1))
+    mod = module(x, opf.op.nn.softmax(y, axis=1))
     assert padded(mod)["main"] is mod["main"]
+
+
+def test_channels_in_quarter_vectors_or_none_are_padded_without_a_depthwise_layer():
+    """58 channels have no block of 4 or more (NCHW), 116 only blocks of 4 on AVX-512: both
+    pay for the third more work of the convolutions that read them; 40 (blocks of 8) not."""
+    x = opf.var("x", shape=(1, 16, 10, 10))
+    for channels, want in ((58, 64), (116, 128), (40, 40)):
+        mod = module(x, conv(nn.relu(conv(x, 16, channels, 1)), channels, 16, 2))
+        first = calls(padded(mod), "nn.conv2d")[0]
+        assert first.checked_type.shape[1] == want
 
 
 def test_a_division_keeps_its_operands_unpadded():
@@ -140,7 +163,7 @@ def test_a_weight_scaled_at_run_time_is_padded_by_a_pad():
 
 def test_nothing_is_padded_where_no_vector_is_gained():
     # 40 channels between two convolutions, no depthwise one: the inputs' third more work
-    # would cost what the outputs' whole vectors save
+    # would cost what the outputs' whole vectors (16 + 16 + 8 lanes) save
     x = opf.var("x", shape=(1, 16, 10, 10))
     mod = module(x, conv(nn.relu(conv(x, 16, 40, 1)), 40, 16, 2))
     assert padded(mod)["main"] is mod["main"]
