@@ -282,8 +282,8 @@ class _Regions:
                    for m in region.members)
 
     def _exit(self, value: Expr) -> None:
-        """``value`` is read unpadded: its region is padded only if that read is of one
-        pixel (a crop that copies a few channels)."""
+        """``value`` is read unpadded (other than into a concatenation): its region is
+        padded only if that read is of one pixel (a crop that copies a few channels)."""
         if _pixels(value) != 1:
             self.blockers.add(value)
 
@@ -306,7 +306,6 @@ class _Regions:
                     and self._pays(region):
                 result.update((value, count) for value in region.members)
         return result
-
 
 
 def _concatenated_tuples(order: list[Expr]) -> set[Expr]:
