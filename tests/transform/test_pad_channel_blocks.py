@@ -204,3 +204,30 @@ def test_added_channels_of_a_gate_stay_finite():
     value = evaluate(IRModule.from_expr(body), [normal(1, 16, 10, 10, seed=2)])
     assert np.all(np.isfinite(value)) and np.all(value[:, 72:] == 0.5)
     assert isinstance(calls(new, "nn.conv2d")[-1].args[1], Constant)
+
+
+def test_a_batch_of_two_through_a_pool_computes_the_reference():
+    x = opf.var("x", shape=(2, 16, 12, 12))
+    y = nn.relu(conv(x, 16, 72, 1))
+    y = nn.max_pool2d(y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    y = nn.relu(conv(y, 72, 72, 2, kernel=3, groups=72))
+    mod = module(x, conv(y, 72, 24, 3))
+    new = padded(mod)
+    assert calls(new, "nn.max_pool2d")[0].checked_type.shape == (2, 80, 6, 6)
+    same_numbers(mod, new, (2, 16, 12, 12))
+
+
+def test_a_nan_in_the_input_gives_nan_where_the_reference_does():
+    """The added channels of a NaN pixel are NaN (0 x NaN) and spread as the real ones do:
+    the compiled model's NaNs are where the reference's are."""
+    if AVX512.missing_on_host():
+        pytest.skip("no AVX-512 here")
+    x, out = inverted_residual(squeeze=False)
+    mod = module(x, out)
+    value = normal(1, 16, 10, 10, seed=4)
+    value[0, 3, 4, 5] = np.nan
+    want = evaluate(mod, [value])
+    got = opf.compile(mod, target=AVX512)(value)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert_close(got[finite], want[finite], 1e-5)
