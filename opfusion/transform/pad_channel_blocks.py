@@ -151,19 +151,21 @@ def _is_depthwise(call: Call) -> bool:
             and _channels(call.args[1]) is not None and call.args[1].checked_type.shape[1] == 1)
 
 
-def _channel_axis_of_operand(operand: Expr, out_rank: int) -> int | None:
-    """The axis of ``operand`` that broadcasts along a 4-D result's channels, when it is
-    more than one wide (None: it broadcasts over them, or it has no such axis)."""
+def _channel_axis_of_operand(operand: Expr) -> int | None:
+    """The axis of ``operand`` that broadcasts along a 4-D result's channels (its third from
+    last), when it is more than one wide (None: it broadcasts over them, or it has no such
+    axis)."""
     ty = operand.checked_type
-    if not isinstance(ty, TensorType) or ty.ndim < out_rank - 2:
+    if not isinstance(ty, TensorType) or ty.ndim < 3:
         return None
-    axis = ty.ndim - (out_rank - 1)
-    return axis if axis >= 0 and ty.shape[axis] != 1 else None
+    axis = ty.ndim - 3
+    return axis if ty.shape[axis] != 1 else None
 
 
 @dataclass
 class _Region:
-    """Values joined by channel-wise operators: padded together or not at all."""
+    """Values joined by channel-wise operators (all of one channel count: a join needs
+    it): padded together or not at all."""
 
     channels: int
     ok: bool = True
@@ -221,7 +223,7 @@ class _Regions:
         elif name in _BINARY:
             operands = []
             for arg in call.args:
-                axis = _channel_axis_of_operand(arg, 4)
+                axis = _channel_axis_of_operand(arg)
                 if axis is None:
                     if not isinstance(arg, Constant):  # computed: could be infinite
                         return
@@ -292,12 +294,9 @@ class _Regions:
         regions: dict[Expr, _Region] = {}
         for value in self.parent:
             root = self._find(value)
-            channels = _channels(value)
-            assert channels is not None
-            region = regions.setdefault(root, _Region(channels))
+            region = regions.setdefault(root, _Region(_channels(value) or 0))
             region.members.append(value)
-            if (channels != region.channels or value in self.blockers
-                    or value not in self.made):
+            if value in self.blockers or value not in self.made:
                 region.ok = False
         result: dict[Expr, int] = {}
         for region in regions.values():
@@ -380,7 +379,7 @@ class _Rewriter:
         zeros, or a value that broadcasts over the channels as it is."""
         if arg in self.padded:
             return self.new[arg]
-        axis = _channel_axis_of_operand(arg, 4)
+        axis = _channel_axis_of_operand(arg)
         if isinstance(arg, Constant) and axis is not None:
             return Constant(_zero_padded(arg.data, axis, count))
         return self.new[arg]
@@ -402,7 +401,7 @@ class _Rewriter:
             wanted[1] = self.padded[data]
         new_weight = self.new[weight]
         if wanted != shape:
-            new_weight = _pad_weight(new_weight, shape, wanted, weight.checked_type.dtype)
+            new_weight = zero_padded_weight(new_weight, shape, wanted, weight.checked_type.dtype)
         if new_data is data and new_weight is weight:
             return call
         return Call(call.op, [new_data, new_weight, *call.args[2:]], attrs, call.span)
@@ -414,14 +413,15 @@ def _zero_padded(array: np.ndarray, axis: int, count: int) -> np.ndarray:
     return np.pad(array, widths)
 
 
-def _pad_weight(weight: Expr, shape: list[int], wanted: list[int], dtype: str) -> Expr:
-    """An OIHW weight of ``shape`` with zero filters and zero input channels up to
-    ``wanted``: at compile time for a constant, by an ``nn.pad`` for a computed one (a
-    weight that FoldScaleAxis scales at run time)."""
+def zero_padded_weight(weight: Expr, shape: list[int], wanted: list[int], dtype: str) -> Expr:
+    """A weight of ``shape`` with zeros after its entries up to ``wanted`` along each axis
+    (an OIHW weight's filters and input channels): at compile time for a constant, by an
+    ``nn.pad`` for a computed one (a weight that FoldScaleAxis scales at run time)."""
     if isinstance(weight, Constant):
         return Constant(np.pad(weight.data, [(0, w - s) for s, w in zip(shape, wanted)]))
     widths = [width for s, w in zip(shape, wanted) for width in (0, w - s)]
     return nn_ops.pad(weight, Constant(np.zeros((), dtype)), pad_width=widths)
 
 
-__all__ = ["MAX_PADDING_RATIO", "PadChannelBlocks", "pad_channel_blocks", "padded_count"]
+__all__ = ["MAX_PADDING_RATIO", "PadChannelBlocks", "pad_channel_blocks", "padded_count",
+           "zero_padded_weight"]

@@ -28,6 +28,7 @@ from ..op import nn as nn_ops
 from ..target import Target, as_target
 from ..tir.mma import TILE_STEPS
 from .context import PassContext
+from .pad_channel_blocks import zero_padded_weight
 from .pass_infra import Pass, function_pass, pass_factory, register_pass
 
 
@@ -75,12 +76,10 @@ class _Padder(ExprMutator):
             return new
         data, weight = new.args[:2]
         widths = [0, 0, 0, extra, 0, 0, 0, 0]  # (before, after) per axis: channels after
-        zero = Constant(np.zeros((), "float32"))
-        data = nn_ops.pad(data, zero, pad_width=widths)
-        if isinstance(weight, Constant):
-            weight = Constant(np.pad(weight.data, ((0, 0), (0, extra), (0, 0), (0, 0))))
-        else:
-            weight = nn_ops.pad(weight, zero, pad_width=widths)
+        data = nn_ops.pad(data, Constant(np.zeros((), "float32")), pad_width=widths)
+        shape = [int(d) for d in call.args[1].checked_type.shape]
+        weight = zero_padded_weight(weight, shape, [shape[0], channels + extra, *shape[2:]],
+                                    "float32")
         return Call(new.op, [data, weight, *new.args[2:]], new.attrs, new.span)
 
 

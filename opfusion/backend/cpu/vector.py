@@ -33,7 +33,7 @@ from .loop_planning import (
     VectorPlan,
     value_nodes,
 )
-from .vector_math import scalef_guard, vector_exp_helper
+from .vector_math import has_scalef, vector_exp_helper
 
 #: Streaming-store instructions, widest first: (bytes, target feature, preprocessor guard,
 #: intrinsic, vector type). The fence after them, ``_mm_sfence``, needs SSE.
@@ -98,10 +98,9 @@ class VectorEmitter:
         elif kind == "exp":
             self.c.includes.add("string.h")
             nbytes = lanes * VECTOR_DTYPES[dtype]
-            scalef = self.target.has("avx512f") and scalef_guard(nbytes) is not None
+            scalef = self.target.has("avx512f") and has_scalef(nbytes)
             if scalef:
-                self.c.need_helper("0_include_immintrin",
-                                   "#if defined(__SSE__)\n#include <immintrin.h>\n#endif")
+                self._include_intrinsics()
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
                                      self.helper("splat", dtype, lanes), nbytes, scalef)
         elif kind == "sqrt":
@@ -116,13 +115,18 @@ class VectorEmitter:
         self.c.need_helper(key, text)
         return name
 
+    def _include_intrinsics(self) -> None:
+        """``immintrin.h`` where the compiler targets x86 (guarded: the helpers that use it
+        are guarded by the instruction sets they need)."""
+        self.c.need_helper("0_include_immintrin",
+                           "#if defined(__SSE__)\n#include <immintrin.h>\n#endif")
+
     def _stream_helper(self, name: str, vt: str, scalar: str, nbytes: int) -> str:
         # Non-temporal stores write whole cache lines to memory without first reading them
         # (as memcpy does for large copies): a third less memory traffic for a pure output.
         # Each instruction the target has, widest first, for a pointer aligned to its width.
         self.c.includes.add("string.h")
-        self.c.need_helper("0_include_immintrin",
-                           "#if defined(__SSE__)\n#include <immintrin.h>\n#endif")
+        self._include_intrinsics()
         self.c.need_helper(
             "1_opf_stream_fence",
             "static inline void opf_stream_fence(void) {\n"

@@ -130,11 +130,9 @@ _SCALEF = {64: ("_mm512_scalef_ps", "__m512", "defined(__AVX512F__)"),
            16: ("_mm_scalef_ps", "__m128", "defined(__AVX512F__) && defined(__AVX512VL__)")}
 
 
-def scalef_guard(nbytes: int) -> str | None:
-    """The preprocessor condition under which a vector of ``nbytes`` has AVX-512's scalef
-    (None: no width of it)."""
-    entry = _SCALEF.get(nbytes)
-    return entry[2] if entry else None
+def has_scalef(nbytes: int) -> bool:
+    """Whether AVX-512 has a scalef for vectors of ``nbytes``."""
+    return nbytes in _SCALEF
 
 
 def vector_exp_helper(name: str, vt: str, it: str, splat: str, nbytes: int = 0,
