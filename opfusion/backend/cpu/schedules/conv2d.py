@@ -31,7 +31,7 @@ from .common import (
     padded_copy_first,
     parallel_outer,
     producer,
-    tensor_size,
+    reduction_work,
 )
 
 #: Output channels one convolution task computes at most (its weights stay in cache).
@@ -153,7 +153,7 @@ def conv2d_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, channel_b
     # (x % lanes) become the two loops, and the accumulator's region is whole blocks.
     xo, xi = stage.split(x, factor=lanes)
     stage.reorder(n, oo, yo, oi, yi, xo, xi)
-    task = parallel_outer(stage, [n, oo, yo], tensor_size(owner))
+    task = parallel_outer(stage, [n, oo, yo], reduction_work(acc.op))
     stage.vectorize(xi)
 
     acc_stage = s[acc]
