@@ -78,15 +78,16 @@ def test_a_kernel_too_small_for_threads_runs_on_the_calling_one():
     np.testing.assert_allclose(large.run([x])[0], np.exp(x), rtol=1e-5)
 
 
-def test_a_parallel_loop_of_much_work_is_scheduled_guided():
+def test_a_parallel_loop_of_much_work_is_scheduled_guided(monkeypatch):
     """Guided chunks let the faster thread take over where a busy machine slows the other
-    (BALANCED_WORK); smaller loops keep static halves. The numbers are the same either way."""
-    from opfusion.backend.cpu.emitter import BALANCED_WORK
+    (BALANCED_WORK); smaller loops keep static halves. The numbers are the same either way.
+    The threshold is lowered here: at its value (10^8) the input alone would take 800 MB."""
+    import opfusion.backend.cpu.emitter as emitter
 
+    monkeypatch.setattr(emitter, "BALANCED_WORK", 1 << 20)
     target = opf.Target("c -num-cores=2")
-    x = np.random.default_rng(0).standard_normal(2 * BALANCED_WORK).astype(np.float32)
-    for n, schedule in ((4 * target.min_parallel_work, "static"),
-                        (2 * BALANCED_WORK, "guided")):
+    x = np.random.default_rng(0).standard_normal(2 << 20).astype(np.float32)
+    for n, schedule in ((4 * target.min_parallel_work, "static"), (2 << 20, "guided")):
         exe = opf.compile(_exp(n), target=target)
         assert f"#pragma omp parallel for schedule({schedule})" in exe.source()
         np.testing.assert_allclose(exe.run([x[:n]])[0], np.exp(x[:n]), rtol=1e-6)

@@ -65,14 +65,20 @@ _CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
 #: Work (innermost statement executions) from which a parallel loop is scheduled ``guided``
 #: rather than ``static`` when a whole model is compiled: OpenMP's guided schedule hands out
 #: halving chunks, so a thread that a busy (virtual) machine slows does not hold the other
-#: at the loop's end, as static halves do; below it (small kernels), static's fixed halves
-#: keep each thread's data in its own cache from kernel to kernel and cost no atomics.
-#: Measured on 2 vCPUs of a Zen 3 host (AVX2), each model compiled both ways and run
-#: interleaved in one process: ResNet-50 (convolution loops of 5e7 statements and more)
-#: 1.02-1.03x faster, and 1.13x while the host was busy (every parallel loop guided);
-#: DenseNet-121 1.04x, AlexNet 1.02x, SqueezeNet 1.00-1.05x, Inception-v1 0.99x;
-#: ShuffleNet has no loop this big (all guided, it ran 0.96x).
-BALANCED_WORK = 10**7
+#: at the loop's end, as static halves do; below it, static's fixed halves keep each thread's
+#: data in its own cache from kernel to kernel and cost no atomics. First 10^7, measured on
+#: 2 vCPUs of a Zen 3 host (AVX2), each model compiled both ways and run interleaved in one
+#: process: ResNet-50 (convolution loops of 5e7 statements and more) 1.02-1.03x faster, and
+#: 1.13x while the host was busy; DenseNet-121 1.04x, AlexNet 1.02x, SqueezeNet 1.00-1.05x,
+#: Inception-v1 0.99x. On a Xeon with AVX-512 and 2 MB of L2 a core, a guided producer
+#: scattered the rows that a static consumer then read from the other core's cache:
+#: MobileNet v3's 16 -> 64 layer at 112 x 112 (1.3e7) and the depthwise layer after it took
+#: 150 + 115 us guided, 125 + 100 static. 10^8 keeps guided for the loops whose data
+#: outgrows the L2 anyway (VGG's, ResNet-50's largest): ``benchmarks/ab_checkouts.py``,
+#: 10^8 against 10^7, MobileNet v3 0.974x the time, SqueezeNet 0.962x, Inception-v2 0.961x,
+#: DenseNet-121 0.968x, ResNet-50 0.978x, VGG-19 0.973x, ShuffleNet v2 1.003x; geomean
+#: 0.977 over ten models.
+BALANCED_WORK = 10**8
 
 
 @dataclass(frozen=True)
