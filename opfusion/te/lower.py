@@ -276,22 +276,28 @@ class _Lowering:
             readers = self.consumers.get(stage, [])
             order = self.sch.stages.index(stage)
             others = [r.name for r in readers
-                      if r is not parent and not self._sibling_after(r, parent, ivar, order)]
+                      if r is not parent and not self._sibling_after(r, parent, pos, order)]
             if others or not readers:
                 raise LoweringError(
                     f"stage {stage.name} is computed at a loop of {parent.name}, but it is read "
                     f"by {', '.join(others) or 'nothing'} there too; only a stage read by its "
-                    "attachment parent, or by stages computed after it at the same loop, can "
-                    "be computed at it (compute_root it)"
+                    "attachment parent, or by stages computed after it at the same loop or "
+                    "at a loop of that parent inside it, can be computed at it (compute_root "
+                    "it)"
                 )
             self.attached.setdefault(parent, {}).setdefault(pos, []).append(stage)
 
-    def _sibling_after(self, reader: Stage, parent: Stage, ivar: Any, order: int) -> bool:
-        """Whether ``reader`` is computed at the same loop of ``parent`` (``ivar``), after the
-        stage at position ``order`` of the schedule: it then reads what that stage wrote in
-        the same iteration (softmax's exponentials, read by the row sum and the product)."""
-        return (reader.attach_type == "scope" and reader.attach_stage is parent
-                and reader.attach_ivar is ivar and self.sch.stages.index(reader) > order)
+    def _sibling_after(self, reader: Stage, parent: Stage, pos: int, order: int) -> bool:
+        """Whether ``reader`` is computed at ``parent``'s loop number ``pos`` or at one
+        inside it, after the stage at position ``order`` of the schedule: it then reads what
+        that stage wrote in the same iteration (softmax's exponentials, read by the row sum
+        and the product; a depthwise task's padded rows, read by each register tile's sums,
+        computed at the tile's loop so that the tile's epilogue follows them)."""
+        if reader.attach_type != "scope" or reader.attach_stage is not parent \
+                or self.sch.stages.index(reader) <= order:
+            return False
+        leaves = parent.leaf_iter_vars
+        return any(v is reader.attach_ivar for v in leaves[pos:])
 
     # -- bound inference -------------------------------------------------------------------------
 
@@ -332,7 +338,11 @@ class _Lowering:
         widths: list[int | None] = []  # a single read's bound on each extent (see below)
         reads = 0
         readers = [(parent, relax)]
-        for kid in self.attached.get(parent.stage, {}).get(pos, []):
+        # Siblings read after it: at the same loop, or at loops of the parent inside it,
+        # whose variables ``relax`` spans already.
+        siblings = [kid for at, kids in self.attached.get(parent.stage, {}).items()
+                    if at >= pos for kid in kids]
+        for kid in siblings:
             kid_info = self.info[kid]
             if kid_info.axis_values and kid is not info.stage:  # a sibling read after it
                 kid_relax = dict(relax)

@@ -471,6 +471,27 @@ def test_a_stage_read_by_two_siblings_is_computed_at_their_loop(n):
     assert_close(run(s, [a, e], v), (v * 2 + 1) / (v * 2).sum(axis=1, keepdims=True))
 
 
+@pytest.mark.parametrize("n", [24, 22])
+def test_a_stage_read_by_a_sibling_at_an_inner_loop_covers_its_iterations(n):
+    """B (a padded row, say) is computed at E's outer loop and read by C, computed at E's
+    inner loop (a register tile's sums, whose epilogue E then runs at once): B holds what
+    every inner iteration of C reads, halo included, and is computed once per outer one."""
+    a = te.placeholder((n + 2,), name="A")
+    b = te.compute((n + 2,), lambda i: a[i] * 2.0, name="B")
+    c = te.compute((n,), lambda i: b[i] + b[i + 1] + b[i + 2], name="C")
+    e = te.compute((n,), lambda i: c[i] * 0.5, name="E")
+    s = te.create_schedule(e.op)
+    outer, inner = s[e].split(e.op.axis[0], factor=8)
+    tile, _ = s[e].split(inner, factor=4)
+    s[c].compute_at(s[e], tile)
+    s[b].compute_at(s[e], outer)
+    func = opf.lower(s, [a, e])
+    assert sorted((buf.name, buf.shape) for buf in _allocations(func)) == [
+        ("B", (10,)), ("C", (4,))]
+    v = rand(n + 2)
+    assert_close(run(s, [a, e], v), (v[:-2] + v[1:-1] + v[2:]) * 2 * 0.5)
+
+
 def test_a_stage_read_outside_its_attachment_is_an_error():
     a = te.placeholder((8,), name="A")
     b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
