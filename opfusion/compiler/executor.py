@@ -688,6 +688,8 @@ def ordered_feeds(feeds: Mapping[str, Any] | Sequence[Any] | None,
     missing input, or says how many the model takes."""
     if feeds is None:
         feeds = {}
+    if type(feeds) is list and len(feeds) == len(names):  # the common positional case
+        return feeds
     if isinstance(feeds, Mapping):
         try:
             ordered = [feeds[name] for name in names]
