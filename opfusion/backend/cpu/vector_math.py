@@ -34,7 +34,7 @@ The maximum errors are measured in ``tests/backend/test_vector_math.py``."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from ...tir import expr as E
 from ...tir import stmt as S
@@ -110,7 +110,8 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
         result = (f"{vt} out = ({vt})(~{zero} & ({it})((y * s1) * s2)); "
                   f"return {pick(nan, 'x', 'out')};")
         if scalef is not None:
-            clamp, ints, scale, result = _avx512_clamp_and_scale(vt, c, *scalef)
+            ints, scale = "", ""
+            clamp, result = _avx512_clamp_and_scale(vt, c, *scalef)
     return " ".join([
         clamp,
         f"{vt} k = (v * {c(_LOG2E)} + {c(_ROUNDER)}) - {c(_ROUNDER)};",
@@ -120,8 +121,8 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
     ])
 
 
-def _avx512_clamp_and_scale(vt: str, c: Any, prefix: str, register: str, mask: str
-                            ) -> tuple[str, str, str, str]:
+def _avx512_clamp_and_scale(vt: str, c: Callable[[str], str], prefix: str, register: str,
+                            mask: str) -> tuple[str, str]:
     """exp's clamp and its scaling by ``2^k`` in AVX-512's instructions for vectors of type
     ``register`` (intrinsics ``prefix``_..., masks of type ``mask``). The clamp is a max and
     a min, whose operand order keeps a NaN (each returns its second operand when one is
@@ -135,7 +136,7 @@ def _avx512_clamp_and_scale(vt: str, c: Any, prefix: str, register: str, mask: s
              f"({register})x)); "
              f"{mask} keep = {prefix}_cmp_ps_mask(({register})x, {low}, _CMP_NLT_UQ);")
     result = f"return ({vt}){prefix}_maskz_scalef_ps(keep, ({register})y, ({register})k);"
-    return clamp, "", "", result
+    return clamp, result
 
 
 def scalar_exp_helper(name: str) -> str:

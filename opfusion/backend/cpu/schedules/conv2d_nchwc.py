@@ -340,7 +340,7 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     # units (a last partial unit computes columns that are cropped).
     xo, xi = stage.split(x, factor=unit)
     tasks = [n, yo, oo] if rows_first else [n, oo, yo]
-    blocks = int(acc.op.reduce_axis[0].dom.extent) // in_block
+    blocks = _input_blocks(acc)
     tile_epilogue = line_chunks == 1 and not 0 < k_blocks < blocks
     if tile_epilogue:
         # Each register tile's epilogue right after its sums (see the module docstring).
