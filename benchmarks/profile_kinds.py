@@ -133,11 +133,14 @@ def main() -> None:
                         help="list every kernel too, in run order, with its result's shape")
     parser.add_argument("--ort", action="store_true",
                         help="with --layers: ONNX Runtime's nodes from its own profile beside")
+    parser.add_argument("--target", default="c",
+                        help='the target to compile for (e.g. "c -mattr=+avx2,+fma" to see '
+                        "a narrower machine's kernels on this one)")
     args = parser.parse_args()
     mod, params = opf.frontend.from_onnx(model_path(args.model))
     disabled = ["AlterOpLayout"] if args.no_layout else []
     with opf.transform.PassContext(opt_level=3, disabled_pass=disabled):
-        exe = opf.compile(mod, params=params)
+        exe = opf.compile(mod, params=params, target=args.target)
     x = np.random.default_rng(0).standard_normal(exe.get_inputs()[0].shape).astype(np.float32)
     exe.run([x])
     profile = exe.profile([x], repeat=args.repeat)
@@ -151,7 +154,7 @@ def main() -> None:
         kernels[kind] += 1
     total = sum(seconds.values())
     print(f"# {args.model}{' (NCHW, no layout pass)' if args.no_layout else ''}: "
-          f"{platform.processor() or platform.machine()}, ISA {opf.Target('c').isa}, "
+          f"{platform.processor() or platform.machine()}, ISA {opf.Target(args.target).isa}, "
           f"load {os.getloadavg()[0]:.2f}; kernel medians of {args.repeat} runs")
     print(f"{'kind':<22} {'kernels':>7} {'time':>9} {'share':>6} {'GFLOP/s':>8}")
     for kind in sorted(seconds, key=lambda k: -seconds[k]):

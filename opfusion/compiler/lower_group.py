@@ -34,6 +34,7 @@ from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..te.lower import lower
 from ..tir.stmt import PrimFunc
+from ..tir.work import kernel_work
 from ..topi import get_compute
 
 K = OpPatternKind
@@ -98,6 +99,21 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
                         function=func,
                         schedule_config=used.to_dict() if used is not None else None)
+
+
+def unscheduled_work(func: Function, backend: Backend | None = None) -> int:
+    """Innermost statement executions (:func:`opfusion.tir.work.kernel_work`) of the kernel
+    of primitive function ``func`` with its injective stages inlined and no schedule rule:
+    every other stage computed once, whole, at the root. A rule's kernel does about this
+    much (its tiles round some extents up); far more means it recomputes a stage at every
+    iteration of a loop where it meant to compute a slice of it, as a bounds inference over
+    a tile that does not map onto the stage's axes does (tests/compiler/test_kernel_work.py
+    holds every light model's kernels to it)."""
+    backend = backend or get_backend()
+    with backend.target:
+        builder, schedule, _ = _schedulable(func, "unscheduled")
+    args = builder.placeholders + builder.constant_placeholders + builder.outputs
+    return kernel_work(lower(schedule, args, name="unscheduled").body)
 
 
 def schedule_space(func: Function, backend: Backend | None = None) -> Any:

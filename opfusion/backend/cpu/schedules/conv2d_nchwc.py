@@ -8,11 +8,11 @@ once and multiplied by the tile's ``channel_tile`` weight vectors, as ONNX Runti
 kernels and TVM's conv2d_NCHWc schedule do (a depthwise tile multiplies a vector of inputs by a
 vector of weights instead, one channel tile by default). The epilogue (bias, activation,
 residual add) then reads the accumulator vector by vector, while it is still in cache: where
-a tile sums the whole reduction (no K-blocking, no line chunks), right after each tile,
-from a tile-sized accumulator in L1 (on a Xeon with AVX-512, MobileNet v3's 16 -> 64 layer
-at 112 x 112: 125 -> 98 us, its 28 KB task accumulator stored and read back had cost a fifth
-of the kernel; its 16-channel depthwise layer at 112 x 112: 48 -> 37 us), else after the
-task's tiles. The
+a tile sums the whole reduction (no K-blocking, no line chunks, no pixel line), right
+after each tile, from a tile-sized accumulator in L1 (on a Xeon with AVX-512, MobileNet v3's
+16 -> 64 layer at 112 x 112: 125 -> 98 us, its 28 KB task accumulator stored and read back
+had cost a fifth of the kernel; its 16-channel depthwise layer at 112 x 112: 48 -> 37 us),
+else after the task's tiles. The
 padded input, when the convolution has padding, is built first, in parallel; a depthwise
 convolution's task, which reads its own channel blocks alone, builds their padded rows itself
 (no pass over the whole input before the kernel: ShuffleNet and MobileNet-v2 0.98x the time).
@@ -341,7 +341,12 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     xo, xi = stage.split(x, factor=unit)
     tasks = [n, yo, oo] if rows_first else [n, oo, yo]
     blocks = _input_blocks(acc)
-    tile_epilogue = line_chunks == 1 and not 0 < k_blocks < blocks
+    # Not for a pixel line (an accumulator of one row where the output has several): the
+    # output's columns of a row are not the line's units, and the region of the line a
+    # tile's columns read would be bounded loosely, up to the whole line at every tile
+    # (ResNet-50 for AVX2 ran a thousand times its multiply-adds in its 56 x 56 layers).
+    one_line = int(acc.shape[2]) < int(anchor.shape[2])
+    tile_epilogue = line_chunks == 1 and not 0 < k_blocks < blocks and not one_line
     if tile_epilogue:
         # Each register tile's epilogue right after its sums (see the module docstring).
         oio, oii = stage.split(oi, factor=channel_tile)

@@ -1,0 +1,97 @@
+"""No kernel recomputes what its operators define: for every light model, on the targets whose
+schedules differ (the register counts and vector widths of AVX-512, AVX2, SSE and NEON), each
+fused group's kernel runs at most WORK_SLACK times the innermost statements of the same group
+with no schedule rule (:func:`opfusion.compiler.lower_group.unscheduled_work`).
+
+Why: a schedule that computes a stage at a loop whose iterations do not map onto the stage's
+axes gets a loose region from bounds inference, and recomputes the stage, up to all of it, at
+every iteration. The numbers stay right, so only the time shows it: a per-tile epilogue over a
+convolution's pixel line ran ResNet-50 for AVX2 at a thousand times its multiply-adds, and
+DenseNet-121 for SSE past ``compile.max_kernel_work``. Only lowering runs here, no C compiler,
+so every target is checked on any host."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.backend import get_backend
+from opfusion.compiler.compile import fused_module
+from opfusion.compiler.lower_group import lower_primitive_function, unscheduled_work
+from opfusion.ir import structural_hash
+from opfusion.ir.expr import Call, Function
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target
+from opfusion.testing import LIGHT_MODEL_NAMES, light_model
+from opfusion.tir.work import kernel_work
+
+onnx = pytest.importorskip("onnx")
+
+#: What a kernel may run over its unscheduled work: tiles round extents up to whole register
+#: tiles and vectors (a 58-channel ShuffleNet v2 slice in 16-lane blocks: 1.14x), Winograd's
+#: tiles cover a few rows past the edge, and a depthwise task pads its own halo rows.
+WORK_SLACK = 1.3
+
+#: Targets whose schedules differ: 32 registers of 16 lanes, 16 of 8, 16 of 4, 32 of 4.
+TARGETS = ("c -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx2,+fma",
+           "c -mattr=+avx2,+fma", "c -mattr=+sse4.2", "c -mattr=+neon")
+
+#: The models whose shapes cover the schedules' cases on every target (pixel lines and
+#: K-blocking, grouped, depthwise-free 1x1 and 3x3, Winograd, pools, products); the rest of
+#: the light models run on AVX2 alone, the ISA of the machines most users have.
+EVERY_TARGET = ("resnet50", "squeezenet", "densenet121", "shufflenet")
+
+
+def primitive_functions(mod):
+    """The distinct primitive functions ``@main`` calls, in call order."""
+    seen, functions = set(), []
+    for node in post_order(mod["main"].body, into_functions=False):
+        if isinstance(node, Call) and isinstance(node.op, Function):
+            key = structural_hash(node.op)
+            if key not in seen:
+                seen.add(key)
+                functions.append(node.op)
+    return functions
+
+
+def excess_work(name, spec):
+    """(kernel, its work / the unscheduled work) of each of model ``name``'s kernels for the
+    target ``spec`` that runs more than WORK_SLACK times its unscheduled work."""
+    target = Target(spec)
+    backend = get_backend(target)
+    mod, params = opf.frontend.from_onnx(onnx.load(str(light_model(name))))
+    fused = fused_module(mod, params, target)
+    found = []
+    for index, func in enumerate(primitive_functions(fused)):
+        group = lower_primitive_function(func, f"kernel_{index}", backend)
+        if group.prim_func is None:
+            continue  # an operator the reference runs
+        ratio = kernel_work(group.prim_func.body) / max(1, unscheduled_work(func, backend))
+        if ratio > WORK_SLACK:
+            found.append((f"{group.name} ({', '.join(group.op_names)})", round(ratio, 2)))
+    return found
+
+
+CASES = [(name, spec) for name in LIGHT_MODEL_NAMES
+         for spec in (TARGETS if name in EVERY_TARGET else ("c -mattr=+avx2,+fma",))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,spec", CASES)
+def test_kernels_do_their_operators_work_once(name, spec):
+    assert excess_work(name, spec) == []
+
+
+def test_a_pixel_line_convolution_computes_its_sums_once():
+    """The case that regressed: a 1x1 convolution whose 28 x 28 pixels run as one line of
+    3-pixel units on AVX2 (28 is no multiple of 3), with an epilogue."""
+    x = opf.var("x", shape=(1, 40, 28, 28))
+    w = opf.const(np.full((240, 40, 1, 1), 0.01, "float32"))
+    body = opf.op.sigmoid(opf.op.nn.conv2d(x, w))
+    mod = opf.IRModule.from_expr(Function([x], body))
+    target = Target("c -mattr=+avx2,+fma")
+    fused = fused_module(mod, {}, target)
+    backend = get_backend(target)
+    for func in primitive_functions(fused):
+        group = lower_primitive_function(func, "line", backend)
+        work = kernel_work(group.prim_func.body)
+        assert work <= WORK_SLACK * unscheduled_work(func, backend), group.name
