@@ -21,7 +21,9 @@ from opfusion.ir.module import IRModule
 from opfusion.opdefs import _winograd as winograd
 from opfusion.opdefs.nn import group_window_weight
 from opfusion.target import Target
+from opfusion.te.lower import lower
 from opfusion.testing import assert_close
+from opfusion.tir.work import kernel_work
 from opfusion.topi import get_compute
 from opfusion.topi.testing import call_over_arrays
 
@@ -43,6 +45,13 @@ def private_kernel_cache(tmp_path_factory, monkeypatch):
 
 def normal(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+#: A rule's kernel over the same stages unscheduled, in innermost statement executions: tiles
+#: round extents up and LRN's squares cover their window's padding (1.78x on these small
+#: shapes); a stage recomputed at every iteration of a loop it does not map onto is many
+#: times more (see tests/compiler/test_kernel_work.py).
+MAX_WORK = 2.0
 
 
 class Group:
@@ -84,10 +93,17 @@ class Group:
             s[added].compute_inline()
         return s, anchor, output
 
+    def work(self, s, output):
+        """Innermost statement executions of schedule ``s`` lowered."""
+        return kernel_work(lower(s, [*self.holders, output], name="work").body)
+
     def check(self, target, config):
-        """Build with ``config`` and compare with the reference; returns the config used."""
+        """Build with ``config`` and compare with the reference; returns the config used.
+        The kernel runs at most MAX_WORK times the statements of the unscheduled stages."""
         s, anchor, output = self.schedule()
         used = get_backend(target).schedule(s, anchor, output, self.op_name, config)
+        plain, _, plain_output = self.schedule()
+        assert self.work(s, output) <= MAX_WORK * self.work(plain, plain_output), used
         kernel = opf.build(s, [*self.holders, output], target=target, name="ruled")
         got = np.empty(self.want.shape, self.want.dtype)
         kernel(*self.values, got)

@@ -110,10 +110,17 @@ class Conv2dNCHWcRule(ScheduleRule):
         height = int(anchor.shape[2])  # the output's rows (the pixels' line is one)
         registers = target.vector_registers
 
+        one_line = int(acc.shape[2]) < height
+
         def fits(config: Mapping[str, Any]) -> bool:
-            """the register tile fits the vector registers and a task is whole tiles"""
+            """the register tile fits the vector registers, a task is whole tiles, and a
+            pixel line's sums at a task (no line chunks) are at a task of every row: the
+            units of some rows are bounded loosely, and each such task computed most of the
+            line (6.5x the multiply-adds of a 7 x 7 line)"""
             return (config["channel_tile"] * config["col_units"] * unit <= registers
-                    and config["task_blocks"] % config["channel_tile"] == 0)
+                    and config["task_blocks"] % config["channel_tile"] == 0
+                    and not (one_line and config["line_chunks"] == 1
+                             and config["row_block"] < height))
 
         return ConfigSpace(self.name, [
             Knob("channel_tile", divisors(blocks, 4),
