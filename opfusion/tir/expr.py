@@ -62,8 +62,10 @@ _set = object.__setattr__
 
 #: Math intrinsics a :class:`Call` may name. Each takes float arguments of one dtype and
 #: returns that dtype. "round" rounds half to even (C ``nearbyint``); the rest are C99 <math.h>.
+#: (``exp_neg`` is exp(-x): the CPU code generator's form of exp(0 - x), which it computes
+#: without the negation; see opfusion.backend.cpu.vector_math.)
 INTRINSICS: dict[str, int] = {
-    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
+    "exp": 1, "exp_neg": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
     "sqrt": 1, "tanh": 1, "erf": 1, "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
     "fabs": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1,
     "sinh": 1, "cosh": 1, "pow": 2, "atan2": 2, "fmod": 2,

@@ -86,7 +86,8 @@ def _log(x: float) -> float:
 
 
 _INTRINSICS: dict[str, Any] = {
-    "exp": _safe(math.exp), "exp2": _safe(lambda x: 2.0 ** x), "expm1": _safe(math.expm1),
+    "exp": _safe(math.exp), "exp_neg": _safe(lambda x: math.exp(-x)),
+    "exp2": _safe(lambda x: 2.0 ** x), "expm1": _safe(math.expm1),
     "log": _log, "log2": _safe(lambda x: _log(x) / math.log(2)),
     "log10": _safe(lambda x: _log(x) / math.log(10)), "log1p": _safe(lambda x: _log(1 + x)),
     "sqrt": _safe(math.sqrt), "tanh": math.tanh, "erf": math.erf,

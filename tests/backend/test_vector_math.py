@@ -156,3 +156,66 @@ def test_square_roots_run_in_vectors_correctly_rounded(dtype, width):
     values[1, :3] = [np.finfo(dtype).smallest_subnormal, np.finfo(dtype).max, -2.0]
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(exe(values), np.sqrt(values))
+
+
+def _sigmoid_of_parts(x, negation):
+    """1 / (1 + exp(-x)) from its operators, the negation ``0 - x`` or ``negative(x)``."""
+    negated = opf.op.subtract(opf.const(np.float32(0)), x) if negation == "subtract" \
+        else opf.op.negative(x)
+    return opf.op.divide(opf.const(np.float32(1)),
+                         opf.op.add(opf.const(np.float32(1)), opf.op.exp(negated)))
+
+
+@pytest.mark.parametrize("negation", ["subtract", "negative"])
+@pytest.mark.parametrize("width", [1024, 1000], ids=["vector loop", "scalar remainder"])
+def test_exp_of_a_negation_gives_exps_bits_without_the_negation(negation, width):
+    """Fused, exp(0 - x) and exp(-x) are one exp_neg(x) (the clamps mirrored, the reduction
+    negated inside its multiply-adds); unfused, exp reads the negation a kernel wrote: the
+    same numbers, bit for bit, over exp's range and the specials."""
+    x = opf.var("x", shape=(64, width))
+    mod = IRModule.from_expr(Function([x], _sigmoid_of_parts(x, negation)))
+    fused = opf.compile(mod)
+    assert "opf_exp_neg_float32" in fused.source()
+    unfused = opf.compile(mod, fusion="none")
+    assert "opf_exp_neg_float32" not in unfused.source()
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.uniform(-89, 104, 48 * width),
+                             np.linspace(87, 104, 16 * width)]).astype("float32")
+    values[:len(SPECIALS)] = -SPECIALS
+    values = values.reshape(64, width)
+    np.testing.assert_array_equal(fused(values), unfused(values))
+
+
+def test_exp_neg_on_avx512_gives_the_plain_forms_bits():
+    avx512 = opf.Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+    if avx512.missing_on_host():
+        pytest.skip("no AVX-512 here")
+    x = opf.var("x", shape=(64, 1024))
+    mod = IRModule.from_expr(Function([x], _sigmoid_of_parts(x, "subtract")))
+    fast = opf.compile(mod, target=avx512)
+    plain = opf.compile(mod, target="c -mattr=+avx2,+fma")
+    assert "_mm512_maskz_scalef_ps" in fast.source() and "scalef" not in plain.source()
+    values = np.concatenate([np.random.default_rng(4).uniform(-89, 104, 48 * 1024),
+                             np.linspace(87, 104, 16 * 1024)]).astype("float32")
+    values[:len(SPECIALS)] = -SPECIALS
+    values = values.reshape(64, 1024)
+    np.testing.assert_array_equal(fast(values), plain(values))
+
+
+def test_a_product_with_a_reciprocal_is_one_division():
+    """SiLU's x * (1 / (1 + exp(-x))) divides once: within 2 ulp of the exact x / (1 +
+    exp(-x)) wherever exp(-x) is finite in float32 (its own ulp and the division's half),
+    and the reference's values where it overflows (zeros) and at the specials."""
+    x = opf.var("x", shape=(16, 1024))
+    exe = opf.compile(IRModule.from_expr(Function([x], opf.op.multiply(x, opf.op.sigmoid(x)))))
+    kernel = exe.source().split("//@opfusion-section kernel ")[1]
+    assert "opf_splat_float32x16(1.0f) /" not in kernel and " / " in kernel
+    values = np.random.default_rng(6).uniform(-30, 30, (16, 1024)).astype("float32")
+    values.flat[:len(SPECIALS)] = SPECIALS
+    got = exe(values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = (values / (1 + np.exp(-values.astype("float64")))).astype("float32")
+        reference = values * (np.float32(1) / (np.float32(1) + np.exp(-values)))
+        in_range = np.isfinite(np.exp(-values.astype("float64")).astype("float32"))
+    assert ulps(got[in_range], exact[in_range]).max() <= 2
+    np.testing.assert_array_equal(got[~in_range], reference[~in_range])

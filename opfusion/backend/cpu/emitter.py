@@ -158,12 +158,12 @@ class CPUEmitter(CFamilyEmitter):
     # -- hooks of the C-family emitter ------------------------------------------------------
 
     def _call(self, node: E.Call, args: list[str]) -> str:
-        """The intrinsics :mod:`.vector_math` computes (float32 exp) by its scalar helper, the
-        same algorithm as the vector one; the rest as libm calls."""
+        """The intrinsics :mod:`.vector_math` computes (float32 exp and exp_neg) by its scalar
+        helper, the same algorithm as the vector one; the rest as libm calls."""
         if node.dtype in HELPER_INTRINSICS.get(node.name, ()):
             name = f"opf_{node.name}_{node.dtype}"
             self.includes.add("string.h")
-            self.need_helper(f"1_{name}", scalar_exp_helper(name))
+            self.need_helper(f"1_{name}", scalar_exp_helper(name, node.name == "exp_neg"))
             return f"{name}({args[0]})"
         return super()._call(node, args)
 

@@ -95,14 +95,15 @@ class VectorEmitter:
             nan = " | (a != a)" if dtype.startswith("float") else ""
             text = (f"static inline {vt} {name}({vt} a, {vt} b) "
                     f"{{ return {select}((a {cmp} b){nan}, a, b); }}")
-        elif kind == "exp":
+        elif kind in ("exp", "exp_neg"):
             self.c.includes.add("string.h")
             nbytes = lanes * VECTOR_DTYPES[dtype]
             scalef = self.target.has("avx512f") and has_scalef(nbytes)
             if scalef:
                 self._include_intrinsics()
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
-                                     self.helper("splat", dtype, lanes), nbytes, scalef)
+                                     self.helper("splat", dtype, lanes), nbytes, scalef,
+                                     negated=kind == "exp_neg")
         elif kind == "sqrt":
             self.c.includes.add("math.h")
             root = "sqrtf" if dtype == "float32" else "sqrt"
