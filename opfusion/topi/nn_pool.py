@@ -27,6 +27,10 @@ POOL_SUM = "pool_sum"
 POOL_AVG = "pool_avg"
 POOL_PAD = "pool_pad"
 POOL_ACC = "pool_acc"
+#: A blocked global average pool's per-row sums (see :func:`global_avg_pool2d`).
+POOL_ROWS = "pool_rows"
+#: Rows from which a blocked global average pool sums row by row first.
+ROW_SUMS_MIN_ROWS = 14
 
 
 def _window(data: te.Tensor, attrs: Any, out_hw: Sequence[int], empty: Any, name: str,
@@ -247,9 +251,13 @@ def global_avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor
     (data,) = inputs
     wide = sum_dtype(data.dtype)
     height, width = (int(d) for d in data.shape[2:4])
-    sums = blocked_sum(out_type.shape, [height, width],
-                       lambda i, p: te.cast(data[(i[0], i[1], p[0], p[1], *i[4:])], wide),
-                       "global_avg_pool2d_sum", tag=POOL_SUM, contiguous=len(data.shape) == 4)
+    if len(data.shape) == 5 and height >= ROW_SUMS_MIN_ROWS:
+        sums = _blocked_row_sums(data, out_type.shape, wide)
+    else:
+        sums = blocked_sum(out_type.shape, [height, width],
+                           lambda i, p: te.cast(data[(i[0], i[1], p[0], p[1], *i[4:])], wide),
+                           "global_avg_pool2d_sum", tag=POOL_SUM,
+                           contiguous=len(data.shape) == 4)
     count = te.const(float(height * width), wide)
     return _pool_compute(out_type.shape,
                          lambda n, c, y, x, *k: te.cast(sums[(n, c, y, x, *k)] / count,
@@ -257,4 +265,23 @@ def global_avg_pool2d(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor
                          "global_avg_pool2d", POOL_AVG)
 
 
-__all__ = ["POOL", "POOL_ACC", "POOL_AVG", "POOL_PAD", "POOL_SUM", "blocked_columns", "lowest"]
+def _blocked_row_sums(data: te.Tensor, shape: Sequence[Any], wide: str) -> te.Tensor:
+    """The sums of a blocked global pool over NCHW<k>c ``data`` (``shape`` (N, C/k, 1, 1, k),
+    in ``wide``) in two stages: each row's sum (``{name}_rows[n, b, y, k]``, tag POOL_ROWS),
+    then the rows' (tag POOL_SUM). The rows can then be split between the cores as the
+    layer before split them (each core sums the rows it wrote, from its own cache), and a
+    few rows side by side are independent sums; one sum per block over every row was one
+    chain of dependent additions, read half from the other core (EfficientNet's 144-channel
+    pool at 56 x 56: 0.057 ms, ONNX Runtime's 0.031)."""
+    batch, blocks, height, width, lanes = (int(d) for d in data.shape)
+    rx = te.reduce_axis((0, width), name="rx")
+    rows = te.compute((batch, blocks, height, lanes),
+                      lambda n, b, y, k: te.sum(te.cast(data[n, b, y, rx, k], wide), axis=rx),
+                      name="global_avg_pool2d_rows", tag=POOL_ROWS)
+    ry = te.reduce_axis((0, height), name="ry")
+    return te.compute(tuple(shape), lambda n, b, y, x, k: te.sum(rows[n, b, ry, k], axis=ry),
+                      name="global_avg_pool2d_sum", tag=POOL_SUM)
+
+
+__all__ = ["POOL", "POOL_ACC", "POOL_AVG", "POOL_PAD", "POOL_ROWS", "POOL_SUM",
+           "ROW_SUMS_MIN_ROWS", "blocked_columns", "lowest"]

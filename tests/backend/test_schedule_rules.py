@@ -205,6 +205,9 @@ CASES = {
     "global_avg_pool": (nn.global_avg_pool2d, (normal(2, 4, 9, 9),), True, {}),
     "global_avg_pool_blocked": (nn.global_avg_pool2d, (normal(1, 3, 9, 11, 8),), False,
                                 {"layout": "NCHW8c"}),
+    # 15 rows: summed row by row first, rows in parallel, tiles of 3 or 5 rows
+    "global_avg_pool_blocked_rows": (nn.global_avg_pool2d, (normal(2, 3, 15, 11, 8) + 3,),
+                                     True, {"layout": "NCHW8c"}),
     "max_pool_blocked": (nn.max_pool2d, (normal(1, 2, 15, 15, 8),), True,
                          {"pool_size": 3, "strides": 2, "padding": 1, "layout": "NCHW8c"}),
     "avg_pool_blocked": (nn.avg_pool2d, (normal(1, 2, 12, 12, 16),), False,

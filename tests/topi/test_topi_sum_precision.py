@@ -119,6 +119,14 @@ def test_global_average_pool_of_offset_planes():
     assert _relative_error(got, exact) < SUM_BOUND
 
 
+def test_blocked_global_average_pool_of_offset_planes():
+    """NCHW16c planes of 56 x 56, summed row by row and then over the rows."""
+    x = _offset((2, 3, 56, 56, 16), seed=1)
+    got, _ = _compiled(lambda v: nn.global_avg_pool2d(v, layout="NCHW16c"), x)
+    exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    assert _relative_error(got, exact) < SUM_BOUND
+
+
 @pytest.mark.parametrize("shape", [(5, 37), (3, 1000), (7, 20)])
 @pytest.mark.parametrize("op_name", ["sum", "mean", "variance", "softmax", "log_softmax",
                                      "layer_norm"])

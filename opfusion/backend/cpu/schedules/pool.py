@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .... import te
 from ....target import Target
-from ....topi.nn_pool import POOL_ACC, POOL_PAD, POOL_SUM
+from ....topi.nn_pool import POOL_ACC, POOL_PAD, POOL_ROWS, POOL_SUM
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     accumulators,
@@ -68,7 +68,7 @@ class PoolRule(ScheduleRule):
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
               config: Config) -> None:
         if len(anchor.shape) == 5:
-            pool_blocked_rows(s, anchor, output, int(config["col_tile"]))
+            pool_blocked_rows(s, anchor, output, int(config["col_tile"]), target)
         else:
             pool_rows(s, anchor, output, int(config["vector_width"]))
 
@@ -90,7 +90,7 @@ def _window_reduction(anchor: te.Tensor) -> te.Tensor:
 
 
 def pool_blocked_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
-                      col_tile: int) -> None:
+                      col_tile: int, target: Target) -> None:
     """The schedule of pooling NCHW<k>c data: (n, output row, channel block) in parallel,
     rows first, so that each core pools the rows that it mostly computed itself in the
     convolution before (see ``conv2d_nchwc.rows_first``; channel blocks first, each core read
@@ -122,7 +122,28 @@ def pool_blocked_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
         red.reorder(rn, rb, ry, *red.op.reduce_axis, rx, rc)
         red.unroll(rx)
         red.vectorize(rc)
+        rows = producer(reduced, POOL_ROWS)
+        if rows is not None:
+            row_sums_in_parallel(s, rows, target)
     arrange_rest(s)
+
+
+def row_sums_in_parallel(s: te.Schedule, rows: te.Tensor, target: Target) -> None:
+    """A blocked global pool's row sums (see :func:`opfusion.topi.nn_pool.global_avg_pool2d`)
+    at the root, tasks of rows by channel block in parallel, rows first, as the convolutions
+    before split their rows between the cores (each core then sums what it wrote); each
+    task's rows side by side in a register tile (as many rows as fit the accumulators with
+    the channel block's vectors), the columns around it: independent sums, not one chain."""
+    stage = s[rows]
+    n, b, y, k = stage.op.axis
+    (rx,) = stage.op.reduce_axis
+    vectors = max(1, -(-int(rows.shape[3]) // target.vector_lanes(rows.dtype)))
+    tile = divisors(int(rows.shape[2]), max(1, accumulators(target) // vectors))[-1]
+    yo, yi = stage.split(y, factor=tile)
+    stage.reorder(n, yo, b, rx, yi, k)
+    parallel_outer(stage, [n, yo, b], reduction_work(rows.op))
+    stage.unroll(yi)
+    stage.vectorize(k)
 
 
 def pool_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, vector_width: int) -> None:
