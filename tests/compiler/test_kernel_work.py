@@ -7,8 +7,9 @@ Why: a schedule that computes a stage at a loop whose iterations do not map onto
 axes gets a loose region from bounds inference, and recomputes the stage, up to all of it, at
 every iteration. The numbers stay right, so only the time shows it: a per-tile epilogue over a
 convolution's pixel line ran ResNet-50 for AVX2 at a thousand times its multiply-adds, and
-DenseNet-121 for SSE past ``compile.max_kernel_work``. Only lowering runs here, no C compiler,
-so every target is checked on any host."""
+DenseNet-121 for SSE past ``compile.max_kernel_work``. Convolutions of drawn shapes are held
+to the same (and must lower at all: a default schedule outside its rule's own space raised).
+Only lowering runs here, no C compiler, so every target is checked on any host."""
 
 import numpy as np
 import pytest
@@ -95,3 +96,49 @@ def test_a_pixel_line_convolution_computes_its_sums_once():
         group = lower_primitive_function(func, "line", backend)
         work = kernel_work(group.prim_func.body)
         assert work <= WORK_SLACK * unscheduled_work(func, backend), group.name
+
+
+def _random_convolution(rng):
+    """A convolution of channel counts, sizes, kernels, strides and groups drawn from those
+    of the light and vision models (and some odd ones), with or without an epilogue and a
+    global average pool after it."""
+    channels = int(rng.choice([3, 8, 16, 24, 32, 40, 58, 64, 72, 96, 116, 144, 256]))
+    out_channels = int(rng.choice([8, 16, 24, 40, 58, 64, 96, 116, 120, 240, 256, 1000]))
+    size = int(rng.choice([1, 3, 7, 9, 13, 14, 15, 17, 28, 31, 56]))
+    kernel, stride = int(rng.choice([1, 1, 3, 3, 5, 7])), int(rng.choice([1, 1, 2]))
+    groups = channels if kernel > 1 and rng.random() < 0.25 else 1
+    out_channels = channels if groups > 1 else out_channels
+    x = opf.var("x", shape=(1, channels, size, size))
+    weight = rng.standard_normal((out_channels, channels // groups, kernel, kernel))
+    y = opf.op.nn.conv2d(x, opf.const(weight.astype("float32")), strides=stride,
+                         padding=kernel // 2, groups=groups)
+    y = [y, opf.op.nn.relu(y), opf.op.multiply(y, opf.op.sigmoid(y))][int(rng.integers(3))]
+    if rng.random() < 0.3:
+        y = opf.op.nn.global_avg_pool2d(y)
+    return opf.IRModule.from_expr(Function([x], y))
+
+
+#: One convolution the sweep below does not draw: its default Winograd tile (28 tiles of a
+#: row of 56 in one register tile, on AVX-512) was outside its own rule's space, and
+#: opf.compile raised a ScheduleError.
+WIDE_WINOGRAD_ROW = (256, 24, 56)
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_convolutions_of_many_shapes_lower_and_do_their_work_once(spec):
+    """40 drawn convolutions, and WIDE_WINOGRAD_ROW, lower on each target with their default
+    schedules, every kernel within WORK_SLACK of its unscheduled work."""
+    target = Target(spec)
+    backend = get_backend(target)
+    rng = np.random.default_rng(11)
+    channels, out_channels, size = WIDE_WINOGRAD_ROW
+    x = opf.var("x", shape=(1, channels, size, size))
+    weight = opf.const(rng.standard_normal((out_channels, channels, 3, 3)).astype("float32"))
+    modules = [opf.IRModule.from_expr(Function([x], opf.op.nn.conv2d(x, weight, padding=1)))]
+    modules += [_random_convolution(rng) for _ in range(40)]
+    for mod in modules:
+        for func in primitive_functions(fused_module(mod, {}, target)):
+            group = lower_primitive_function(func, "conv", backend)
+            if group.prim_func is not None:
+                work = kernel_work(group.prim_func.body)
+                assert work <= WORK_SLACK * unscheduled_work(func, backend), group.op_names

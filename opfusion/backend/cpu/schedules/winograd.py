@@ -78,7 +78,9 @@ class WinogradRule(ScheduleRule):
         return ConfigSpace(self.name, [
             Knob("channel_tile", divisors(blocks, 4),
                  "output channel blocks of a register tile (one weight vector each)"),
-            Knob("col_tiles", divisors(tiles_w, 16), "tiles of a register tile"),
+            # (up to the registers, as the default may take them: 28 tiles of a 56-wide row
+            # in one tile of one block on AVX-512, which a limit of 16 refused)
+            Knob("col_tiles", divisors(tiles_w, registers), "tiles of a register tile"),
             Knob("task_blocks", divisors(blocks),
                  "output channel blocks of one parallel task (a multiple of channel_tile)"),
             Knob("row_tiles", divisors(tiles_h), "rows of tiles of one parallel task"),
