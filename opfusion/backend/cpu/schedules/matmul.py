@@ -181,8 +181,13 @@ class MatmulPlainRule(ScheduleRule):
             cols = 2 * lanes
         else:
             cols = lanes if n % lanes == 0 else divisor(n, 2 * lanes)
-        # budget/2 rows x 2 vectors of columns (see :func:`product_accumulators`).
-        rows = divisor(m, product_accumulators(target) // 2) if m is not None else 1
+        # budget/2 rows x 2 vectors of columns (see :func:`product_accumulators`), and no
+        # more rows than leave a panel's vectors in the registers: a few rows' panels are as
+        # wide as the budget (:func:`opfusion.topi.nn.few_rows_panel_width`: 8 vectors for a
+        # tile of one row, which 5 rows on AVX-512 have), and 5 x 8 sums did not fit.
+        vectors = -(-cols // lanes)
+        most = min(product_accumulators(target) // 2, target.vector_registers // vectors)
+        rows = divisor(m, max(1, most)) if m is not None else 1
         if rows == 1 and not panels and n % lanes == 0:
             # One row (a matrix-vector product): the whole budget along the columns, or its
             # 2 chains of sums wait on the multiply-add latency (1 x 768 x 3072, timed alone:
