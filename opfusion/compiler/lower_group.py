@@ -108,7 +108,7 @@ def unscheduled_work(func: Function, backend: Backend | None = None) -> int:
     much (its tiles round some extents up); far more means it recomputes a stage at every
     iteration of a loop where it meant to compute a slice of it, as a bounds inference over
     a tile that does not map onto the stage's axes does (tests/compiler/test_kernel_work.py
-    holds every light model's kernels to it)."""
+    holds the light models' kernels, drawn convolutions and small products to it)."""
     backend = backend or get_backend()
     with backend.target:
         builder, schedule, _ = _schedulable(func, "unscheduled")

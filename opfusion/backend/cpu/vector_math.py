@@ -44,6 +44,7 @@ The maximum errors are measured in ``tests/backend/test_vector_math.py``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ...tir import expr as E
 from ...tir import stmt as S
@@ -74,10 +75,28 @@ _HIGH = "89.0f"
 _ZERO_BELOW = "-103.98f"
 #: 1.5 * 2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer.
 _ROUNDER = "12582912.0f"
-#: exp_neg's bounds, exp's mirrored: exp(-x) is 0 above 103.98 and +inf below -89.
-_NEG_ZERO_ABOVE = "103.98f"
-_NEG_LOW = "-89.0f"
-_NEG_LOG2E = "-1.44269504088896341f"
+
+
+class _Form(NamedTuple):
+    """Where exp or exp_neg is 0 and where it overflows, in the comparisons and AVX-512
+    operations that test them: the result is 0 where ``x {zero_side} zero`` (AVX-512 keeps
+    the lanes where ``keep_if``), +inf where ``x {bound_side} bound`` (the clamp, by
+    ``clamp_op``); ``log2e`` rounds ``k``."""
+
+    zero: str
+    zero_side: str
+    keep_if: str
+    bound: str
+    bound_side: str
+    clamp_op: str
+    log2e: str
+
+
+#: exp's form, and exp_neg's (by ``negated``): its mirror image, 0 above 103.98 and +inf
+#: below -89.
+_FORMS = {False: _Form(_ZERO_BELOW, "<", "_CMP_NLT_UQ", _HIGH, ">", "min", _LOG2E),
+          True: _Form("103.98f", ">", "_CMP_NGT_UQ", "-89.0f", "<", "max",
+                      "-1.44269504088896341f")}
 
 
 def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] | None = None,
@@ -91,8 +110,7 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
     mask types (``("_mm512", "__m512", "__mmask16")``): the scaling by ``2^k`` is then one
     ``scalef``, rounding once as the two exact powers of two do (the same results, bit for
     bit, in about 20 instructions a vector instead of 30: 0.28 -> 0.17 ns an element on a
-    Xeon, one core), and the clamp a max and a min (see
-    :func:`_avx512_clamp_and_scale`).
+    Xeon, one core), and the clamp one min (see :func:`_avx512_clamp_and_scale`).
 
     ``negated``: the body of ``exp_neg(x) = exp(0 - x)`` (a sigmoid's exp), without the
     negation: the clamps mirrored, ``k`` rounded from ``x * -log2(e)``, and the reduction's
@@ -105,10 +123,8 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
     poly = c(_POLY[0])
     for coefficient in _POLY[1:]:
         poly = f"({poly} * r + {c(coefficient)})"
-    # the result is 0 where x is past `zero` the `zero_side` way, +inf past `bound` (clamped)
-    zero, bound, log2e = (_NEG_ZERO_ABOVE, _NEG_LOW, _NEG_LOG2E) if negated \
-        else (_ZERO_BELOW, _HIGH, _LOG2E)
-    zero_side, bound_side = (">", "<") if negated else ("<", ">")
+    form = _FORMS[negated]
+    zero, zero_side, bound, bound_side = form.zero, form.zero_side, form.bound, form.bound_side
     if splat is None:
         clamp = (f"float v = (x != x || x {zero_side} {zero}) ? 0.0f : x; "
                  f"v = v {bound_side} {bound} ? {bound} : v;")
@@ -134,11 +150,11 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
                   f"return {pick(nan, 'x', 'out')};")
         if scalef is not None:
             ints, scale = "", ""
-            clamp, result = _avx512_clamp_and_scale(vt, c, *scalef, negated=negated)
+            clamp, result = _avx512_clamp_and_scale(vt, c, *scalef, form=form)
     first = f"-(k * {c(_LN2_HI)}) - v" if negated else f"v - k * {c(_LN2_HI)}"
     return " ".join([
         clamp,
-        f"{vt} k = (v * {c(log2e)} + {c(_ROUNDER)}) - {c(_ROUNDER)};",
+        f"{vt} k = (v * {c(form.log2e)} + {c(_ROUNDER)}) - {c(_ROUNDER)};",
         f"{vt} r = ({first}) - k * {c(_LN2_LO)};",
         f"{vt} y = ({poly} * r + {c('1.0f')}) * r + {c('1.0f')};",
         *(part for part in (ints, scale) if part), result,
@@ -146,7 +162,7 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
 
 
 def _avx512_clamp_and_scale(vt: str, c: Callable[[str], str], prefix: str, register: str,
-                            mask: str, negated: bool = False) -> tuple[str, str]:
+                            mask: str, form: _Form = _FORMS[False]) -> tuple[str, str]:
     """exp's clamp and its scaling by ``2^k`` in AVX-512's instructions for vectors of type
     ``register`` (intrinsics ``prefix``_..., masks of type ``mask``). The clamp is a min
     above, whose operand order keeps a NaN (it returns its second operand when one is NaN),
@@ -156,14 +172,11 @@ def _avx512_clamp_and_scale(vt: str, c: Callable[[str], str], prefix: str, regis
     magnitudes) and are zeroed by the scalef's mask, which leaves their scaling undone (no
     subnormal result, so no microcode assist: -inf lanes run as fast as 0). The same bits as
     the plain form; 13 instructions a vector instead of 20 (EfficientNet's SiLU layer of 96
-    channels at 112 x 112, on a Xeon: 400 -> 355 us with a max below as well)."""
-    if negated:  # exp_neg: the mirror image, a max below and the lanes above zeroed
-        bound, zero, clamp_op, keep_if = _NEG_LOW, _NEG_ZERO_ABOVE, "max", "_CMP_NGT_UQ"
-    else:
-        bound, zero, clamp_op, keep_if = _HIGH, _ZERO_BELOW, "min", "_CMP_NLT_UQ"
-    limit, past = f"({register}){c(bound)}", f"({register}){c(zero)}"
-    clamp = (f"{vt} v = ({vt}){prefix}_{clamp_op}_ps({limit}, ({register})x); "
-             f"{mask} keep = {prefix}_cmp_ps_mask(({register})x, {past}, {keep_if});")
+    channels at 112 x 112, on a Xeon: 400 -> 355 us with a max below as well). exp_neg's
+    ``form`` is the mirror image: a max below, the lanes above zeroed."""
+    limit, past = f"({register}){c(form.bound)}", f"({register}){c(form.zero)}"
+    clamp = (f"{vt} v = ({vt}){prefix}_{form.clamp_op}_ps({limit}, ({register})x); "
+             f"{mask} keep = {prefix}_cmp_ps_mask(({register})x, {past}, {form.keep_if});")
     result = f"return ({vt}){prefix}_maskz_scalef_ps(keep, ({register})y, ({register})k);"
     return clamp, result
 

@@ -110,7 +110,7 @@ class Conv2dNCHWcRule(ScheduleRule):
         height = int(anchor.shape[2])  # the output's rows (the pixels' line is one)
         registers = target.vector_registers
 
-        one_line = int(acc.shape[2]) < height
+        one_line = is_pixel_line(acc, height)
 
         def fits(config: Mapping[str, Any]) -> bool:
             """the register tile fits the vector registers, a task is whole tiles, and a
@@ -172,7 +172,7 @@ class Conv2dNCHWcRule(ScheduleRule):
         # (a task of some rows would compute the units across its edges twice).
         channel_tasks = int(acc.shape[0]) * blocks // tile
         chunks = line_chunks(acc, height, channel_tasks, target)
-        row_block = height if int(acc.shape[2]) < height and chunks == 1 \
+        row_block = height if is_pixel_line(acc, height) and chunks == 1 \
             else task_rows(height, channel_tasks, target)
         k_blocks = reduction_blocks(acc, tile, target)
         first = rows_first(acc, target)
@@ -260,11 +260,18 @@ def whole_height_task(acc: te.Tensor, tile: int, channel_tasks: int, k_blocks: i
     return sums <= target.cache_bytes(2) // 4
 
 
+def is_pixel_line(acc: te.Tensor, height: int) -> bool:
+    """Whether the accumulator runs the output's ``height`` rows of pixels as one line of
+    units (:func:`opfusion.topi.nn.flatten_pixels`): it has one row where the output has
+    several."""
+    return int(acc.shape[2]) < height
+
+
 def _line_chunk_counts(acc: te.Tensor, height: int) -> tuple[int, ...]:
     """Candidate ``line_chunks``: powers of two up to the line's units for a pixel line (the
     accumulator has one row where the output has several), else 1."""
     units = int(acc.shape[3])
-    if int(acc.shape[2]) == height:
+    if not is_pixel_line(acc, height):
         return (1,)
     return tuple(c for c in (1, 2, 4, 8, 16, 32, 64) if c <= units)
 
@@ -352,7 +359,7 @@ def conv2d_nchwc_tiles(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, cha
     # output's columns of a row are not the line's units, and the region of the line a
     # tile's columns read would be bounded loosely, up to the whole line at every tile
     # (ResNet-50 for AVX2 ran a thousand times its multiply-adds in its 56 x 56 layers).
-    one_line = int(acc.shape[2]) < int(anchor.shape[2])
+    one_line = is_pixel_line(acc, int(anchor.shape[2]))
     tile_epilogue = line_chunks == 1 and not 0 < k_blocks < blocks and not one_line
     if tile_epilogue:
         # Each register tile's epilogue right after its sums (see the module docstring).
