@@ -1,6 +1,7 @@
 """Matrix products against NumPy's BLAS over transformer shapes, in one run.
 
-    python benchmarks/gemm.py [--repeat 10] [--quick]
+    python benchmarks/gemm.py [--repeat 10] [--quick] [--rows M ...] [--target T]
+    OPENBLAS_CORETYPE=Haswell python benchmarks/gemm.py --target "c -mattr=+avx2,+fma"
 
 Each row is ``x (M, K) @ w (K, N)`` with ``w`` a constant, as a model's MatMul or Gemm
 imports: opfusion compiles it as a whole model would be (``opf.compile``: the weight packed
@@ -10,7 +11,11 @@ tiles) and runs it through the executor; NumPy multiplies the same arrays with i
 transformer inference (1, 16, 64, 128, 197, 512), (K, N) over BERT-base's and BERT-large's
 projections and feed-forward layers. Times are the medians of alternating blocks of calls;
 GFLOP/s counts 2 M N K. The last column is NumPy's time over opfusion's (above 1: opfusion is
-faster). Check that the machine is quiet (``uptime``) first."""
+faster). Check that the machine is quiet (``uptime``) first.
+
+``--target`` compiles for another target than the host, e.g. AVX2 code on an AVX-512 host;
+``OPENBLAS_CORETYPE=Haswell`` then holds NumPy's OpenBLAS (a build for many CPUs) to its AVX2
+kernels too, and the header prints the core type OpenBLAS reports."""
 
 from __future__ import annotations
 
@@ -32,10 +37,30 @@ ROWS = (1, 16, 64, 128, 197, 512)
 SHAPES = ((768, 768), (768, 3072), (3072, 768), (1024, 1024), (1024, 4096))
 
 
-def compiled_product(rows: int, depth: int, cols: int, weight: np.ndarray):
+def compiled_product(rows: int, depth: int, cols: int, weight: np.ndarray,
+                     target: str | None = None):
     x = opf.var("x", shape=(rows, depth))
     mod = IRModule.from_expr(Function([x], opf.op.nn.matmul(x, opf.const(weight))))
-    return opf.compile(mod)
+    return opf.compile(mod, target=target)
+
+
+def openblas_core() -> str:
+    """The core type NumPy's OpenBLAS chose at load (``Haswell``: AVX2; ``SkylakeX`` or
+    ``Cooperlake``: AVX-512), asked of the library NumPy loaded; "unknown" when it is not
+    OpenBLAS or does not say."""
+    import ctypes
+
+    with open("/proc/self/maps") as maps:
+        paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    for path in paths:
+        library = ctypes.CDLL(path)
+        for symbol in ("openblas_get_corename", "scipy_openblas_get_corename64_",
+                       "openblas_get_corename64_"):
+            function = getattr(library, symbol, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return "unknown"
 
 
 #: A pause before each block, in which the other side's threads stop spinning: OpenBLAS's
@@ -89,12 +114,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="M in 16, 197 and K, N 768 only")
     parser.add_argument("--rows", type=int, nargs="+", help="these values of M only")
+    parser.add_argument("--target", help="compile for this target (default: the host)")
     args = parser.parse_args()
     rows = args.rows or ((16, 197) if args.quick else ROWS)
     shapes = SHAPES[:2] if args.quick else SHAPES
-    host = Target("c")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, ISA {host.isa}, "
-          f"{host.num_cores} cores, load {os.getloadavg()[0]:.2f}; numpy {np.__version__}")
+    target = Target(args.target or "c")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, host ISA "
+          f"{Target('c').isa}, code for {target.isa}, {target.num_cores} cores, load "
+          f"{os.getloadavg()[0]:.2f}; numpy {np.__version__} (OpenBLAS for {openblas_core()})")
     print(f"{'M':>5} {'K':>5} {'N':>5} {'opfusion':>12} {'numpy':>12} {'numpy/opf':>10}")
     ratios = []
     rng = np.random.default_rng(0)
@@ -102,7 +129,7 @@ def main() -> None:
         weight = rng.standard_normal((depth, cols), dtype=np.float32)
         for m in rows:
             x = rng.standard_normal((m, depth), dtype=np.float32)
-            exe = compiled_product(m, depth, cols, weight)
+            exe = compiled_product(m, depth, cols, weight, args.target)
             got = exe(x)
             want = x @ weight
             assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()

@@ -3,6 +3,7 @@
     python benchmarks/models.py [names...] [--vision] [--transformer] [--repeat 30] [--no-ort]
                                 [--no-openvino]
     python benchmarks/models.py [names...] --target "c -mattr=+avx2,+fma" --target c
+    python benchmarks/models.py [names...] --isa avx2
 
 For each model (by default the nine light models: the random-weight copies of
 opfusion.testing.light_model; ``--vision`` adds the four torchvision classifiers of
@@ -45,6 +46,14 @@ runtime when installed, else libgomp's short spin; ``OPFUSION_OPENMP=gnu`` force
 each the geometric mean over the models of the peer's time over opfusion's (unfused's over
 fused's for the last).
 
+With ``--isa avx2`` (or ``sse4.2``) opfusion compiles for that ISA (``c -mattr=+avx2,+fma``)
+and OpenVINO is held to it by oneDNN's ``ONEDNN_MAX_CPU_ISA``, so that an AVX-512 host
+compares the two engines' code for AVX2 CPUs (what Zen 3 runs). The cap holds OpenVINO's
+convolutions, not all of it: the operations it runs wider anyway (products it gives MLAS,
+which picks its kernels from the CPU's features, and some reductions) are named below the
+table, and a model with many (the transformer blocks) is not a fair comparison. ONNX Runtime
+is left out: its MLAS has no such cap.
+
 With ``--target`` (given once per target), the fused model is compiled for each target and
 the latencies are printed side by side, timed interleaved with ONNX Runtime in one run, with
 each target's speedup over the first (e.g. the host's AVX-512 code against AVX2 code on the
@@ -79,6 +88,8 @@ BATCH_SECONDS = 0.25
 #: (alexnet, zfnet512), so whichever engine followed it was handicapped.
 SETTLE_SECONDS = 0.05
 NAME_WIDTH = 18  # shufflenet_v2_x1_0
+#: ``--isa``: the opfusion target and oneDNN's ``ONEDNN_MAX_CPU_ISA`` value for each ISA.
+ISA_CAPS = {"avx2": ("c -mattr=+avx2,+fma", "AVX2"), "sse4.2": ("c -mattr=+sse4.2", "SSE41")}
 MAX_DIFF = 1e-3  # relative to max|output|; f32 engines agree to about 1e-5
 
 
@@ -111,10 +122,11 @@ def ort_engine(path: str, x: np.ndarray) -> Engine | None:
     return Engine("ort", run, run)
 
 
-def openvino_engine(path: str, x: np.ndarray) -> tuple[Engine, bool] | None:
-    """OpenVINO on the CPU in f32, tuned for latency, with one thread per core, and whether
-    every operation of the compiled model runs in f32 (not bf16 or f16); None when it is not
-    installed."""
+def openvino_engine(path: str, x: np.ndarray) -> tuple[Engine, bool, list[str]] | None:
+    """OpenVINO on the CPU in f32, tuned for latency, with one thread per core, whether
+    every operation of the compiled model runs in f32 (not bf16 or f16), and the kernels it
+    runs above ``ONEDNN_MAX_CPU_ISA`` when that is set (:func:`openvino_above_cap`); None
+    when it is not installed."""
     try:
         import openvino as ov
     except ImportError:
@@ -130,7 +142,29 @@ def openvino_engine(path: str, x: np.ndarray) -> tuple[Engine, bool] | None:
         result = run()
         return [np.asarray(result[port]) for port in compiled.outputs]
 
-    return Engine("openvino", run, outputs), openvino_runs_f32(compiled)
+    return Engine("openvino", run, outputs), openvino_runs_f32(compiled), openvino_above_cap(
+        compiled)
+
+
+#: Kernel names (OpenVINO's ``primitiveType``) that a cap of the ISA at AVX2 or below does
+#: not hold: oneDNN's AVX-512 and AMX code, and MLAS's products, which choose by the CPU.
+ABOVE_AVX2 = ("avx512", "amx", "mlas")
+
+
+def openvino_above_cap(compiled: Any) -> list[str]:
+    """With ``ONEDNN_MAX_CPU_ISA`` set to AVX2 or below, the operations of the compiled model
+    that run wider code anyway (``"FullyConnected gemm_mlas_f32 x4"``): OpenVINO sends some
+    products to MLAS and some reductions to its own AVX-512 kernels whatever the cap."""
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in ("AVX2", "AVX", "SSE41"):
+        return []
+    counts: dict[str, int] = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        kind = info["primitiveType"].astype(str) if "primitiveType" in info else ""
+        if any(word in kind for word in ABOVE_AVX2):
+            key = f"{info['layerType'].astype(str)} {kind}"
+            counts[key] = counts.get(key, 0) + 1
+    return [f"{key} x{count}" for key, count in counts.items()]
 
 
 def openvino_runs_f32(compiled: Any) -> bool:
@@ -250,18 +284,29 @@ def main() -> None:
     parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--target", action="append", default=[],
                         help="compare these targets (give it once per target)")
+    parser.add_argument("--isa", choices=sorted(ISA_CAPS),
+                        help="opfusion and OpenVINO both held to this ISA; no ONNX Runtime")
     args = parser.parse_args()
     names = model_names(args.names, args.vision, args.transformer)
+    target = None
+    if args.isa:
+        target, os.environ["ONEDNN_MAX_CPU_ISA"] = ISA_CAPS[args.isa]
     print_header()
     if args.target:
         compare_targets(names, args.target, args.repeat, not args.no_ort)
     else:
-        compare_engines(names, args.repeat, not args.no_ort, not args.no_openvino)
+        if target is not None:
+            print(f"# opfusion for {opf.Target(target).describe()}; OpenVINO with "
+                  f"ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}; no ONNX Runtime")
+        compare_engines(names, args.repeat, not args.no_ort and target is None,
+                        not args.no_openvino, target)
     print(f"# load after: {os.getloadavg()[0]:.2f}")
 
 
-def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino: bool) -> None:
-    """The table of the module's docstring."""
+def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino: bool,
+                    target: str | None = None) -> None:
+    """The table of the module's docstring; opfusion compiled for ``target`` (None: the
+    host)."""
     import onnx
 
     print(f"{'model':<{NAME_WIDTH}} {'fused':>9} {'unfused':>9} {'ort':>9} {'openvino':>9} "
@@ -273,17 +318,20 @@ def compare_engines(names: list[str], repeat: int, with_ort: bool, with_openvino
     for name in names:
         path = model_path(name)
         mod, params = from_onnx(onnx.load(path))
-        fused, cold, cached = compile_times(mod, params)
+        fused, cold, cached = compile_times(mod, params, target)
         input_name, x = model_input(fused)
+        unfused = opf.compile(mod, params=params, fusion="none", target=target)
         engines = [opfusion_engine("fused", fused, {input_name: x}),
-                   opfusion_engine("unfused", opf.compile(mod, params=params, fusion="none"),
-                                   {input_name: x})]
+                   opfusion_engine("unfused", unfused, {input_name: x})]
         ort = ort_engine(path, x) if with_ort else None
         engines += [ort] if ort is not None else []
         openvino = openvino_engine(path, x) if with_openvino else None
         if openvino is not None:
             engines.append(openvino[0])
             openvino_f32.append(openvino[1])
+            if openvino[2]:
+                notes.append(f"# {name}: openvino runs above the ISA cap: "
+                             f"{', '.join(openvino[2])}")
         want = [np.asarray(a, np.float64) for a in engines[0].outputs()]
         diffs = {e.name: max_relative_diff(e.outputs(), want) for e in engines[1:]}
         notes += [f"# {name}: {engine} differs from opfusion by {diff:.1e} of max|output|"

@@ -830,12 +830,15 @@ def panel_width(rows: int, depth: int, width: int, along_k: bool, dtype: str) ->
 
 def panel_vectors(target: Any) -> int:
     """Vectors of columns in a packed panel, which a product's register tile spans: three
-    with 32 vector registers (AVX-512: tiles of 8 rows x 3 vectors, 24 sums, 3 weight vectors
-    and a broadcast live), else two (AVX2's 16 registers: 4 x 2). Per multiply-add, a
-    third vector of columns saves a third of the broadcasts of the left operand: ViT-B/16's
-    products alone (Xeon, two threads, interleaved) 0.91-0.96x the time of 8 x 2 tiles, in C
-    8 x 3 ran 330-345 GFLOP/s against 8 x 2's 290-315, 6 x 4 and 12 or 14 x 2 in between."""
-    return 3 if target.vector_registers >= 32 else 2
+    with 16 vector registers or more (tiles of 4 rows x 3 vectors, 12 sums, with AVX2's 16;
+    8 x 3, 24 sums, with AVX-512's 32), else two. Per multiply-add, a third vector of columns
+    saves a third of the broadcasts of the left operand, and on AVX2 the 12 sums hide the
+    multiply-add latency that 8 barely cover. AVX-512: ViT-B/16's products alone (Xeon, two
+    threads, interleaved) 0.91-0.96x the time of 8 x 2 tiles, in C 8 x 3 ran 330-345
+    GFLOP/s against 8 x 2's 290-315, 6 x 4 and 12 or 14 x 2 in between. AVX2 code on the
+    same Xeon: 128 x 768 x 3072 at 160 GFLOP/s against 4 x 2's 139 (6 x 2: 140), the BERT
+    layer 0.875x the time."""
+    return 3 if target.vector_registers >= 16 else 2
 
 
 def few_rows_panel_width(rows: int, width: int, target: Any) -> int:

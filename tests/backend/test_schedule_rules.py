@@ -399,8 +399,8 @@ def conv(channel_block, row_block, col_blocks, channel_pass, task_channels):
      ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 4, "prefetch": 0})),
     (nn.matmul, [(37, 24), (24, 50)], {},
      ("matmul_plain", {"rows": 1, "cols": 10, "k_unroll": 4, "block": 5, "prefetch": 0})),
-    (nn.matmul, [(128, 64), (64, 96)], {},
-     ("matmul_plain", {"rows": 4, "cols": 16, "k_unroll": 4, "block": 6, "prefetch": 0})),
+    (nn.matmul, [(128, 64), (64, 96)], {},  # panels of 3 vectors: 4 x 3 tiles, 12 sums
+     ("matmul_plain", {"rows": 4, "cols": 24, "k_unroll": 4, "block": 4, "prefetch": 0})),
     (nn.matmul, [(1, 768), (768, 3072)], {},  # one row: 8 vectors of columns
      ("matmul_plain", {"rows": 1, "cols": 64, "k_unroll": 4, "block": 1, "prefetch": 0})),
     (nn.max_pool2d, [(1, 8, 32, 32)], {"pool_size": 2, "strides": 2},
@@ -574,29 +574,23 @@ def test_both_task_orders_compute_the_reference(rows_first):
         assert group.check(target, config) == config
 
 
-def test_avx512_products_take_tiles_of_8_rows_by_3_vectors():
-    # 24 sums of 32 registers, the contraction unrolled by 8 (BERT's products 0.88-0.91x the
-    # time of 4 x 2; ViT's 0.91-0.96x the time of 8 x 2), panels of 2 vectors where 3 do not
-    # divide the columns; AVX2 keeps its measured 4 x 2, unrolled by 4
+def test_products_take_tiles_of_3_vectors():
+    # AVX-512: 24 sums of 32 registers, the contraction unrolled by 8 (BERT's products
+    # 0.88-0.91x the time of 4 x 2; ViT's 0.91-0.96x the time of 8 x 2); AVX2: 4 x 3, 12 sums
+    # of 16 registers, unrolled by 4 (BERT 0.875x the time of 4 x 2); panels of 2 vectors
+    # where 3 do not divide the columns
     avx512 = "c -mattr=+avx512f -l2-cache=2M -num-cores=2"
     _, knobs = _default(nn.matmul, [(128, 768), (768, 768)], avx512)
     assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (8, 48, 8)
     _, knobs = _default(nn.matmul, [(128, 768), (768, 1024)], avx512)
     assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (8, 32, 8)
     _, knobs = _default(nn.matmul, [(128, 768), (768, 768)], AVX2_MEASURED)
+    assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (4, 24, 4)
+    _, knobs = _default(nn.matmul, [(128, 768), (768, 1024)], AVX2_MEASURED)
     assert (knobs["rows"], knobs["cols"], knobs["k_unroll"]) == (4, 16, 4)
 
 
-@pytest.fixture
-def three_vector_panels(monkeypatch):
-    """Panels of three vectors on any target (AVX-512's, whose kernels this host may not
-    run), so that AVX2 kernels with them run here."""
-    import opfusion.topi.nn as topi_nn
-
-    monkeypatch.setattr(topi_nn, "panel_vectors", lambda target: 3)
-
-
-def test_panels_of_three_vectors_compute_the_reference(three_vector_panels):
+def test_panels_of_three_vectors_compute_the_reference():
     # packed in the compute: 21 rows (a partial row tile), an epilogue, 24-column panels
     target = Target(f"{AVX2} -num-cores=2")
     with target:
@@ -609,7 +603,7 @@ def test_panels_of_three_vectors_compute_the_reference(three_vector_panels):
         assert group.check(target, config) == config
 
 
-def test_constant_weights_in_panels_of_three_vectors_compute_the_reference(three_vector_panels):
+def test_constant_weights_in_panels_of_three_vectors_compute_the_reference():
     # packed at compile time and prefetched a block ahead, 197 rows as ViT's
     x = opf.var("x", shape=(197, 64))
     weight, bias = normal(64, 96, seed=1), normal(96, seed=2)

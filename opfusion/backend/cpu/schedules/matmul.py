@@ -47,17 +47,17 @@ def block_bytes(target: Target) -> int:
 
 
 def product_accumulators(target: Target) -> int:
-    """Vector accumulators of a product's default register tile (rows x 2 vectors of
-    columns): half the vector registers, as for :func:`accumulators` on AVX2 (the measured 4
-    x 2), but 16 with AVX-512's 32 registers, tiles of 8 rows x 2 vectors. Unlike a
-    convolution's tile, whose wider forms ran slower on Zen 4, a product's 8 x 2 tile loads 8
-    broadcasts and 2 weight vectors for 16 multiply-adds; ``opf.tune`` chose it for every
+    """Twice the rows of a product's default register tile: half the vector registers (8
+    with AVX2's 16, so 4 rows; 16 with AVX-512's 32, so 8 rows). The tile's columns are a
+    packed panel's (:func:`opfusion.topi.nn.panel_vectors`: three vectors where they divide
+    the columns, else two), so 4 x 3 = 12 sums with AVX2 and 8 x 3 = 24 with AVX-512. Unlike
+    a convolution's tile, whose wider forms ran slower on Zen 4, a product's 8 x 2 tile loads
+    8 broadcasts and 2 weight vectors for 16 multiply-adds; ``opf.tune`` chose it for every
     product of the BERT layer on a Xeon with AVX-512 (1.794 -> 1.528 ms for the 768 x 2304
     one), and ``benchmarks/ab_checkouts.py`` timed bert_layer 0.879x, gpt_block 0.908x and
-    the transformer_encoder workload 0.888x the time of 4 x 2. The tile's rows are half this
-    count; its columns are a packed panel's (:func:`opfusion.topi.nn.panel_vectors`: three
-    vectors with AVX-512 where they divide the columns, so 8 x 3 = 24 sums: vit_b_16 0.952x,
-    bert_layer 0.975x, gpt_block 0.957x the time of 8 x 2)."""
+    the transformer_encoder workload 0.888x the time of 4 x 2; 8 x 3: vit_b_16 0.952x,
+    bert_layer 0.975x, gpt_block 0.957x the time of 8 x 2. AVX2 code on the same Xeon: 4 x 3
+    tiles 0.875x the BERT layer's time of 4 x 2, 6 x 2 level with 4 x 2."""
     return max(accumulators(target), target.vector_registers // 2)
 
 
