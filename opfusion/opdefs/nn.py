@@ -580,11 +580,14 @@ class MatMulPacked(Op):
     doc = ("a (..., M, K) times a constant right operand packed in column panels (N/c, K, c), "
            "as PackMatmulWeights makes it from nn.matmul or nn.dense: each panel holds c "
            "columns of the (K, N) matrix row after row, the layout the product's register "
-           "tiles read, so that no kernel packs it again on every call.")
+           "tiles read, so that no kernel packs it again on every call. With 'columns', the "
+           "product has that many (the last panel ends in zero columns, which it drops).")
     inputs = ("a", "b")
     pattern = OpPatternKind.kOutEWiseFusable
     attrs = {"out_dtype": Attr("dtype", optional=True,
-                               doc="result dtype (default: the input's)")}
+                               doc="result dtype (default: the input's)"),
+             "columns": Attr("int", 0, doc="the result's columns when fewer than the panels "
+                                           "hold (N/c * c); 0: all of them")}
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         a, b = self.expect_tensors(arg_types)
@@ -596,12 +599,19 @@ class MatMulPacked(Op):
         if a.shape[-1] != b.shape[1]:
             raise self.type_error(f"a {a.shape} contracts {a.shape[-1]} values but the panels "
                                   f"{b.shape} hold {b.shape[1]} rows")
-        return TensorType((*a.shape[:-1], b.shape[0] * b.shape[2]), attrs.out_dtype or dtype)
+        held = b.shape[0] * b.shape[2]
+        columns = attrs.columns or held
+        if not held - b.shape[2] < columns <= held:
+            raise self.type_error(f"columns={attrs.columns} must end in the last of the "
+                                  f"{b.shape[0]} panels of {b.shape[2]} columns (between "
+                                  f"{held - b.shape[2] + 1} and {held})")
+        return TensorType((*a.shape[:-1], columns), attrs.out_dtype or dtype)
 
-    def reference(self, a: np.ndarray, b: np.ndarray, **_: Any) -> np.ndarray:
+    def reference(self, a: np.ndarray, b: np.ndarray, columns: int = 0, **_: Any
+                  ) -> np.ndarray:
         panels, depth, cols = b.shape
         plain = b.transpose(1, 0, 2).reshape(depth, panels * cols)
-        return np.matmul(wide(a), wide(plain))
+        return np.matmul(wide(a), wide(plain[:, :columns or panels * cols]))
 
 
 def _swap_last(shape: tuple[int, ...], swap: bool) -> tuple[int, ...]:

@@ -828,6 +828,36 @@ def panel_width(rows: int, depth: int, width: int, along_k: bool, dtype: str) ->
     return lanes
 
 
+#: A constant right operand's columns may be padded with zeros to whole panels when that
+#: adds at most this fraction of them (:func:`padded_panel_width`).
+MAX_PANEL_PADDING = 1 / 64
+
+
+def padded_panel_width(rows: int, width: int, target: Any) -> tuple[int, int]:
+    """(columns per panel, columns padded to whole panels) for a constant right operand of
+    ``width`` columns packed at compile time for a product of ``rows`` rows (at least
+    PACK_MIN_ROWS), or (0, width) when it is not packed.
+
+    The widest panel (:func:`panel_vectors` vectors, then two, then one) whose zero columns
+    would add at most MAX_PANEL_PADDING of the width (the product computes them with their
+    panel, in its kernel, and drops them); none for a few columns in no whole vectors (33:
+    PackMatmulWeights pads such a product's operands instead, or leaves it). Power-of-two
+    widths (BERT-large's 1024 and 4096, a decoder's 4096) divide into no panels of three
+    vectors: padded, 1024 columns take 4 x 3 tiles on AVX2 (43 panels of 24) instead of 4 x 2
+    (0.86-0.89x the time); a vocabulary's 30522 columns, in no whole vectors, had the rows
+    copied into a padded operand and the weight packed on every call, and now stream as
+    panels (128 x 768 x 30522: 0.35x the time on AVX-512, 0.55x on AVX2)."""
+    lanes = target.vector_lanes("float32")
+    if lanes < 2 or rows < PACK_MIN_ROWS or width < lanes:
+        return 0, width
+    for vectors in (panel_vectors(target), 2, 1):
+        cols = vectors * lanes
+        padded = -(-width // cols) * cols
+        if padded - width <= width * MAX_PANEL_PADDING:
+            return cols, padded
+    return 0, width
+
+
 def panel_vectors(target: Any) -> int:
     """Vectors of columns in a packed panel, which a product's register tile spans: three
     with 16 vector registers or more (tiles of 4 rows x 3 vectors, 12 sums, with AVX2's 16;
@@ -841,26 +871,34 @@ def panel_vectors(target: Any) -> int:
     return 3 if target.vector_registers >= 16 else 2
 
 
-def few_rows_panel_width(rows: int, width: int, target: Any) -> int:
-    """Columns per panel of a constant right operand packed at compile time for a product of
-    fewer than PACK_MIN_ROWS rows (a matrix-vector product: a decoder's token step, a CNN's
-    classifier), or 0 to read it in place (columns not in whole vectors).
+def few_rows_panel_width(rows: int, width: int, target: Any) -> tuple[int, int]:
+    """(columns per panel, columns padded to whole panels) of a constant right operand
+    packed at compile time for a product of fewer than PACK_MIN_ROWS rows (a matrix-vector
+    product: a decoder's token step, a CNN's classifier), or (0, width) to read it in place
+    (a few columns in no whole vectors).
 
     The register tile is the largest divisor of ``rows`` up to :func:`register_rows` rows by
     as many vectors of columns as fill the accumulators (``2 * register_rows``: 1 row x 8
-    vectors, 2 x 4, 3 or 4 x 2 with AVX2), the count dividing the row's vectors; a panel is
-    that tile's columns, so each task streams one contiguous panel. Read in place, a row of
-    the weight is a few vectors per (strided) row of memory that the prefetchers do not
-    follow: 1 x 768 x 3072, kernel alone, 35 -> 66 GFLOP/s, 2 x 768 x 3072 37 -> 107, 4 x 1024
-    x 1024 76 -> 141 (Zen 3, two threads); a classifier's 9216 x 4096 weight, read from
-    memory, 27 -> 29."""
+    vectors, 2 x 4, 3 or 4 x 2 with AVX2), or fewer where the zero columns that pad the
+    weight to whole panels would add more than MAX_PANEL_PADDING of its width; a panel is
+    that tile's columns, so each task streams
+    one contiguous panel. Read in place, a row of the weight is a few vectors per (strided)
+    row of memory that the prefetchers do not follow: 1 x 768 x 3072, kernel alone, 35 -> 66
+    GFLOP/s, 2 x 768 x 3072 37 -> 107, 4 x 1024 x 1024 76 -> 141 (Zen 3, two threads); a
+    classifier's 9216 x 4096 weight, read from memory, 27 -> 29; a decoder's token step
+    through a vocabulary (1 x 768 x 50257, in no whole vectors, read in place before): 84 ->
+    12 ms with AVX2 (Xeon)."""
     lanes = target.vector_lanes("float32")
-    if lanes < 2 or width % lanes:
-        return 0
+    if lanes < 2 or width < lanes:
+        return 0, width
     tile_rows = max(d for d in range(1, register_rows(target) + 1) if rows % d == 0)
     budget = max(1, 2 * register_rows(target) // tile_rows)
-    vectors = max(v for v in range(1, budget + 1) if (width // lanes) % v == 0)
-    return vectors * lanes
+    whole = -(-width // lanes)  # vectors
+    for vectors in range(budget, 0, -1):
+        padded = -(-whole // vectors) * vectors * lanes
+        if padded == width or padded - width <= width * MAX_PANEL_PADDING:
+            return vectors * lanes, padded
+    return 0, width
 
 
 def _panels(batch: Sequence[int], depth: int, width: int, cols: int,
@@ -995,11 +1033,13 @@ def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     Rows that do not cut into whole register tiles (:func:`register_rows`; a vision
     transformer's 197 tokens) are computed as if padded: the product has whole tiles of rows,
     the rows past the last reading the last row of ``a`` (no padded copy), and a crop stage
-    (tag MATMUL_CROP) keeps the real ones, so the epilogue stays in the kernel."""
+    (tag MATMUL_CROP) keeps the real ones, so the epilogue stays in the kernel. Columns past
+    ``attrs["columns"]`` (zero columns that fill the last panel) are computed with the panel
+    and cropped the same way."""
     from ..target import Target
 
     a, panels = inputs
-    _, depth, cols = (int(d) for d in panels.shape)
+    count, depth, cols = (int(d) for d in panels.shape)
     shape = [int(d) for d in out_type.shape]
     rows = shape[-2] if len(shape) >= 2 else 0
     target = Target.current()
@@ -1011,11 +1051,12 @@ def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
             idx = (*idx[:-2], te.min(idx[-2], rows - 1), idx[-1])
         return a[(*idx[:-1], k)]
 
-    result = _contract((*shape[:-2], padded, shape[-1]) if rows else shape, a_at,
+    whole = [*shape[:-2], padded, count * cols] if len(shape) >= 2 else [count * cols]
+    result = _contract(whole, a_at,
                        lambda idx, k: panels[idx[-1] // cols, k, idx[-1] % cols], depth,
                        out_type.dtype, False, "matmul")
     result.op.attrs["panels"] = cols
-    if padded == rows:
+    if whole == shape:
         return result
     return te.compute(out_type.shape, lambda *i: result[i], name="matmul_crop",
                       tag=MATMUL_CROP, attrs={"panels": cols})
@@ -1205,6 +1246,7 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "few_rows_panel_width", "flatten_pixels", "group_window_tile", "nchwc_width_unit",
            "normalize_axis_of",
-           "padded_out_blocks", "panel_vectors", "panel_width", "pointwise_accumulators",
+           "MAX_PANEL_PADDING", "padded_out_blocks", "padded_panel_width", "panel_vectors",
+           "panel_width", "pointwise_accumulators",
            "LINE_TASKS_PER_CORE",
            "register_rows", "sparse_rows", "width_blocks"]

@@ -8,9 +8,14 @@ form instead, which is slower from 8 rows up. When the operand is a constant (``
 with a (K, N) weight, or ``nn.dense`` with an (N, K) one, as ONNX's MatMul and Gemm
 import), this pass makes the call ``nn.matmul_packed(a, panels)`` with the weight packed into
 panels here, once (whatever its size: FoldConstant would leave a result above its
-``max_elements`` unfolded), and the kernel reads the panels directly. The panel width is
-the one the compute would have chosen for the current target (two vectors, or one), and a
-constant along the contraction is packed as well when there are 8 rows or more. Products
+``max_elements`` unfolded), and the kernel reads the panels directly. The panels are the
+widest of three, two or one vectors whose zero columns, padding the weight to whole panels,
+add little (:func:`opfusion.topi.nn.padded_panel_width`); columns in no whole vectors (a
+vocabulary's 30522) are padded to whole vectors. The product's ``columns`` attribute then
+names the real columns, and its kernel computes the zero ones with their panel and drops
+them (a 128 x 768 x 30522 head: 53 -> 19 ms on AVX-512, 77 -> 42 ms on AVX2, against its
+input copied into a padded operand and its weight packed on every call). A constant along
+the contraction is packed as well when there are 8 rows or more. Products
 with fewer rows (matrix-vector: a decoder's token step, a CNN's classifier) are packed too,
 in panels as wide as their register tile (:func:`opfusion.topi.nn.few_rows_panel_width`: 8
 vectors for one row), so that each task streams one contiguous panel instead of a few
@@ -41,8 +46,12 @@ from ..ir.op import Op, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
-from ..topi._util import accumulator_dtype
-from ..topi.nn import PACK_MIN_ROWS, few_rows_panel_width, panel_width, register_rows
+from ..topi.nn import (
+    PACK_MIN_ROWS,
+    few_rows_panel_width,
+    padded_panel_width,
+    register_rows,
+)
 from .context import PassContext
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -71,9 +80,10 @@ class _pack_matmul_weights_pass:  # noqa: N801 - a pass class, named like the ot
         return new
 
 
-def packed_columns(call: Call) -> tuple[int, str] | None:
-    """(panel width, the weight's layout: "KN" or "NK") when ``call`` is a float32 product
-    of a 2-D constant right operand that its compute would pack; else None."""
+def packed_columns(call: Call) -> tuple[int, str, int] | None:
+    """(panel width, the weight's layout: "KN" or "NK", the columns padded to whole panels)
+    when ``call`` is a float32 product of a 2-D constant right operand that is packed at
+    compile time; else None."""
     if not (isinstance(call.op, Op) and call.op.name in ("nn.matmul", "nn.dense")):
         return None
     data, weight = call.args
@@ -86,23 +96,27 @@ def packed_columns(call: Call) -> tuple[int, str] | None:
     for dim in a.shape[:-1]:
         rows *= dim
     if call.op.name == "nn.dense":
-        layout, along_k = "NK", True
+        layout = "NK"
     else:
         if call.attrs.transpose_a:
             return None
-        layout, along_k = ("NK", True) if call.attrs.transpose_b else ("KN", False)
+        layout = "NK" if call.attrs.transpose_b else "KN"
     depth, width = (w.shape[1], w.shape[0]) if layout == "NK" else w.shape
-    # As the compute would pack it, except that a weight along the contraction is packed
-    # too when there are rows enough: packing is free at compile time, and panels beat the
-    # dot form's lane sums from 8 rows up (ViT's output projection, 197 x 768 x 768: 118
-    # GFLOP/s as dot products, 220 in panels).
-    cols = panel_width(rows, depth, width, False, accumulator_dtype(out.dtype))
+    target = Target.current()
+    if target is None:
+        return None
+    # A weight along the contraction is packed too when there are rows enough: packing is
+    # free at compile time, and panels beat the dot form's lane sums from 8 rows up (ViT's
+    # output projection, 197 x 768 x 768: 118 GFLOP/s as dot products, 220 in panels). Its
+    # columns are padded with zeros to whole panels where that costs little (power-of-two
+    # widths in panels of three vectors) or the columns are in no whole vectors.
+    cols, padded = padded_panel_width(rows, width, target)
     if not cols and rows < PACK_MIN_ROWS:
         # Too few rows for the compute to pack on every call, but packing a constant is free:
-        # panels as wide as a few rows' register tile, streamed instead of strided rows.
-        target = Target.current()
-        cols = few_rows_panel_width(rows, width, target) if target is not None else 0
-    return (cols, layout) if cols else None
+        # panels as wide as a few rows' register tile, streamed instead of strided rows (a
+        # decoder's token step through a vocabulary of 50257 columns: padded to whole vectors).
+        cols, padded = few_rows_panel_width(rows, width, target)
+    return (cols, layout, padded) if cols else None
 
 
 #: Multiply-adds below which a product is not padded (the copies would cost more).
@@ -135,16 +149,19 @@ def padded_sizes(call: Call, lanes: int, row_tile: int) -> tuple[int, int] | Non
     return None if padded == (rows, cols) else padded
 
 
-def _packed(weight: Expr, layout: str, cols: int) -> Expr:
-    """The weight in column panels ``NK<cols>n``: packed here when it is a constant, not
-    left to FoldConstant, which leaves results above ``FoldConstant.max_elements`` unfolded
-    (packed that way, ZFNet's 25088 x 4096 classifier weight was repacked on every call:
-    134 ms a run)."""
+def _packed(weight: Constant, layout: str, cols: int, padded: int) -> Constant:
+    """The weight in column panels ``NK<cols>n``, its columns first padded with zeros to
+    ``padded``: packed here, not left to FoldConstant, which leaves results above
+    ``FoldConstant.max_elements`` unfolded (packed that way, ZFNet's 25088 x 4096 classifier
+    weight was repacked on every call: 134 ms a run)."""
+    data = weight.data
+    axis = 0 if layout == "NK" else 1
+    if padded != data.shape[axis]:
+        widths = [(0, 0), (0, 0)]
+        widths[axis] = (0, padded - data.shape[axis])
+        data = np.pad(data, widths)
     attrs = {"src_layout": layout, "dst_layout": f"NK{cols}n"}
-    op = get_op("layout_transform")
-    if isinstance(weight, Constant):
-        return Constant(np.ascontiguousarray(op.reference(weight.data, **attrs)))
-    return Call(op, [weight], attrs)
+    return Constant(np.ascontiguousarray(get_op("layout_transform").reference(data, **attrs)))
 
 
 def _padded(expr: Expr, ndim: int, axis: int, extra: int) -> Expr:
@@ -177,10 +194,12 @@ class _Packer(ExprMutator):
             return self._pad(call, new, *padding)
         if packing is None or not isinstance(new, Call):
             return new
-        cols, layout = packing
+        cols, layout, padded = packing
         data, weight = new.args
-        panels = _packed(weight, layout, cols)
+        assert isinstance(weight, Constant)  # (packed_columns asked for one)
+        panels = _packed(weight, layout, cols, padded)
         a_type, out_type = call.args[0].checked_type, call.checked_type
+        width = out_type.shape[-1]
         rows = a_type.size // a_type.shape[-1]
         # Every row in the tiled axis: (197, 1, 768) has 197 rows, not 1. (A reshape or a
         # crop after the product ends its kernel before the epilogue: only when needed.)
@@ -189,8 +208,10 @@ class _Packer(ExprMutator):
             data = Call(get_op("reshape"), [data], {"newshape": [rows, a_type.shape[-1]]})
         # Rows that do not cut into whole register tiles need no padding here: the packed
         # product computes whole tiles and crops them in its kernel (topi's matmul_packed).
+        # Zero columns that fill the last panel are computed and dropped in its kernel.
         out: Expr = Call(get_op("nn.matmul_packed"), [data, panels],
-                         {"out_dtype": new.attrs.get("out_dtype")}, new.span)
+                         {"out_dtype": new.attrs.get("out_dtype"),
+                          "columns": width if padded != width else 0}, new.span)
         if flatten:
             out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
         return out

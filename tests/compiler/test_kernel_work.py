@@ -155,13 +155,18 @@ def test_convolutions_of_many_shapes_lower_and_do_their_work_once(spec):
 #: a tile) on AVX-512 made a default of 5 rows x 8 vectors, outside the registers.
 FEW_ROW_PRODUCTS = [(5, 64, 768), (5, 3, 768), (7, 64, 128), (3, 768, 3072), (6, 100, 96)]
 
+#: Products whose constant weight's columns are padded with zeros to whole panels (the
+#: kernel computes them and its crop drops them): a power-of-two width in panels of three
+#: vectors, a classifier's 1000, with 197 rows (a crop of rows too).
+PADDED_COLUMN_PRODUCTS = [(64, 40, 1024), (197, 64, 1000), (130, 40, 4096)]
+
 
 @pytest.mark.parametrize("spec", TARGETS)
-def test_products_of_few_rows_lower_and_do_their_work_once(spec):
+def test_products_of_few_rows_or_padded_columns_lower_and_do_their_work_once(spec):
     target = Target(spec)
     backend = get_backend(target)
     rng = np.random.default_rng(2)
-    for rows, depth, cols in FEW_ROW_PRODUCTS:
+    for rows, depth, cols in FEW_ROW_PRODUCTS + PADDED_COLUMN_PRODUCTS:
         x = opf.var("x", shape=(rows, depth))
         weight = opf.const(rng.standard_normal((depth, cols)).astype("float32"))
         mod = opf.IRModule.from_expr(Function([x], opf.op.nn.matmul(x, weight)))

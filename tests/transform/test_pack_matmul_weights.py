@@ -97,7 +97,9 @@ def test_small_or_even_products_are_left_alone():
     (3, 64, AVX2, 16),     # 3 rows x 2 vectors
     (5, 64, AVX2, 64),     # 5 rows cut into 1-row tiles: 8 vectors
     (1, 96, AVX512, 96),   # 6 vectors of 16
-    (6, 1000, AVX2, 8),    # 3 rows x 1 vector: 2 does not divide 125 vectors
+    (6, 1000, AVX2, 16),   # 3 rows x 2 vectors: 125 vectors padded to 126 (8 columns)
+    (6, 504, AVX2, 8),     # 63 vectors: padding to 64 would add 8 columns, over 1/64
+    (1, 50257, AVX2, 64),  # a vocabulary in no whole vectors: 6283 padded to 6288
 ], ids=str)
 def test_few_rows_are_packed_in_panels_of_their_register_tile(rows, width, target, cols):
     for dense in (False, True):
@@ -106,11 +108,13 @@ def test_few_rows_are_packed_in_panels_of_their_register_tile(rows, width, targe
         y = nn.dense(x, opf.const(weight)) if dense else nn.matmul(x, opf.const(weight))
         (product,) = [n for n in post_order(rewritten(y, target).body)
                       if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
-        assert product.args[1].data.shape == (width // cols, 40, cols)
+        assert product.args[1].data.shape == (-(-width // cols), 40, cols)
+        assert product.checked_type.shape == (rows, width)
 
 
 @pytest.mark.parametrize("rows, width, dense", [(1, 96, False), (2, 64, True), (3, 40, False),
-                                                (5, 1000, True), (7, 24, False)], ids=str)
+                                                (5, 1000, True), (7, 24, False),
+                                                (1, 1001, False), (3, 1000, True)], ids=str)
 def test_few_rows_packed_compute_the_reference(rows, width, dense):
     # AVX2's vectors of 8, which every width divides, whatever vectors the host has
     if AVX2.missing_on_host():
@@ -121,6 +125,46 @@ def test_few_rows_packed_compute_the_reference(rows, width, dense):
     y = opf.op.nn.relu(y + opf.const(normal(width, seed=2)))
     assert "nn.matmul_packed" in ops(rewritten(y, AVX2))
     check(y, normal(rows, 72, seed=3), target=AVX2)
+
+
+@pytest.mark.parametrize("width, target, panels, cols", [
+    (1024, AVX2, 43, 24),     # 4 x 3 tiles: 8 zero columns (1/128) in the last panel
+    (1024, AVX512, 32, 32),   # 48-column panels would add 32 (1/32): two vectors, no padding
+    (4096, AVX512, 86, 48),   # 32 zero columns of 4128 (1/128)
+    (1000, AVX512, 21, 48),   # no whole vectors: 8 zero columns
+    (1001, AVX2, 42, 24),     # no whole vectors: 7 zero columns
+], ids=str)
+def test_columns_are_padded_with_zeros_to_whole_panels(width, target, panels, cols):
+    for dense in (False, True):
+        x = opf.var("x", shape=(64, 40))
+        weight = normal(width, 40, seed=1) if dense else normal(40, width, seed=1)
+        y = nn.dense(x, opf.const(weight)) if dense else nn.matmul(x, opf.const(weight))
+        (product,) = [n for n in post_order(rewritten(y, target).body)
+                      if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
+        assert product.args[1].data.shape == (panels, 40, cols)
+        assert product.attrs["columns"] == (0 if panels * cols == width else width)
+        assert product.checked_type.shape == (64, width)
+        assert not product.args[1].data.transpose(1, 0, 2).reshape(40, -1)[:, width:].any()
+
+
+@pytest.mark.parametrize("rows, width", [(64, 1024), (197, 1000), (130, 1001), (8, 4100)],
+                         ids=str)
+def test_padded_panels_compute_the_reference(rows, width):
+    # the zero columns and any rows past whole tiles cropped in the kernel, with the epilogue
+    if AVX2.missing_on_host():
+        pytest.skip(f"the host lacks {AVX2.missing_on_host()}")
+    x = opf.var("x", shape=(rows, 40))
+    y = opf.op.nn.relu(nn.matmul(x, opf.const(normal(40, width, seed=1)))
+                       + opf.const(normal(width, seed=2)))
+    (product,) = [n for n in post_order(rewritten(y, AVX2).body)
+                  if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
+    assert product.attrs["columns"] == width
+    params = [n for n in post_order(y) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, y))
+    exe = opf.compile(mod, target=AVX2)
+    assert exe.num_kernels == 1
+    value = normal(rows, 40, seed=3)
+    assert_close(exe(value), evaluate(mod, [value]), 1e-5)
 
 
 def test_a_weight_above_the_folding_limit_is_packed_all_the_same():
@@ -154,3 +198,10 @@ def test_matmul_packed_reference_and_type_errors():
     with pytest.raises(OpfusionError, match="contracts 12 values"):
         opf.transform.InferType()(IRModule.from_expr(Function(
             [x], Call(op, [x, opf.const(normal(2, 11, 16))], {}))))
+    # columns: the real ones of panels whose last ends in zeros
+    np.testing.assert_allclose(op.reference(a, panels, columns=20),
+                               a.astype("float64") @ w[:, :20], rtol=1e-6)
+    for columns in (16, 33):  # the last panel all zeros; more than the panels hold
+        with pytest.raises(OpfusionError, match="must end in the last of the 2 panels"):
+            opf.transform.InferType()(IRModule.from_expr(Function(
+                [x], Call(op, [x, opf.const(panels)], {"columns": columns}))))
