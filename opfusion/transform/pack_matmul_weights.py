@@ -101,7 +101,7 @@ def packed_columns(call: Call) -> tuple[int, str, int] | None:
         if call.attrs.transpose_a:
             return None
         layout = "NK" if call.attrs.transpose_b else "KN"
-    depth, width = (w.shape[1], w.shape[0]) if layout == "NK" else w.shape
+    width = w.shape[0] if layout == "NK" else w.shape[1]
     target = Target.current()
     if target is None:
         return None
