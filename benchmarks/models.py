@@ -155,7 +155,8 @@ def openvino_above_cap(compiled: Any) -> list[str]:
     """With ``ONEDNN_MAX_CPU_ISA`` set to AVX2 or below, the operations of the compiled model
     that run wider code anyway (``"FullyConnected gemm_mlas_f32 x4"``): OpenVINO sends some
     products to MLAS and some reductions to its own AVX-512 kernels whatever the cap."""
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in ("AVX2", "AVX", "SSE41"):
+    caps = [cap for _, cap in ISA_CAPS.values()]
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in caps:
         return []
     counts: dict[str, int] = {}
     for op in compiled.get_runtime_model().get_ordered_ops():

@@ -851,11 +851,17 @@ def padded_panel_width(rows: int, width: int, target: Any) -> tuple[int, int]:
     if lanes < 2 or rows < PACK_MIN_ROWS or width < lanes:
         return 0, width
     for vectors in (panel_vectors(target), 2, 1):
-        cols = vectors * lanes
-        padded = -(-width // cols) * cols
-        if padded - width <= width * MAX_PANEL_PADDING:
-            return cols, padded
+        padded = _cheaply_padded(width, vectors * lanes)
+        if padded:
+            return vectors * lanes, padded
     return 0, width
+
+
+def _cheaply_padded(width: int, cols: int) -> int:
+    """``width`` rounded up to whole panels of ``cols`` columns when that adds at most
+    MAX_PANEL_PADDING of it, else 0."""
+    padded = -(-width // cols) * cols
+    return padded if padded - width <= width * MAX_PANEL_PADDING else 0
 
 
 def panel_vectors(target: Any) -> int:
@@ -881,22 +887,20 @@ def few_rows_panel_width(rows: int, width: int, target: Any) -> tuple[int, int]:
     as many vectors of columns as fill the accumulators (``2 * register_rows``: 1 row x 8
     vectors, 2 x 4, 3 or 4 x 2 with AVX2), or fewer where the zero columns that pad the
     weight to whole panels would add more than MAX_PANEL_PADDING of its width; a panel is
-    that tile's columns, so each task streams
-    one contiguous panel. Read in place, a row of the weight is a few vectors per (strided)
-    row of memory that the prefetchers do not follow: 1 x 768 x 3072, kernel alone, 35 -> 66
-    GFLOP/s, 2 x 768 x 3072 37 -> 107, 4 x 1024 x 1024 76 -> 141 (Zen 3, two threads); a
-    classifier's 9216 x 4096 weight, read from memory, 27 -> 29; a decoder's token step
-    through a vocabulary (1 x 768 x 50257, in no whole vectors, read in place before): 84 ->
-    12 ms with AVX2 (Xeon)."""
+    that tile's columns, so each task streams one contiguous panel. Read in place, a row of
+    the weight is a few vectors per (strided) row of memory that the prefetchers do not
+    follow: 1 x 768 x 3072, kernel alone, 35 -> 66 GFLOP/s, 2 x 768 x 3072 37 -> 107, 4 x
+    1024 x 1024 76 -> 141 (Zen 3, two threads); a classifier's 9216 x 4096 weight, read from
+    memory, 27 -> 29; a decoder's token step through a vocabulary (1 x 768 x 50257, in no
+    whole vectors, read in place before): 84 -> 12 ms with AVX2 (Xeon)."""
     lanes = target.vector_lanes("float32")
     if lanes < 2 or width < lanes:
         return 0, width
     tile_rows = max(d for d in range(1, register_rows(target) + 1) if rows % d == 0)
     budget = max(1, 2 * register_rows(target) // tile_rows)
-    whole = -(-width // lanes)  # vectors
     for vectors in range(budget, 0, -1):
-        padded = -(-whole // vectors) * vectors * lanes
-        if padded == width or padded - width <= width * MAX_PANEL_PADDING:
+        padded = _cheaply_padded(width, vectors * lanes)
+        if padded:
             return vectors * lanes, padded
     return 0, width
 
