@@ -1,38 +1,43 @@
-"""An int8 model against its float version, in opfusion and ONNX Runtime, interleaved.
+"""An int8 model against its float version, in opfusion, ONNX Runtime and OpenVINO, interleaved.
 
-    python benchmarks/int8_models.py [--model resnet18] [--format qdq|qoperator]
-                                     [--repeat 20] [--threads 2]
+    python benchmarks/int8_models.py [--model resnet18|bert_layer|gpt_block]
+                                     [--format qdq|qoperator|dynamic] [--repeat 200]
 
-The int8 model is made by ONNX Runtime's quantization tool (``quant_pre_process``, then
-``quantize_static``, per-channel
-weights, 8 calibration batches of standard-normal inputs) from the random-weight torchvision
-copy of :func:`opfusion.testing.vision_model`. Prints, per engine, the median times of the
-float and the int8 model (batch 1), the int8/float ratio, opfusion/ONNX Runtime ratios, and
-how far each int8 output is from the float model's (relative to its largest magnitude).
-Check ``uptime`` first: ONNX Runtime's spinning threads make busy-machine ratios
-meaningless. Needs the test extra (onnxruntime)."""
+The int8 model is made by ONNX Runtime's quantization tool from a random-weight float model:
+a vision model (:func:`opfusion.testing.vision_model`) by ``quant_pre_process`` then
+``quantize_static`` (per-channel weights, 8 calibration batches of standard-normal inputs;
+``--format qdq`` or ``qoperator``); a transformer block
+(:func:`opfusion.testing.transformer_model`) by ``quantize_dynamic`` (int8 weights, every MatMul
+a MatMulInteger of DynamicQuantizeLinear's bytes; ``--format dynamic``, its default), as ONNX
+Runtime's documentation recommends for each. Prints the engines' median times for the float
+and the int8 model (batch 1, one thread per core, in alternating batches as
+``benchmarks/models.py`` times them), the int8/float ratios, opfusion's ratios to the others,
+and how far each int8 output is from the float model's (relative to its largest magnitude).
+OpenVINO is left out where it is not installed or cannot read the model. Check ``uptime``
+first: ONNX Runtime's spinning threads make busy-machine ratios meaningless. Needs the test
+extra (onnxruntime)."""
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+from models import Engine, openvino_engine, opfusion_engine, ort_engine, timed
 from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
     QuantType,
+    quantize_dynamic,
     quantize_static,
 )
 
 import opfusion as opf
 from opfusion.frontend import from_onnx
 from opfusion.target import host_target
+from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
 from opfusion.testing.vision import vision_model
 
 
@@ -47,9 +52,14 @@ class _RandomBatches(CalibrationDataReader):
 
 
 def quantized(path: Path, out: Path, fmt: str) -> Path:
-    """``path`` pre-processed (batch norms folded, shapes inferred) and quantized as ONNX
-    Runtime's documentation recommends."""
+    """``path`` quantized as ONNX Runtime's documentation recommends: dynamically (``fmt``
+    "dynamic"), or pre-processed (batch norms folded, shapes inferred) and quantized
+    statically."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if fmt == "dynamic":
+        quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8)
+        return out
 
     prepared = out.with_name("prepared.onnx")
     quant_pre_process(str(path), str(prepared))
@@ -67,53 +77,58 @@ def quantized(path: Path, out: Path, fmt: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--format", choices=["qdq", "qoperator"], default="qdq")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--format", choices=["qdq", "qoperator", "dynamic"], default=None,
+                        help="qdq for vision models, dynamic for transformer blocks")
+    parser.add_argument("--repeat", type=int, default=200, help="calls per engine at least")
     args = parser.parse_args()
 
-    float_path = vision_model(args.model)
-    int8_path = quantized(float_path, Path(tempfile.mkdtemp()) / "int8.onnx", args.format)
-    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224), dtype=np.float32)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    runners, outputs = {}, {}
+    transformer = args.model in TRANSFORMER_MODEL_NAMES
+    fmt = args.format or ("dynamic" if transformer else "qdq")
+    float_path = transformer_model(args.model) if transformer else vision_model(args.model)
+    int8_path = quantized(float_path, Path(tempfile.mkdtemp()) / "int8.onnx", fmt)
+    shape = (1, 128, 768) if transformer else (1, 3, 224, 224)
+    x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
+    engines: dict[str, Engine] = {}
     for label, path in [("float", float_path), ("int8", int8_path)]:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        runners[f"onnxruntime {label}"] = (lambda s=session, n=name: s.run(None, {n: x})[0])
         mod, params = from_onnx(str(path))
-        exe = opf.compile(mod, params=params, num_threads=args.threads)
-        runners[f"opfusion {label}"] = (lambda e=exe: e.run([x])[0])
-    times: dict[str, list[float]] = {key: [] for key in runners}
-    for key, run in runners.items():
-        outputs[key] = run()
-    for _ in range(args.repeat):  # interleaved
-        for key, run in runners.items():
-            time.sleep(0.05)  # ONNX Runtime's threads stop spinning before the next engine
-            start = time.perf_counter()
-            run()
-            times[key].append(time.perf_counter() - start)
+        exe = opf.compile(mod, params=params)
+        engines[f"opfusion {label}"] = opfusion_engine(label, exe, {exe.input_names[0]: x})
+        ort = ort_engine(str(path), x)
+        if ort is not None:
+            engines[f"onnxruntime {label}"] = ort
+        try:
+            found = openvino_engine(str(path), x)
+        except RuntimeError as error:  # an operation it does not read
+            print(f"# openvino {label}: left out ({str(error).splitlines()[0][:100]})")
+            found = None
+        if found is not None:
+            engines[f"openvino {label}"] = found[0]
+    outputs = {key: engine.outputs()[0] for key, engine in engines.items()}
+    median = dict(zip(engines, (t * 1e3 for t in timed(list(engines.values()), args.repeat))))
     target = host_target()
-    print(f"{args.model} ({args.format}), batch 1, {args.threads} threads, "
+    print(f"{args.model} ({fmt}), batch 1, {target.num_cores} threads, "
           f"ISA {'+'.join(sorted(target.features)) or 'baseline'}")
-    median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
-    for key in runners:
+    for key in engines:
         print(f"  {key:<20} {median[key]:8.2f} ms")
-    for engine in ("opfusion", "onnxruntime"):
-        ratio = median[f"{engine} int8"] / median[f"{engine} float"]
-        print(f"  {engine}: int8 / float time {ratio:.2f}")
-    for label in ("float", "int8"):
-        print(f"  opfusion / onnxruntime ({label}): "
-              f"{median[f'opfusion {label}'] / median[f'onnxruntime {label}']:.2f}")
-    reference = outputs["onnxruntime float"]
+    names = sorted({key.rsplit(" ", 1)[0] for key in engines})
+    for engine in names:
+        if f"{engine} int8" in median and f"{engine} float" in median:
+            ratio = median[f"{engine} int8"] / median[f"{engine} float"]
+            print(f"  {engine}: int8 / float time {ratio:.2f}")
+    for engine in names:
+        for label in ("float", "int8"):
+            if engine != "opfusion" and f"{engine} {label}" in median:
+                print(f"  {engine} / opfusion ({label}): "
+                      f"{median[f'{engine} {label}'] / median[f'opfusion {label}']:.2f}")
+    reference = outputs["opfusion float"]
     scale = float(np.max(np.abs(reference)))
     for key, value in outputs.items():
         print(f"  {key:<20} max |out - float| / max|float| = "
               f"{float(np.max(np.abs(value - reference))) / scale:.4f}")
-    apart = np.max(np.abs(outputs["opfusion int8"] - outputs["onnxruntime int8"]))
-    print(f"  opfusion int8 vs onnxruntime int8: max diff / max|float| = "
-          f"{float(apart) / scale:.4f}")
+    if "onnxruntime int8" in outputs:
+        apart = np.max(np.abs(outputs["opfusion int8"] - outputs["onnxruntime int8"]))
+        print(f"  opfusion int8 vs onnxruntime int8: max diff / max|float| = "
+              f"{float(apart) / scale:.4f}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from ..tir.expr import (
     call,
     cast,
     const,
+    dot4_u8s8,
     floordiv,
     floormod,
     is_float,
@@ -26,7 +27,7 @@ from ..tir.expr import (
 
 __all__ = [
     "abs", "acos", "all", "any", "asin", "atan", "atan2", "cast", "ceil", "const", "cos",
-    "cosh", "erf", "exp", "exp2", "expm1", "floor", "floordiv", "floormod", "fmod",
+    "cosh", "dot4_u8s8", "erf", "exp", "exp2", "expm1", "floor", "floordiv", "floormod", "fmod",
     "if_then_else", "log", "log10", "log1p", "log2", "pow", "power", "round", "rsqrt", "select",
     "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
 ]

@@ -26,8 +26,8 @@ Nodes and their fields (all fields are read-only attributes):
                     branch (C ``c ? t : f``), so a guarded out-of-range load is safe.
 ``Cast``            ``dtype``, ``value`` — C conversion (float to int truncates).
 ``Call``            ``name: str``, ``args: tuple[PrimExpr, ...]``, ``dtype`` — a pure math
-                    intrinsic; ``name`` is one of :data:`INTRINSICS` and all args and the
-                    result have the same float dtype.
+                    intrinsic; ``name`` is one of :data:`INTRINSICS`; all args and the
+                    result have the same float dtype, except ``dot4_u8s8`` (int32).
 ``BufferLoad``      ``buffer: Buffer``, ``indices: tuple[PrimExpr, ...]`` — one element of an
                     n-d buffer; ``dtype == buffer.dtype``; one int index per dimension.
 ``Let``             ``var: Var``, ``value``, ``body`` — ``body`` with ``var`` bound to ``value``
@@ -64,11 +64,14 @@ _set = object.__setattr__
 #: returns that dtype. "round" rounds half to even (C ``nearbyint``); the rest are C99 <math.h>.
 #: (``exp_neg`` is exp(-x): the CPU code generator's form of exp(0 - x), which it computes
 #: without the negation; see opfusion.backend.cpu.vector_math.)
+#: ``dot4_u8s8(a, b)`` is the one integer intrinsic: int32 words holding four bytes each, those
+#: of ``a`` unsigned and those of ``b`` signed (byte 0 the lowest), and the int32 sum of the
+#: four products, byte by byte: one lane of an x86 VNNI ``vpdpbusd`` (see :func:`dot4_u8s8`).
 INTRINSICS: dict[str, int] = {
     "exp": 1, "exp_neg": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
     "sqrt": 1, "tanh": 1, "erf": 1, "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
     "fabs": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1,
-    "sinh": 1, "cosh": 1, "pow": 2, "atan2": 2, "fmod": 2,
+    "sinh": 1, "cosh": 1, "pow": 2, "atan2": 2, "fmod": 2, "dot4_u8s8": 2,
 }
 
 
@@ -996,6 +999,28 @@ def call(name: str, *args: Any) -> PrimExpr:
                 "intrinsics take floats, cast it first (te.cast(x, 'float32'))"
             )
     return Call(name, exprs, exprs[0].dtype)
+
+
+def dot4_u8s8(a: Any, b: Any) -> PrimExpr:
+    """The sum of the products of the four bytes of int32 word ``a`` (unsigned) with those of
+    word ``b`` (signed), byte 0 the lowest: an int32 in [-130560, 130050]. A product whose
+    operands are 8-bit values packed four to a word contracts four of them per step."""
+    exprs = [as_expr(a), as_expr(b)]
+    for e in exprs:
+        if e.dtype != "int32":
+            raise TensorExprError(f"dot4_u8s8({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
+                                  "it takes int32 words of four bytes")
+    return Call("dot4_u8s8", exprs, "int32")
+
+
+def unpack_dot4_u8s8(a: int, b: int) -> int:
+    """:func:`dot4_u8s8` on Python ints (the reference for its C and vector forms)."""
+    total = 0
+    for shift in (0, 8, 16, 24):
+        x = (a >> shift) & 0xFF
+        y = (b >> shift) & 0xFF
+        total += x * (y - 256 if y > 127 else y)
+    return total
 
 
 def power(a: Any, b: Any) -> PrimExpr:

@@ -53,6 +53,7 @@ from ..topi.nn import (
     register_rows,
 )
 from .context import PassContext
+from .int8_products import corrected, has_vnni, quantized_operands, word_panels
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 
@@ -110,13 +111,20 @@ def packed_columns(call: Call) -> tuple[int, str, int] | None:
     # output projection, 197 x 768 x 768: 118 GFLOP/s as dot products, 220 in panels). Its
     # columns are padded with zeros to whole panels where that costs little (power-of-two
     # widths in panels of three vectors) or the columns are in no whole vectors.
+    cols, padded = _panel_width(rows, width, target)
+    return (cols, layout, padded) if cols else None
+
+
+def _panel_width(rows: int, width: int, target: Target) -> tuple[int, int]:
+    """(columns per panel, columns padded to whole panels) of a constant right operand of a
+    product of ``rows`` rows, or (0, width) to leave it."""
     cols, padded = padded_panel_width(rows, width, target)
     if not cols and rows < PACK_MIN_ROWS:
         # Too few rows for the compute to pack on every call, but packing a constant is free:
         # panels as wide as a few rows' register tile, streamed instead of strided rows (a
         # decoder's token step through a vocabulary of 50257 columns: padded to whole vectors).
         cols, padded = few_rows_panel_width(rows, width, target)
-    return (cols, layout, padded) if cols else None
+    return cols, padded
 
 
 #: Multiply-adds below which a product is not padded (the copies would cost more).
@@ -179,12 +187,22 @@ class _Packer(ExprMutator):
                 self.memo[node.op] = node.op
 
     def __init__(self, func: Function, target: Target) -> None:
+        self.target = target
         self.lanes = target.vector_lanes("float32")
         self.row_tile = register_rows(target)
+        self.vnni = has_vnni(target)
+        #: nn.byte_words of each rewritten activations (by the expression's id, kept alive in
+        #: the value): the products of one input (queries, keys, values) share one kernel
+        self.words: dict[int, tuple[Expr, Expr]] = {}
         self._init(func)
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
+        quantized = quantized_operands(call) if self.vnni else None
+        if quantized is not None and isinstance(new, Call):
+            words = self._words_product(call, new, *quantized)
+            if words is not None:
+                return words
         packing = packed_columns(call)
         # A product packed at compile time takes care of its rows itself; only products of
         # computed operands (or unpacked ones) are padded.
@@ -212,6 +230,37 @@ class _Packer(ExprMutator):
         out: Expr = Call(get_op("nn.matmul_packed"), [data, panels],
                          {"out_dtype": new.attrs.get("out_dtype"),
                           "columns": width if padded != width else 0}, new.span)
+        if flatten:
+            out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
+        return out
+
+    def _words_product(self, old: Call, new: Call, activations: Expr, zero_point: Expr | None,
+                       weight: np.ndarray) -> Expr | None:
+        """The int32 product ``old`` of 8-bit activations by an int8 weight as a product of
+        words on VNNI (see :mod:`.int8_products`), or None where its columns take no panels.
+        ``activations`` and ``zero_point`` are parts of ``old``; their rewritten forms are
+        looked up in the memo."""
+        out_type = old.checked_type
+        a_type = activations.checked_type
+        rows = a_type.size // a_type.shape[-1]
+        width = out_type.shape[-1]
+        cols, padded = _panel_width(rows, width, self.target)
+        if not cols:
+            return None
+        data = self.visit(activations)
+        point = None if zero_point is None else self.visit(zero_point)
+        if id(data) not in self.words:
+            self.words[id(data)] = (data, Call(get_op("nn.byte_words"), [data], {}))
+        words = self.words[id(data)][1]
+        flatten = a_type.shape[-2] != rows
+        if flatten:
+            words = Call(get_op("reshape"), [words], {"newshape": [rows, -(-a_type.shape[-1]
+                                                                         // 4)]})
+        out: Expr = Call(get_op("nn.matmul_packed"),
+                         [words, Constant(word_panels(weight, cols, padded))],
+                         {"columns": width if padded != width else 0, "words": True},
+                         new.span)
+        out = corrected(out, activations, point, weight)
         if flatten:
             out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
         return out

@@ -116,3 +116,23 @@ def test_max_min_and_arg_reductions_see_nan_compiled(kernel_cache):
         check_compute(getattr(opf.op, name), x, axis=[1], compiled=True)
     check_compute(opf.op.argmax, x, axis=[1], select_last_index=True, compiled=True)
     check_compute(opf.op.argmin, x, compiled=True)
+
+
+@needs_cc
+@pytest.mark.parametrize("shape,attrs", [((128, 768), {}), ((3, 47), {"axis": [1]}),
+                                         ((5, 32), {"axis": [1], "keepdims": True}),
+                                         ((4, 40, 33), {"axis": [0, 2]}),
+                                         ((2, 100), {"axis": [1]})], ids=str)
+def test_max_and_min_along_memory_in_lanes_compiled(kernel_cache, shape, attrs):
+    """Reduced along the innermost axis, max and min take the blocked sums' interleaved
+    lanes (and a tail); NaN anywhere (in a lane, in the tail) and -inf/+inf still win."""
+    x = _normal(shape, seed=3)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 1] = np.nan              # in a lane
+    flat[-1, shape[-1] - 1] = np.nan  # in the tail, if there is one
+    flat[1 % flat.shape[0], 0] = np.inf
+    flat[1 % flat.shape[0], 2] = -np.inf
+    for name in ["max", "min"]:
+        check_compute(getattr(opf.op, name), x, compiled=True, **attrs)
+        check_compute(getattr(opf.op, name), np.abs(_normal(shape, seed=4)), compiled=True,
+                      **attrs)

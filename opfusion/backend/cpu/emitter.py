@@ -56,7 +56,12 @@ from .module import (
 from .regtile import RegisterTileEmitter
 from .units import SECTION_MARKER
 from .vector import VectorEmitter
-from .vector_math import HELPER_INTRINSICS, expand_intrinsics, scalar_exp_helper
+from .vector_math import (
+    HELPER_INTRINSICS,
+    expand_intrinsics,
+    scalar_dot4_helper,
+    scalar_exp_helper,
+)
 
 #: The helper key of the cancel flag's declaration (its definition is in the table section).
 _CANCEL_FLAG_HELPER = "0_opf_cancel_flag"
@@ -159,7 +164,11 @@ class CPUEmitter(CFamilyEmitter):
 
     def _call(self, node: E.Call, args: list[str]) -> str:
         """The intrinsics :mod:`.vector_math` computes (float32 exp and exp_neg) by its scalar
-        helper, the same algorithm as the vector one; the rest as libm calls."""
+        helper, the same algorithm as the vector one; ``dot4_u8s8`` by a byte loop; the rest
+        as libm calls."""
+        if node.name == "dot4_u8s8":
+            self.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
+            return f"opf_dot4_u8s8({args[0]}, {args[1]})"
         if node.dtype in HELPER_INTRINSICS.get(node.name, ()):
             name = f"opf_{node.name}_{node.dtype}"
             self.includes.add("string.h")

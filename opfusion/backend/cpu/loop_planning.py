@@ -458,7 +458,8 @@ class VectorAnalysis:
                 return None
             return ("vector", dtype)
         if isinstance(node, E.Call) and dtype in VECTOR_INTRINSICS.get(node.name, ()):
-            return ("vector", dtype) if kids[0][0] == "vector" else None
+            # (scalar operands of a two-operand intrinsic, dot4_u8s8's, are broadcast)
+            return ("vector", dtype) if all(k[0] != "mask" for k in kids) else None
         return None  # other intrinsic calls, integer division, lets: scalar loop
 
 

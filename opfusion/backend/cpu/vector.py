@@ -33,7 +33,12 @@ from .loop_planning import (
     VectorPlan,
     value_nodes,
 )
-from .vector_math import has_scalef, vector_exp_helper
+from .vector_math import (
+    has_scalef,
+    scalar_dot4_helper,
+    vector_dot4_helper,
+    vector_exp_helper,
+)
 
 #: Streaming-store instructions, widest first: (bytes, target feature, preprocessor guard,
 #: intrinsic, vector type). The fence after them, ``_mm_sfence``, needs SSE.
@@ -109,6 +114,12 @@ class VectorEmitter:
             root = "sqrtf" if dtype == "float32" else "sqrt"
             text = (f"static inline {vt} {name}({vt} v) {{ {vt} r; for (int i = 0; i < {lanes}; "
                     f"++i) r[i] = {root}(v[i]); return r; }}")
+        elif kind in ("dot4_u8s8", "dot4_add_u8s8"):
+            vnni = self.target.has("avx512vnni")
+            if vnni:
+                self._include_intrinsics()
+            self.c.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
+            text = vector_dot4_helper(name, vt, lanes, vnni, kind == "dot4_add_u8s8")
         elif kind == "stream":
             text = self._stream_helper(name, vt, scalar, lanes * VECTOR_DTYPES[dtype])
         else:  # pragma: no cover - internal
@@ -239,6 +250,13 @@ class VectorEmitter:
             offset = c.expr(c.offset(node.buffer, node.indices))
             load = self.helper("load", node.dtype, lanes)
             return f"{load}(&{c.buffer_name(node.buffer)}[{offset}])"
+        if isinstance(node, E.Add) and _is_dot4(kids[1]):
+            # acc + dot4(a, b): one vpdpbusd, which adds to its accumulator itself
+            a, b = (self._operand(k, None if analysis.kinds[id(k)] == SCALAR
+                                  else self._text_of(k, analysis, lanes), lanes)
+                    for k in kids[1].children())
+            acc = self._operand(kids[0], args[0], lanes)
+            return f"{self.helper('dot4_add_u8s8', node.dtype, lanes)}({acc}, {a}, {b})"
         op = ARITHMETIC.get(type(node)) or COMPARISONS.get(type(node))
         if op is not None:
             a = self._operand(kids[0], args[0], lanes)
@@ -262,5 +280,14 @@ class VectorEmitter:
         if isinstance(node, E.Cast):
             return f"__builtin_convertvector({args[0]}, {self.vtype(node.dtype, lanes)})"
         if isinstance(node, E.Call):  # planned only for VECTOR_INTRINSICS
-            return f"{self.helper(node.name, node.dtype, lanes)}({args[0]})"
+            operands = ", ".join(self._operand(k, a, lanes) for k, a in zip(kids, args))
+            return f"{self.helper(node.name, node.dtype, lanes)}({operands})"
         raise AssertionError(f"unplanned vector node {type(node).__name__}")  # pragma: no cover
+
+    def _text_of(self, node: E.PrimExpr, analysis: VectorAnalysis, lanes: int) -> str:
+        """C text of vector sub-expression ``node`` (its parent is written in one piece)."""
+        return self.value(node, analysis, lanes)
+
+
+def _is_dot4(node: E.PrimExpr) -> bool:
+    return isinstance(node, E.Call) and node.name == "dot4_u8s8"

@@ -55,7 +55,8 @@ from ...tir.simplify import map_stmt
 #: rounded ``sqrtf``/``sqrt`` (GCC makes the loop one vector square-root instruction), the
 #: same value as the scalar code's.
 VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",),
-                                                 "sqrt": ("float32", "float64")}
+                                                 "sqrt": ("float32", "float64"),
+                                                 "dot4_u8s8": ("int32",)}
 #: Those whose scalar form is computed here as well (the rest are libm calls).
 HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",)}
 
@@ -386,3 +387,47 @@ def _bound(argument: E.PrimExpr, lets: list[tuple[E.Var, E.PrimExpr]] | None) ->
 
 def _expand_plain(expr: E.PrimExpr) -> E.PrimExpr:
     return E.rewrite(expr, lambda node: _expansion(node, None))
+
+
+def scalar_dot4_helper() -> str:
+    """``opf_dot4_u8s8(a, b)``: the sum of the products of the bytes of ``a`` (unsigned) and
+    ``b`` (signed), byte by byte (:func:`opfusion.tir.expr.dot4_u8s8`)."""
+    return ("static inline int32_t opf_dot4_u8s8(int32_t a, int32_t b) {\n"
+            "  uint32_t x = (uint32_t)a, y = (uint32_t)b;\n"
+            "  int32_t sum = 0;\n"
+            "  for (int i = 0; i < 32; i += 8)\n"
+            "    sum += (int32_t)((x >> i) & 0xFFu)\n"
+            "           * (int32_t)(int8_t)(uint8_t)((y >> i) & 0xFFu);\n"
+            "  return sum;\n"
+            "}")
+
+
+#: VNNI's ``vpdpbusd`` by the width of its vectors in bytes: (preprocessor guard, intrinsic,
+#: integer vector type, the zero of that type).
+_DPBUSD = {
+    64: ("defined(__AVX512VNNI__)", "_mm512_dpbusd_epi32", "__m512i", "_mm512_setzero_si512()"),
+    32: ("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm256_dpbusd_epi32", "__m256i",
+         "_mm256_setzero_si256()"),
+}
+
+
+def vector_dot4_helper(name: str, vt: str, lanes: int, vnni: bool, accumulate: bool) -> str:
+    """``name(acc, a, b)`` (``accumulate``) or ``name(a, b)``: :func:`scalar_dot4_helper` lane by
+    lane on int32 vectors of ``lanes``, added to ``acc``: one ``vpdpbusd`` where ``vnni`` (the
+    target has AVX512-VNNI) and the width has one, else a loop over the lanes."""
+    params = f"{vt} acc, {vt} a, {vt} b" if accumulate else f"{vt} a, {vt} b"
+    lines = [f"static inline {vt} {name}({params}) {{"]
+    found = _DPBUSD.get(lanes * 4) if vnni else None
+    if found is not None:
+        guard, intrinsic, itype, zero = found
+        start = f"({itype})acc" if accumulate else zero
+        lines += [f"#if {guard}",
+                  f"  return ({vt}){intrinsic}({start}, ({itype})a, ({itype})b);",
+                  "#else"]
+    lines += [f"  {vt} r = {'acc' if accumulate else '{0}'};",
+              f"  for (int i = 0; i < {lanes}; ++i) r[i] += opf_dot4_u8s8(a[i], b[i]);",
+              "  return r;"]
+    if found is not None:
+        lines.append("#endif")
+    lines.append("}")
+    return "\n".join(lines)

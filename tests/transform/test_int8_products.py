@@ -1,0 +1,173 @@
+"""Products of 8-bit operands on VNNI (opfusion.transform.int8_products): an int32 product of
+8-bit activations by a constant that fits int8 becomes a product of int32 words of four bytes
+(nn.byte_words, nn.matmul_packed with words=True, dot4_u8s8) less the zero point times the
+weight's column sums; the result is the same int32, exactly, in the reference interpreter and
+compiled (with vpdpbusd where the host has AVX512-VNNI, a byte loop elsewhere)."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.compile import alter_layout
+from opfusion.errors import OpfusionTypeError
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Call, Constant, Function
+from opfusion.ir.module import IRModule
+from opfusion.ir.op import get_op
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target, host_target
+from opfusion.tir.expr import unpack_dot4_u8s8
+from opfusion.transform.fold_constant import BindParams
+from opfusion.transform.int8_products import has_vnni, word_panels
+
+VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
+AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+HOST_VNNI = has_vnni(host_target())
+
+rng = np.random.default_rng(7)
+
+
+def codes(shape, dtype):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def module(expr):
+    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
+    return opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+
+
+def rewritten(mod, target):
+    with opf.transform.PassContext(opt_level=3):
+        return alter_layout(mod, target)
+
+
+def op_names(mod):
+    return [n.op.name for n in post_order(mod["main"].body) if isinstance(n, Call)]
+
+
+def quantized_product(x_shape, x_dtype, weight, zero_point=None):
+    """nn.matmul(cast(x, int32) - zero_point, weight) as the MatMulInteger converter writes
+    it."""
+    x = opf.var("x", shape=x_shape, dtype=x_dtype)
+    wide = opf.op.cast(x, dtype="int32")
+    if zero_point is not None:
+        wide = opf.op.subtract(wide, opf.const(np.array(zero_point, np.int32)))
+    return opf.op.nn.matmul(wide, opf.const(weight.astype(np.int32)))
+
+
+def test_dot4_u8s8_multiplies_unsigned_bytes_by_signed_ones():
+    assert unpack_dot4_u8s8(0x01020304, -1) == -10
+    assert unpack_dot4_u8s8(-1, 0x7F7F7F7F) == 4 * 255 * 127
+    assert unpack_dot4_u8s8(-1, -2139062144) == 4 * 255 * -128  # 0x80808080
+    assert unpack_dot4_u8s8(0, -1) == 0
+    with pytest.raises(opf.errors.TensorExprError, match="int32 words"):
+        opf.te.dot4_u8s8(opf.te.const(1.0, "float32"), opf.te.const(1, "int32"))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_byte_words_pack_four_bytes_and_pad_the_last_word(dtype):
+    data = codes((3, 10), dtype)
+    words = get_op("nn.byte_words").reference(data)
+    assert words.shape == (3, 3) and words.dtype == np.int32
+    as_bytes = np.ascontiguousarray(words).view(np.uint8).reshape(3, 12)
+    offset = 128 if dtype == "int8" else 0
+    np.testing.assert_array_equal(as_bytes[:, :10], data.astype(np.int32) + offset)
+    assert not as_bytes[:, 10:].any()
+    x = opf.var("x", shape=(3, 10), dtype=dtype)
+    mod = module(Call(get_op("nn.byte_words"), [x], {}))
+    np.testing.assert_array_equal(opf.compile(mod)(data), words)
+
+
+def test_byte_words_refuses_other_types():
+    x = opf.var("x", shape=(4,), dtype="int16")
+    with pytest.raises(OpfusionTypeError, match="uint8 or int8"):
+        module(Call(get_op("nn.byte_words"), [x], {}))
+
+
+@pytest.mark.parametrize("rows,depth,width,cols", [(37, 40, 70, 48), (8, 13, 32, 16),
+                                                   (1, 64, 100, 16)], ids=str)
+def test_a_product_of_words_computes_the_int32_product(rows, depth, width, cols):
+    """Compiled for the host: vpdpbusd with VNNI, the byte loop of opf_dot4_u8s8 without."""
+    x, weight = codes((rows, depth), "uint8"), codes((depth, width), "int8")
+    padded = -(-width // cols) * cols
+    panels = word_panels(weight, cols, padded)
+    assert panels.shape == (padded // cols, -(-depth // 4), cols)
+    var = opf.var("x", shape=(rows, depth), dtype="uint8")
+    words = Call(get_op("nn.byte_words"), [var], {})
+    product = Call(get_op("nn.matmul_packed"), [words, Constant(panels)],
+                   {"columns": width if padded != width else 0, "words": True})
+    mod = module(product)
+    want = x.astype(np.int64) @ weight.astype(np.int64)
+    np.testing.assert_array_equal(evaluate(mod, [x]), want)
+    np.testing.assert_array_equal(opf.compile(mod)(x), want)
+
+
+def test_words_take_int32():
+    x = opf.var("x", shape=(4, 8))
+    with pytest.raises(OpfusionTypeError, match="int32 words"):
+        module(Call(get_op("nn.matmul_packed"), [x, opf.const(np.zeros((1, 8, 16), "float32"))],
+                    {"words": True}))
+
+
+@pytest.mark.parametrize("x_shape,x_dtype,w_dtype,w_zero,zero_point", [
+    ((128, 768), "uint8", "int8", 0, 113),        # quantize_dynamic's form
+    ((1, 20, 36), "uint8", "int8", 0, None),       # batch axes, no zero point
+    ((33, 50), "int8", "int8", 0, -7),             # signed activations, depth not 4k
+    ((16, 64), "uint8", "uint8", 128, 3),          # an unsigned weight centred on 128
+    ((2, 96), "uint8", "int8", 0, 255),            # two rows, panels of the few-rows form
+], ids=str)
+def test_quantized_products_become_products_of_words(x_shape, x_dtype, w_dtype, w_zero,
+                                                      zero_point):
+    width = 96
+    weight = codes((x_shape[-1], width), w_dtype).astype(np.int32) - w_zero
+    mod = module(quantized_product(x_shape, x_dtype, weight, zero_point))
+    new = rewritten(mod, VNNI)
+    assert "nn.byte_words" in op_names(new) and "nn.matmul" not in op_names(new)
+    (product,) = [n for n in post_order(new["main"].body)
+                  if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
+    assert product.attrs.words
+    x = codes(x_shape, x_dtype)
+    want = evaluate(mod, [x])
+    np.testing.assert_array_equal(evaluate(new, [x]), want)
+    if HOST_VNNI:
+        np.testing.assert_array_equal(opf.compile(mod, target=VNNI)(x), want)
+
+
+def test_weights_outside_int8_and_targets_without_vnni_keep_the_int32_product():
+    weight = codes((32, 48), "uint8").astype(np.int32) - 3  # 252 does not fit int8
+    mod = module(quantized_product((16, 32), "uint8", weight, 5))
+    assert "nn.byte_words" not in op_names(rewritten(mod, VNNI))
+    fits = module(quantized_product((16, 32), "uint8", codes((32, 48), "int8"), 5))
+    assert "nn.byte_words" not in op_names(rewritten(fits, AVX512))
+    x = codes((16, 32), "uint8")
+    np.testing.assert_array_equal(opf.compile(mod)(x), evaluate(mod, [x]))
+
+
+def test_the_quantized_bert_layer_matches_the_reference():
+    """ONNX Runtime's quantize_dynamic of the BERT-base layer: every MatMul a MatMulInteger of
+    DynamicQuantizeLinear's bytes. Compiled, its products of words give the reference
+    interpreter's numbers."""
+    pytest.importorskip("onnxruntime")
+    if not HOST_VNNI:
+        pytest.skip("the host has no AVX512-VNNI: its products stay int32 ones")
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from opfusion.frontend import from_onnx
+    from opfusion.testing.transformer import transformer_model
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bert_int8.onnx"
+        quantize_dynamic(str(transformer_model("bert_layer")), str(path),
+                         weight_type=QuantType.QInt8)
+        mod, params = from_onnx(onnx.load(path))
+    exe = opf.compile(mod, params=params)
+    assert "nn_byte_words" in exe.source_code
+    x = np.random.default_rng(0).standard_normal((1, 128, 768)).astype(np.float32)
+    want = evaluate(BindParams(params)(mod), [x])
+    got = exe(x)
+    assert float(np.abs(got - want).max()) <= 1e-4 * float(np.abs(want).max())
