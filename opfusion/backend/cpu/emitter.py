@@ -41,6 +41,7 @@ from ...runtime.model_layout import ModelLayout
 from ...target import Target, as_target
 from ...tir import expr as E
 from ...tir import stmt as S
+from ...tir.shared_values import bind_shared_values
 from ...tir.work import kernel_work
 from ..c_family import CFamilyEmitter, WorkItem, has_inner_loop
 from ..c_names import NameTable, c_type, sanitize_identifier
@@ -144,7 +145,9 @@ class CPUEmitter(CFamilyEmitter):
 
     def __init__(self, func: S.PrimFunc, entry_name: str, options: CodegenOptions,
                  target: Target) -> None:
-        super().__init__(expand_intrinsics(func), entry_name)
+        # Large values a store reads more than once are bound by lets (printed once: see
+        # opfusion.tir.shared_values), before the intrinsics bind their arguments.
+        super().__init__(expand_intrinsics(bind_shared_values(func)), entry_name)
         self.options = options
         self.target = target
         self.status_name = "opf_status"

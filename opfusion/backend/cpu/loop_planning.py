@@ -43,6 +43,7 @@ import numpy as np
 from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
+from ...tir.shared_values import evaluated_on_every_path
 from ...tir.simplify import linear_form, simplify
 from ...tir.stmt import read_buffers, written_buffers
 from ..c_family import walk_stmts
@@ -50,6 +51,12 @@ from .vector_math import VECTOR_INTRINSICS
 
 #: Element types a vector may hold, with their size in bytes.
 VECTOR_DTYPES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4, "uint64": 8}
+#: 8- and 16-bit integers, which vector code only stores (and widens), converted from float32
+#: by a saturating cast: a quantized tensor's codes (NumPy's wrapping arithmetic on them is
+#: not the C vector extension's).
+NARROW_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2}
+#: Bytes of an element of every dtype a vector may hold.
+ELEMENT_SIZES = {**VECTOR_DTYPES, **NARROW_DTYPES}
 
 ARITHMETIC = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}
 COMPARISONS = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
@@ -356,9 +363,13 @@ def value_nodes(root: E.PrimExpr) -> list[E.PrimExpr]:
     return E.post_order(root, enter=lambda node: not isinstance(node, E.BufferLoad))
 
 
-def _has_unsafe_branch(expr: E.PrimExpr) -> bool:
-    # Vector selects compute both branches: a load or an integer division there could fault.
-    return any(isinstance(n, (E.BufferLoad, E.FloorDiv, E.FloorMod)) for n in E.post_order(expr))
+def _has_unsafe_branch(expr: E.PrimExpr, always: set[int] | frozenset[int] = frozenset()
+                       ) -> bool:
+    # Vector selects compute both branches: a load or an integer division there could fault,
+    # unless the value evaluates that very node on every path anyway (``always``, by id: the
+    # load of ``x != x ? 0 : x`` that QuantizeLinear's NaN rule compares and keeps).
+    return any(isinstance(n, (E.BufferLoad, E.FloorDiv, E.FloorMod)) and id(n) not in always
+               for n in E.post_order(expr))
 
 
 class VectorAnalysis:
@@ -373,6 +384,8 @@ class VectorAnalysis:
         self.vector_lets: set[int] = set()
         self.sizes: set[int] = set()
         self.kinds: dict[int, tuple[str, str]] = {}
+        #: ids of the nodes the value being analyzed evaluates on every path
+        self.always: set[int] = set()
 
     def offset_coefficient(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...]) -> int | None:
         if not indices:
@@ -389,13 +402,14 @@ class VectorAnalysis:
 
     def value(self, root: E.PrimExpr) -> tuple[str, str] | None:
         """The kind of ``root``, or None if it cannot be vectorized."""
+        self.always = evaluated_on_every_path(root)
         for node in value_nodes(root):
             kind = self._kind(node)
             if kind is None:
                 return None
             self.kinds[id(node)] = kind
             if kind[0] == "vector":
-                self.sizes.add(VECTOR_DTYPES[kind[1]])
+                self.sizes.add(ELEMENT_SIZES[kind[1]])
         return self.kinds[id(root)]
 
     def _depends(self, node: E.PrimExpr) -> bool:
@@ -446,11 +460,18 @@ class VectorAnalysis:
                 return ("vector", dtype)  # a scalar condition picks one whole vector
             if kids[0] != ("mask", str(VECTOR_DTYPES[dtype] * 8)):
                 return None
-            if _has_unsafe_branch(node.true_value) or _has_unsafe_branch(node.false_value):
+            if (_has_unsafe_branch(node.true_value, self.always)
+                    or _has_unsafe_branch(node.false_value, self.always)):
                 return None
             return ("vector", dtype)
         if isinstance(node, E.Cast):
-            if kids[0][0] != "vector" or dtype not in VECTOR_DTYPES:
+            if kids[0][0] != "vector":
+                return None
+            if dtype in NARROW_DTYPES:
+                # float32 codes to 8 or 16 bits: the saturating helper in vectors (exact
+                # bounds; 32-bit ones are not exact in float32)
+                return ("vector", dtype) if node.value.dtype == "float32" else None
+            if dtype not in VECTOR_DTYPES:
                 return None
             if node.value.dtype.startswith("float") and not dtype.startswith("float"):
                 # Float to integer saturates (a scalar helper of the C emitter); a vector conversion
@@ -490,14 +511,15 @@ def plan_vector_loop(loop: S.For, target: Target,
             analysis.dependent.add(id(stmt.var))
             analysis.vector_lets.add(id(stmt.var))
             continue
-        if stmt.buffer.dtype not in VECTOR_DTYPES:
+        if stmt.buffer.dtype not in VECTOR_DTYPES and not (
+                stmt.buffer.dtype in NARROW_DTYPES and isinstance(stmt.value, E.Cast)):
             return None
         if analysis.offset_coefficient(stmt.buffer, stmt.indices) != 1:
             return None
         kind = analysis.value(stmt.value)
         if kind is None or kind[0] == "mask":
             return None
-        analysis.sizes.add(VECTOR_DTYPES[stmt.buffer.dtype])
+        analysis.sizes.add(ELEMENT_SIZES[stmt.buffer.dtype])
     lanes = _lanes(loop.extent.value, max(analysis.sizes, default=4), target.vector_bytes)
     if lanes is None:
         return None
@@ -505,7 +527,7 @@ def plan_vector_loop(loop: S.For, target: Target,
     streams = frozenset(
         id(s) for s in body
         if isinstance(s, S.BufferStore) and id(s.buffer) in stream_buffers
-        and VECTOR_DTYPES[s.buffer.dtype] == 4 and lanes * 4 >= MIN_STREAM_BYTES
+        and ELEMENT_SIZES[s.buffer.dtype] == 4 and lanes * 4 >= MIN_STREAM_BYTES
     )
     affine = tuple((var, c) for var, c in analysis.coefficients.items()
                    if var != id(loop.loop_var))

@@ -19,6 +19,7 @@ guard."""
 
 from __future__ import annotations
 
+from ...ir.types import float_to_int_bounds
 from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
@@ -27,6 +28,8 @@ from ..c_names import c_type
 from .loop_planning import (
     ARITHMETIC,
     COMPARISONS,
+    ELEMENT_SIZES,
+    NARROW_DTYPES,
     SCALAR,
     VECTOR_DTYPES,
     VectorAnalysis,
@@ -62,7 +65,7 @@ class VectorEmitter:
 
     def vtype(self, dtype: str, lanes: int) -> str:
         name = f"opf_{dtype}x{lanes}"
-        nbytes = lanes * VECTOR_DTYPES[dtype]
+        nbytes = lanes * ELEMENT_SIZES[dtype]
         self.c.need_helper(
             f"0_type_{name}",
             f"typedef {c_type(dtype)} {name} __attribute__((vector_size({nbytes})));",
@@ -109,9 +112,10 @@ class VectorEmitter:
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
                                      self.helper("splat", dtype, lanes), nbytes, scalef,
                                      negated=kind == "exp_neg")
-        elif kind == "sqrt":
+        elif kind in ("sqrt", "round"):
             self.c.includes.add("math.h")
-            root = "sqrtf" if dtype == "float32" else "sqrt"
+            base = "sqrt" if kind == "sqrt" else "nearbyint"
+            root = f"{base}f" if dtype == "float32" else base
             text = (f"static inline {vt} {name}({vt} v) {{ {vt} r; for (int i = 0; i < {lanes}; "
                     f"++i) r[i] = {root}(v[i]); return r; }}")
         elif kind in ("dot4_u8s8", "dot4_add_u8s8"):
@@ -120,8 +124,20 @@ class VectorEmitter:
                 self._include_intrinsics()
             self.c.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
             text = vector_dot4_helper(name, vt, lanes, vnni, kind == "dot4_add_u8s8")
+        elif kind.startswith("satcast_"):  # float32 -> 8 or 16 bits: NaN 0, truncated, saturated
+            source = kind.removeprefix("satcast_")
+            lo, hi = float_to_int_bounds(dtype)
+            ft, it = self.vtype(source, lanes), self.vtype("int32", lanes)
+            splat = self.helper("splat", source, lanes)
+            select = self.helper("select", source, lanes)
+            text = (f"static inline {vt} {name}({ft} x) {{ "
+                    f"x = {select}(x == x, x, {splat}(0)); "
+                    f"x = {select}(x < {splat}({float(lo)!r}f), {splat}({float(lo)!r}f), x); "
+                    f"x = {select}(x > {splat}({float(hi - 1)!r}f), {splat}({float(hi - 1)!r}f), "
+                    f"x); return __builtin_convertvector(__builtin_convertvector(x, {it}), "
+                    f"{vt}); }}")
         elif kind == "stream":
-            text = self._stream_helper(name, vt, scalar, lanes * VECTOR_DTYPES[dtype])
+            text = self._stream_helper(name, vt, scalar, lanes * ELEMENT_SIZES[dtype])
         else:  # pragma: no cover - internal
             raise AssertionError(kind)
         self.c.need_helper(key, text)
@@ -278,6 +294,8 @@ class VectorEmitter:
                 return f"({c.expr(kids[0])} ? {t} : {f})"
             return f"{self.helper('select', node.dtype, lanes)}({args[0]}, {t}, {f})"
         if isinstance(node, E.Cast):
+            if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
+                return f"{self.helper('satcast_' + node.value.dtype, node.dtype, lanes)}({args[0]})"
             return f"__builtin_convertvector({args[0]}, {self.vtype(node.dtype, lanes)})"
         if isinstance(node, E.Call):  # planned only for VECTOR_INTRINSICS
             operands = ", ".join(self._operand(k, a, lanes) for k, a in zip(kids, args))

@@ -53,9 +53,12 @@ from ...tir.simplify import map_stmt
 #: Functions a vectorized loop computes in vectors, by the IR intrinsic's name, and the dtypes
 #: they cover: ``exp`` by the helpers here, ``sqrt`` lane by lane with libm's correctly
 #: rounded ``sqrtf``/``sqrt`` (GCC makes the loop one vector square-root instruction), the
-#: same value as the scalar code's.
+#: same value as the scalar code's; ``round`` (half to even) lane by lane with ``nearbyintf``,
+#: which GCC makes one ``vrndscaleps``/``vroundps`` (every QuantizeLinear rounds: a scalar
+#: loop before); ``dot4_u8s8`` by its helpers (VNNI's ``vpdpbusd``).
 VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",),
                                                  "sqrt": ("float32", "float64"),
+                                                 "round": ("float32", "float64"),
                                                  "dot4_u8s8": ("int32",)}
 #: Those whose scalar form is computed here as well (the rest are libm calls).
 HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",)}
@@ -296,10 +299,13 @@ def expand_intrinsics(func: S.PrimFunc) -> S.PrimFunc:
 
 def _expand_stmt(stmt: S.Stmt) -> S.Stmt:
     # (recursion by nesting depth, as map_stmt)
-    if isinstance(stmt, S.BufferStore):
+    if isinstance(stmt, (S.BufferStore, S.LetStmt)):
+        # (a let's value too: a shared value bound before the store, tir.shared_values)
         lets: list[tuple[E.Var, E.PrimExpr]] = []
         value = E.rewrite(stmt.value, lambda node: _expansion(node, lets))
-        out: S.Stmt = S.BufferStore(stmt.buffer, value, list(stmt.indices))
+        out: S.Stmt = (S.BufferStore(stmt.buffer, value, list(stmt.indices))
+                       if isinstance(stmt, S.BufferStore)
+                       else S.LetStmt(stmt.var, value, _expand_stmt(stmt.body)))
         for var, bound in reversed(lets):
             out = S.LetStmt(var, bound, out)
         return out
@@ -310,8 +316,6 @@ def _expand_stmt(stmt: S.Stmt) -> S.Stmt:
     if isinstance(stmt, S.IfThenElse):
         return S.IfThenElse(stmt.condition, _expand_stmt(stmt.then_case),
                             None if stmt.else_case is None else _expand_stmt(stmt.else_case))
-    if isinstance(stmt, S.LetStmt):
-        return S.LetStmt(stmt.var, _expand_plain(stmt.value), _expand_stmt(stmt.body))
     if isinstance(stmt, S.Allocate):
         return S.Allocate(stmt.buffer, _expand_stmt(stmt.body))
     return map_stmt(stmt, _expand_plain)

@@ -1,0 +1,121 @@
+"""The kernels of quantized models: QuantizeLinear's rounding and saturating cast run in
+vectors with the scalar rule's values (NaN 0, truncated, saturated), a select that keeps a
+value it also compares vectorizes, and chains of QuantizeLinear / DequantizeLinear pairs
+(ONNX Runtime's static quantization around every operator) print each shared value once
+(opfusion.tir.shared_values) instead of a tree that grows 3x a pair."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import opfusion as opf
+from opfusion.frontend import from_onnx
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Function
+from opfusion.ir.module import IRModule
+from opfusion.tir import expr as E
+from opfusion.tir import stmt as S
+from opfusion.tir.shared_values import MIN_SHARED_NODES, bind_shared_values
+
+SPECIALS = [np.nan, np.inf, -np.inf, -0.5, -0.0, 0.5, 126.9, 127.5, 128.0, 254.9, 255.5, 256.0,
+            -127.9, -128.0, -128.5, -129.0, 32767.5, 32768.0, -32768.5, 65535.9, 65536.0, 1e9,
+            -1e9]
+
+
+def compiled(expr):
+    params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    return mod, opf.compile(mod)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+def test_float_to_narrow_casts_run_in_vectors_with_the_scalar_rule(dtype):
+    values = np.array(SPECIALS * 3, np.float32)[:64]
+    x = np.concatenate([values, np.random.default_rng(0).standard_normal(64).astype(
+        np.float32) * 300])
+    mod, exe = compiled(opf.op.cast(opf.var("x", shape=(128,)), dtype=dtype))
+    assert f"opf_satcast_float32_{dtype}x" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
+def test_quantize_linear_rounds_and_saturates_in_vectors():
+    x = np.concatenate([np.array(SPECIALS, np.float32),
+                        np.arange(-2.5, 2.5, 0.5, dtype=np.float32),
+                        np.random.default_rng(1).standard_normal(95).astype(np.float32) * 3])
+    model = _qdq_model(["quantize"], x.shape)
+    mod, params = from_onnx(model)
+    exe = opf.compile(mod, params=params)
+    assert "opf_round_float32x" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(opf.transform.BindParams(params)(mod), [x]))
+
+
+@pytest.mark.parametrize("depth", [1, 6])
+def test_chains_of_quantize_dequantize_pairs_stay_linear_and_vectorized(depth):
+    """Six pairs with Erf (expanded into polynomials) and a Mul between them: 450 KB of C
+    before, 28 KB after; the kernel runs in vectors and gives the reference's numbers."""
+    ops = (["qdq", "Erf", "qdq", "Mul"] * depth)[:max(2, 2 * depth)]
+    x = np.random.default_rng(2).standard_normal((16, 64)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, 300.0]
+    mod, params = from_onnx(_qdq_model(ops, x.shape))
+    exe = opf.compile(mod, params=params)
+    source = exe.source_code
+    kernel = source[source.index("//@opfusion-section kernel"):
+                    source.index("//@opfusion-section table")]
+    assert len(kernel) < 12000 * depth  # (9.5 KB for one pair, 28 KB for six)
+    assert "opf_store_float32x" in kernel
+    want = evaluate(opf.transform.BindParams(params)(mod), [x])
+    np.testing.assert_array_equal(np.isnan(exe(x)), np.isnan(want))
+    np.testing.assert_allclose(exe(x), want, rtol=1e-6, atol=1e-6)
+
+
+def test_only_large_values_read_on_every_path_are_bound():
+    buffer = E.Buffer("out", (4,), "float32")
+    source = E.Buffer("x", (4,), "float32")
+    i = E.Var("i", "int32")
+    load = E.BufferLoad(source, (i,))
+    big = load
+    for step in range(MIN_SHARED_NODES):
+        big = big * E.FloatImm(1.0 + step, "float32")
+    small = load + E.FloatImm(1.0, "float32")
+    kept_in_branch = E.Select(load > E.FloatImm(0.0, "float32"), big, small)
+    stores = [S.BufferStore(buffer, big + big, [i]),       # bound
+              S.BufferStore(buffer, small * small, [i]),   # too small
+              S.BufferStore(buffer, kept_in_branch + kept_in_branch, [i])]  # the select is
+    func = S.PrimFunc("f", [buffer, source], S.For(i, 0, 4, S.ForKind.SERIAL,
+                                                   S.SeqStmt(stores)))
+    body = bind_shared_values(func).body.body.stmts
+    assert isinstance(body[0], S.LetStmt) and body[0].value is not None
+    assert isinstance(body[1], S.BufferStore)
+    # big is read only in the select's branch: evaluating it first could skip a guard
+    assert isinstance(body[2], S.LetStmt) and isinstance(body[2].value, E.Select)
+    assert isinstance(body[2].body, S.BufferStore)
+
+
+def _qdq_model(ops, shape):
+    """x through ``ops``: "qdq" a QuantizeLinear / DequantizeLinear pair (uint8, scale 0.02,
+    zero point 128), "quantize" a QuantizeLinear alone, else a unary ONNX operator (Mul by
+    0.5)."""
+    nodes, current = [], "x"
+    inits = [numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    out_type = TensorProto.FLOAT
+    for at, name in enumerate(ops):
+        if name in ("qdq", "quantize"):
+            nodes.append(helper.make_node("QuantizeLinear", [current, "s", "z"], [f"q{at}"]))
+            current = f"q{at}"
+            if name == "quantize":
+                out_type = TensorProto.UINT8
+                continue
+            nodes.append(helper.make_node("DequantizeLinear", [current, "s", "z"], [f"d{at}"]))
+            current = f"d{at}"
+        elif name == "Mul":
+            nodes.append(helper.make_node("Mul", [current, "half"], [f"m{at}"]))
+            current = f"m{at}"
+        else:
+            nodes.append(helper.make_node(name, [current], [f"o{at}"]))
+            current = f"o{at}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info(current, out_type, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
