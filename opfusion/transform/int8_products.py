@@ -29,6 +29,8 @@ up to 65793 values, and larger ones are left as they were)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..ir.expr import Call, Constant, Expr
@@ -50,30 +52,181 @@ def has_vnni(target: Target) -> bool:
     return width == 64 or (width == 32 and target.has("avx512vl"))
 
 
-def quantized_operands(call: Call) -> tuple[Expr, Expr | None, np.ndarray] | None:
-    """(the 8-bit activations, their int32 zero point or None, the weight as an int8 (K, N)
-    array) when ``call`` is an int32 ``nn.matmul`` or ``nn.dense`` of 8-bit activations
-    (``cast(x, int32)``, less a scalar zero point) by a constant whose values fit int8;
-    else None."""
+@dataclass(frozen=True)
+class QuantizedProduct:
+    """A product that runs as a product of words: ``activations`` (8-bit, or float32 codes
+    to cast to ``codes`` first), their ``zero_point`` (an int32 scalar expression, an int, or
+    None), the weight as int8 (K, N) and, for a float product of dequantized operands, the
+    float32 scale of each column (the activations' scale times the weight column's)."""
+
+    activations: Expr
+    codes: str
+    zero_point: Expr | int | None
+    weight: np.ndarray
+    scale: np.ndarray | None = None
+
+
+def _product_weight(call: Call, dtype: str) -> np.ndarray | None:
+    """The constant right operand of ``nn.matmul`` / ``nn.dense`` ``call`` as (K, N) when its
+    result is ``dtype`` and its left operand is not transposed; else None."""
     if not (isinstance(call.op, Op) and call.op.name in ("nn.matmul", "nn.dense")):
         return None
-    data, weight = call.args
+    weight = call.args[1]
     out = call.checked_type
     if not (isinstance(weight, Constant) and isinstance(out, TensorType)
-            and out.dtype == "int32" and weight.data.dtype == np.int32
+            and out.dtype == dtype and weight.data.dtype == np.dtype(dtype)
             and weight.data.ndim == 2):
         return None
     if call.op.name == "nn.matmul" and call.attrs.transpose_a:
         return None
-    activations, zero_point = _widened_bytes(data)
-    if activations is None or activations.checked_type.ndim < 2:
+    if call.args[0].checked_type.ndim < 2:
         return None
     values = weight.data
     if call.op.name == "nn.dense" or call.attrs.get("transpose_b"):
         values = values.T
-    if values.shape[0] > MAX_DEPTH or values.min() < -128 or values.max() > 127:
+    return values if values.shape[0] <= MAX_DEPTH else None
+
+
+def quantized_operands(call: Call) -> QuantizedProduct | None:
+    """The parts of ``call`` when it is an int32 ``nn.matmul`` or ``nn.dense`` of 8-bit
+    activations (``cast(x, int32)``, less a scalar zero point) by a constant whose values
+    fit int8 (MatMulInteger's import), or a float32 one of dequantized activations by a
+    constant that is an int8 weight times a scale per column (ONNX Runtime's QDQ form); else
+    None."""
+    values = _product_weight(call, "int32")
+    if values is not None:
+        activations, zero_point = _widened_bytes(call.args[0])
+        if activations is None or values.min() < -128 or values.max() > 127:
+            return None
+        return QuantizedProduct(activations, activations.checked_type.dtype, zero_point,
+                                values.astype(np.int8))
+    return dequantized_operands(call)
+
+
+def dequantized_operands(call: Call) -> QuantizedProduct | None:
+    """The parts of a float32 product ``(where(isnan(c), 0, c) - z) * s`` times a constant
+    weight: ``c`` the float codes of a QuantizeLinear (``clip`` to uint8's or int8's range),
+    ``z`` and ``s`` scalar constants (DequantizeLinear of QuantizeLinear, as the ONNX import
+    keeps the pair in float), and the weight exactly an int8 matrix times a float32 scale
+    per column (:func:`int8_columns`: a DequantizeLinear of int8 weights, folded at import).
+
+    The product of words computes sum_k (c - z) q exactly, then scales it by s times the
+    column's scale once; the float product rounded each term and each partial sum, so the
+    two differ by that rounding (about 1e-7 of the result's magnitude), as the integer
+    products of ONNX Runtime and OpenVINO do on the same model."""
+    values = _product_weight(call, "float32")
+    if values is None:
         return None
-    return activations, zero_point, values.astype(np.int8)
+    found = _dequantized_codes(call.args[0])
+    if found is None:
+        return None
+    codes, codes_dtype, zero_point, scale = found
+    columns = int8_columns(values)
+    if columns is None:
+        return None
+    weight, column_scales = columns
+    return QuantizedProduct(codes, codes_dtype, zero_point, weight,
+                            (np.float32(scale) * column_scales).astype(np.float32))
+
+
+def _scalar(expr: Expr) -> float | None:
+    if isinstance(expr, Constant) and expr.data.size == 1 and expr.data.dtype == np.float32:
+        return float(expr.data.reshape(()))
+    return None
+
+
+def _call(expr: Expr, name: str) -> Call | None:
+    if isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == name:
+        return expr
+    return None
+
+
+def _dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
+    """(the float codes, their 8-bit dtype, the zero point, the scale) of ``data`` =
+    ``(where(isnan(c), 0, c) - z) * s`` (or without ``- z``, or without ``* s``: scale 1,
+    where FoldScaleAxis moved ``s`` into the weight); else None."""
+    values, factor = data, 1.0
+    product = _call(data, "multiply")
+    if product is not None:
+        values, scale = product.args
+        if _scalar(scale) is None:
+            values, scale = scale, values
+        found = _scalar(scale)
+        if found is None or not np.isfinite(found) or found <= 0:
+            return None
+        factor = found
+    zero_point = 0.0
+    shifted = _call(values, "subtract")
+    if shifted is not None:
+        point = _scalar(shifted.args[1])
+        if point is None or point != round(point):
+            return None
+        values, zero_point = shifted.args[0], point
+    kept = _call(values, "where")
+    if kept is None:
+        return None
+    test, zero, codes = kept.args
+    nan = _call(test, "isnan")
+    if nan is None or nan.args[0] is not codes or _scalar(zero) != 0.0:
+        return None
+    clip = _call(codes, "clip")
+    if clip is None:
+        return None
+    low, high = clip.attrs.a_min, clip.attrs.a_max
+    for dtype, (lo, hi) in (("uint8", (0, 255)), ("int8", (-128, 127))):
+        if lo <= low and high <= hi:
+            return codes, dtype, int(zero_point), factor
+    return None
+
+
+#: How far (in units in the last place of each value) ``float32(q) * scale`` may be from a
+#: weight that :func:`int8_columns` takes as int8 codes times a scale: the products were
+#: rounded once by DequantizeLinear's fold and may be once more by a folded scale (the
+#: activations' scale, which FoldScaleAxis moves into the weight).
+MAX_WEIGHT_ULPS = 2
+
+
+def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(q, scales) with ``weight`` equal to ``float32(q) * scales`` to within MAX_WEIGHT_ULPS
+    of each value, q int8 in [-127, 127], one float32 scale per column, when ``weight``
+    (K, N) float32 is such a product (a DequantizeLinear of symmetric int8 weights, folded:
+    quantizers take the scale as the column's largest magnitude over 127, 127.5 or 63); else
+    None. Candidate scales come from each column's largest magnitude; a candidate counts only
+    if it reproduces every value of its column (a float weight that is no such product misses
+    by far more: a grid of 255 steps within two ulps, for every value of a column)."""
+    weight = np.asarray(weight, np.float32)
+    largest = np.abs(weight).max(axis=0)
+    scales = np.ones(weight.shape[1], np.float32)
+    q = np.zeros(weight.shape, np.int8)
+    for column in np.flatnonzero(largest):
+        found = _column_scale(weight[:, column], largest[column])
+        if found is None:
+            return None
+        q[:, column], scales[column] = found
+    return q, scales
+
+
+def _column_scale(values: np.ndarray, largest: np.float32
+                  ) -> tuple[np.ndarray, np.float32] | None:
+    """The codes and scale of one column: the candidate that reproduces it exactly, else the
+    one closest within MAX_WEIGHT_ULPS, else None."""
+    best: tuple[float, np.ndarray, np.float32] | None = None
+    ulps = np.spacing(np.abs(values))
+    # 127 steps either side (127.5 and 128 by other rounding rules), or 63 with ONNX
+    # Runtime's reduce_range (7 bits, for processors without VNNI)
+    for levels in (127.0, 127.5, 128.0, 63.0, 63.5, 64.0):
+        centre = np.float32(largest / np.float32(levels))
+        for step in (0, -1, 1, -2, 2, -3, 3):  # the fold's rounding: a few ulps either side
+            scale = np.float32(centre + step * np.spacing(centre))
+            codes = np.rint(values / scale)
+            if np.abs(codes).max() > 127:
+                continue
+            worst = float((np.abs(codes.astype(np.float32) * scale - values) / ulps).max())
+            if worst == 0.0:
+                return codes.astype(np.int8), scale
+            if worst <= MAX_WEIGHT_ULPS and (best is None or worst < best[0]):
+                best = (worst, codes.astype(np.int8), scale)
+    return None if best is None else (best[1], best[2])
 
 
 def _widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
@@ -108,12 +261,12 @@ def word_panels(weight: np.ndarray, cols: int, padded: int) -> np.ndarray:
     return np.ascontiguousarray(grouped).view("<i4")[..., 0].astype(np.int32)
 
 
-def corrected(product: Expr, activations: Expr, zero_point: Expr | None,
+def corrected(product: Expr, codes: str, zero_point: Expr | None,
               weight: np.ndarray) -> Expr:
     """``product`` (the sum of the words' byte products) less the activations' zero point
-    times each column's sum of the weight; int8 activations were offset by 128 into bytes,
-    which adds 128 to their zero point."""
-    if activations.checked_type.dtype == "int8":
+    times each column's sum of the weight; int8 activations (``codes``) were offset by 128
+    into bytes, which adds 128 to their zero point."""
+    if codes == "int8":
         offset = Constant(np.array(128, np.int32))
         zero_point = offset if zero_point is None else Call(get_op("add"), [zero_point, offset])
     if zero_point is None:
@@ -122,4 +275,5 @@ def corrected(product: Expr, activations: Expr, zero_point: Expr | None,
     return Call(get_op("subtract"), [product, Call(get_op("multiply"), [zero_point, sums])])
 
 
-__all__ = ["MAX_DEPTH", "corrected", "has_vnni", "quantized_operands", "word_panels"]
+__all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_operands", "has_vnni",
+           "int8_columns", "quantized_operands", "word_panels"]

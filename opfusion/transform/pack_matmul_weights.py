@@ -53,7 +53,13 @@ from ..topi.nn import (
     register_rows,
 )
 from .context import PassContext
-from .int8_products import corrected, has_vnni, quantized_operands, word_panels
+from .int8_products import (
+    QuantizedProduct,
+    corrected,
+    has_vnni,
+    quantized_operands,
+    word_panels,
+)
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
 
@@ -200,7 +206,7 @@ class _Packer(ExprMutator):
         new = super().visit_call(call)
         quantized = quantized_operands(call) if self.vnni else None
         if quantized is not None and isinstance(new, Call):
-            words = self._words_product(call, new, *quantized)
+            words = self._words_product(call, new, quantized)
             if words is not None:
                 return words
         packing = packed_columns(call)
@@ -234,21 +240,26 @@ class _Packer(ExprMutator):
             out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
         return out
 
-    def _words_product(self, old: Call, new: Call, activations: Expr, zero_point: Expr | None,
-                       weight: np.ndarray) -> Expr | None:
-        """The int32 product ``old`` of 8-bit activations by an int8 weight as a product of
-        words on VNNI (see :mod:`.int8_products`), or None where its columns take no panels.
-        ``activations`` and ``zero_point`` are parts of ``old``; their rewritten forms are
-        looked up in the memo."""
+    def _words_product(self, old: Call, new: Call, parts: QuantizedProduct) -> Expr | None:
+        """The product ``old`` of 8-bit activations by an int8 weight (see
+        :func:`quantized_operands`) as a product of words on VNNI (:mod:`.int8_products`), or
+        None where its columns take no panels. The parts are ``old``'s; their rewritten forms
+        are looked up in the memo."""
         out_type = old.checked_type
-        a_type = activations.checked_type
+        a_type = parts.activations.checked_type
         rows = a_type.size // a_type.shape[-1]
         width = out_type.shape[-1]
         cols, padded = _panel_width(rows, width, self.target)
         if not cols:
             return None
-        data = self.visit(activations)
-        point = None if zero_point is None else self.visit(zero_point)
+        data = self.visit(parts.activations)
+        if a_type.dtype != parts.codes:  # float codes, integers in the 8-bit range
+            data = Call(get_op("cast"), [data], {"dtype": parts.codes})
+        point: Expr | None = None
+        if isinstance(parts.zero_point, Expr):
+            point = self.visit(parts.zero_point)
+        elif parts.zero_point:
+            point = Constant(np.array(parts.zero_point, np.int32))
         if id(data) not in self.words:
             self.words[id(data)] = (data, Call(get_op("nn.byte_words"), [data], {}))
         words = self.words[id(data)][1]
@@ -257,10 +268,13 @@ class _Packer(ExprMutator):
             words = Call(get_op("reshape"), [words], {"newshape": [rows, -(-a_type.shape[-1]
                                                                          // 4)]})
         out: Expr = Call(get_op("nn.matmul_packed"),
-                         [words, Constant(word_panels(weight, cols, padded))],
+                         [words, Constant(word_panels(parts.weight, cols, padded))],
                          {"columns": width if padded != width else 0, "words": True},
                          new.span)
-        out = corrected(out, activations, point, weight)
+        out = corrected(out, parts.codes, point, parts.weight)
+        if parts.scale is not None:  # a float product: the sums scaled once per column
+            out = Call(get_op("multiply"), [Call(get_op("cast"), [out], {"dtype": "float32"}),
+                                            Constant(parts.scale)])
         if flatten:
             out = Call(get_op("reshape"), [out], {"newshape": list(out_type.shape)})
         return out

@@ -21,7 +21,7 @@ from opfusion.ir.visitor import post_order
 from opfusion.target import Target, host_target
 from opfusion.tir.expr import unpack_dot4_u8s8
 from opfusion.transform.fold_constant import BindParams
-from opfusion.transform.int8_products import has_vnni, word_panels
+from opfusion.transform.int8_products import has_vnni, int8_columns, word_panels
 
 VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
 AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
@@ -171,3 +171,82 @@ def test_the_quantized_bert_layer_matches_the_reference():
     want = evaluate(BindParams(params)(mod), [x])
     got = exe(x)
     assert float(np.abs(got - want).max()) <= 1e-4 * float(np.abs(want).max())
+
+
+def test_int8_columns_recover_codes_and_scales_of_dequantized_weights():
+    codes_ = rng.integers(-127, 128, (64, 24)).astype(np.int8)
+    codes_[0] = 127  # a quantizer maps each column's largest magnitude to 127
+    scales = rng.uniform(0.001, 0.05, 24).astype(np.float32)
+    weight = codes_.astype(np.float32) * scales
+    found = int8_columns(weight)
+    assert found is not None
+    np.testing.assert_array_equal(found[0].astype(np.float32) * found[1], weight)
+    # the activations' scale folded in after (FoldScaleAxis): rounded twice, still found
+    assert int8_columns(weight * np.float32(0.0371)) is not None
+    weight[:, 3] = 0.0  # a column of zeros
+    assert int8_columns(weight) is not None
+    assert int8_columns(rng.standard_normal((64, 24)).astype(np.float32)) is None
+
+
+def qdq_matmul_model(x_shape, k, n, activation="uint8", gemm=False):
+    """x -> QuantizeLinear -> DequantizeLinear -> MatMul (or Gemm with transB) by a
+    DequantizeLinear of per-column int8 weights, as ONNX Runtime's quantize_static writes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = codes((n, k) if gemm else (k, n), "int8")
+    weight[weight == -128] = -127
+    weight[(slice(None), 0) if gemm else (0, slice(None))] = 127  # a column's largest: 127
+    scales = rng.uniform(0.002, 0.02, n).astype(np.float32)
+    point = np.array(7 if activation == "uint8" else -3, activation)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(point, "z"),
+             numpy_helper.from_array(weight, "wq"),
+             numpy_helper.from_array(scales, "ws"),
+             numpy_helper.from_array(np.zeros(n, np.int8), "wz"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"],
+                              axis=0 if gemm else 1)]
+    if gemm:
+        nodes.append(helper.make_node("Gemm", ["xd", "w", "b"], ["y"], transB=1))
+    else:
+        nodes.append(helper.make_node("MatMul", ["xd", "w"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, list(x_shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model
+
+
+@pytest.mark.parametrize("x_shape,activation,gemm", [
+    ((64, 96), "uint8", True), ((1, 24, 40), "uint8", False), ((33, 52), "int8", False),
+], ids=str)
+def test_dequantized_products_become_products_of_words(x_shape, activation, gemm):
+    from opfusion.frontend import from_onnx
+
+    k = x_shape[-1]
+    mod, params = from_onnx(qdq_matmul_model(x_shape, k, 80, activation, gemm))
+    bound = BindParams(params)(mod)
+    with opf.transform.PassContext(opt_level=3):
+        optimized = opf.transform.optimize(opf.transform.InferType()(bound))
+    new = rewritten(optimized, VNNI)
+    assert "nn.byte_words" in op_names(new)
+    assert not {"nn.dense", "nn.matmul"} & set(op_names(new))
+    x = rng.standard_normal(x_shape).astype(np.float32) * 2
+    x.reshape(-1)[:3] = [np.nan, np.inf, -1e9]
+    want = evaluate(bound, [x])
+    scale = float(np.nanmax(np.abs(want)))
+    np.testing.assert_allclose(evaluate(new, [x]), want, rtol=0, atol=1e-5 * scale)
+    if HOST_VNNI:
+        np.testing.assert_allclose(opf.compile(mod, params=params, target=VNNI)(x), want,
+                                   rtol=0, atol=1e-5 * scale)
+
+
+def test_a_float_weight_that_is_no_int8_grid_stays_a_float_product():
+    x = opf.var("x", shape=(16, 32))
+    codes_ = opf.op.clip(opf.op.round(x), a_min=0.0, a_max=255.0)
+    values = opf.op.where(opf.op.isnan(codes_), opf.const(np.float32(0)), codes_)
+    product = opf.op.nn.matmul(values, opf.const(rng.standard_normal((32, 48)).astype(
+        np.float32)))
+    assert "nn.byte_words" not in op_names(rewritten(module(product), VNNI))
