@@ -588,17 +588,22 @@ class MatMulPacked(Op):
                                doc="result dtype (default: the input's)"),
              "columns": Attr("int", 0, doc="the result's columns when fewer than the panels "
                                            "hold (N/c * c); 0: all of them"),
-             "words": Attr("bool", False,
-                           doc="a and the panels are int32 words of four 8-bit values each "
-                               "(a's unsigned, as nn.byte_words makes them; the panels' "
-                               "signed): each step of the contraction multiplies four pairs "
-                               "(dot4_u8s8, one lane of VNNI's vpdpbusd) and sums in int32")}
+             "words": Attr("int", 0,
+                           doc="0, or the values in each int32 word of a and the panels: 4 "
+                               "8-bit ones (a's unsigned, as nn.byte_words makes them; the "
+                               "panels' signed), each step of the contraction multiplying "
+                               "four pairs (dot4_u8s8, one lane of VNNI's vpdpbusd); 2 "
+                               "signed 16-bit ones, two pairs (dot2_s16, pmaddwd). Summed "
+                               "in int32")}
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         a, b = self.expect_tensors(arg_types)
         dtype = numeric_dtype(self, [a, b], self.inputs)
+        if attrs.words not in (0, 2, 4):
+            raise self.type_error(f"words={attrs.words}: 0 (plain values), 2 or 4 values a "
+                                  "word")
         if attrs.words and dtype != "int32":
-            raise self.type_error(f"words=True takes int32 words of four bytes, got {dtype}")
+            raise self.type_error(f"words={attrs.words} takes int32 words, got {dtype}")
         if a.ndim < 1:
             raise self.type_error("input 'a' is a scalar; use multiply instead")
         if b.ndim != 3:
@@ -614,13 +619,15 @@ class MatMulPacked(Op):
                                   f"{held - b.shape[2] + 1} and {held})")
         return TensorType((*a.shape[:-1], columns), attrs.out_dtype or dtype)
 
-    def reference(self, a: np.ndarray, b: np.ndarray, columns: int = 0, words: bool = False,
+    def reference(self, a: np.ndarray, b: np.ndarray, columns: int = 0, words: int = 0,
                   **_: Any) -> np.ndarray:
-        if words:  # four (unsigned, signed) byte pairs per step of the contraction
+        if words:  # ``words`` (unsigned or signed, signed) pairs per step of the contraction
             count, depth, cols = b.shape
-            a = word_bytes(a, "uint8")
-            b = word_bytes(b, "int8").reshape(count, depth, cols, 4).transpose(0, 1, 3, 2)
-            b = b.reshape(count, 4 * depth, cols)  # row 4k + i: byte i of each word of row k
+            low, high = ("uint8", "int8") if words == 4 else ("<i2", "<i2")
+            a = word_parts(a, low, words)
+            b = word_parts(b, high, words).reshape(count, depth, cols, words)
+            # row w k + i: part i of each word of row k
+            b = b.transpose(0, 1, 3, 2).reshape(count, words * depth, cols)
             return self.reference(a.astype(np.int64), b.astype(np.int64),
                                   columns).astype(np.int32)
         panels, depth, cols = b.shape
@@ -628,25 +635,28 @@ class MatMulPacked(Op):
         return np.matmul(wide(a), wide(plain[:, :columns or panels * cols]))
 
 
-def word_bytes(words: np.ndarray, dtype: str) -> np.ndarray:
-    """The bytes of int32 ``words`` as ``dtype`` (uint8 or int8), four along a new last axis,
-    merged into the last: (..., W) -> (..., 4W), byte 0 of each word first."""
+def word_parts(words: np.ndarray, dtype: str, per_word: int = 4) -> np.ndarray:
+    """The parts of int32 ``words`` as ``dtype`` (uint8 or int8 bytes, four a word, or "<i2"
+    halves, two), merged into the last axis: (..., W) -> (..., per_word W), the lowest
+    first."""
     data = np.ascontiguousarray(words, dtype="<i4")
-    return data.view(dtype).reshape(*data.shape[:-1], 4 * data.shape[-1])
+    return data.view(dtype).reshape(*data.shape[:-1], per_word * data.shape[-1])
 
 
 @register_op
 class ByteWords(Op):
     name = "nn.byte_words"
     doc = ("8-bit values packed four to an int32 word along the last axis, byte 0 the lowest, "
-           "as the VNNI products (nn.matmul_packed with words=True) read their left operand: "
-           "(..., K) uint8 or int8 -> (..., ceil(K/4)) int32. Signed values are offset by "
-           "128 (each byte unsigned); the last word's missing bytes are 0. A kernel of its "
+           "as the VNNI products (nn.matmul_packed with words=4) read their left operand: "
+           "(..., K) uint8 or int8 -> (..., ceil(K/4)) int32; with per_word=2, two to a word "
+           "as 16-bit halves (words=2: pmaddwd). Signed values are offset by 128 (each value "
+           "unsigned); the last word's missing parts are 0. A kernel of its "
            "own (opaque to fusion): fused into the kernel that quantizes the bytes, that "
            "kernel's vector loop became a scalar one computing each byte (BERT's quantized "
            "feed-forward input, 128 x 3072: 0.70 ms against 0.05 + 0.02 apart).")
     inputs = ("data",)
     pattern = OpPatternKind.kOpaque
+    attrs = {"per_word": Attr("int", 4, doc="values a word: 4 bytes or 2 16-bit halves")}
 
     def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
         (data,) = self.expect_tensors(arg_types)
@@ -654,12 +664,15 @@ class ByteWords(Op):
             raise self.type_error(f"input 'data' must be uint8 or int8, got {data.dtype}")
         if data.ndim < 1:
             raise self.type_error("input 'data' is a scalar; it needs an axis to pack")
-        return TensorType((*data.shape[:-1], -(-data.shape[-1] // 4)), "int32")
+        if attrs.per_word not in (2, 4):
+            raise self.type_error(f"per_word={attrs.per_word}: 4 bytes or 2 halves a word")
+        return TensorType((*data.shape[:-1], -(-data.shape[-1] // attrs.per_word)), "int32")
 
-    def reference(self, data: np.ndarray, **_: Any) -> np.ndarray:
+    def reference(self, data: np.ndarray, per_word: int = 4, **_: Any) -> np.ndarray:
         codes = data.astype(np.int32) + (128 if data.dtype == np.int8 else 0)
-        extra = -data.shape[-1] % 4
-        codes = np.pad(codes, [(0, 0)] * (data.ndim - 1) + [(0, extra)]).astype(np.uint8)
+        extra = -data.shape[-1] % per_word
+        codes = np.pad(codes, [(0, 0)] * (data.ndim - 1) + [(0, extra)])
+        codes = codes.astype(np.uint8 if per_word == 4 else "<u2")
         return np.ascontiguousarray(codes).view("<i4").astype(np.int32)
 
 

@@ -14,6 +14,7 @@ from ..tir.expr import (
     call,
     cast,
     const,
+    dot2_s16,
     dot4_u8s8,
     floordiv,
     floormod,
@@ -27,7 +28,8 @@ from ..tir.expr import (
 
 __all__ = [
     "abs", "acos", "all", "any", "asin", "atan", "atan2", "cast", "ceil", "const", "cos",
-    "cosh", "dot4_u8s8", "erf", "exp", "exp2", "expm1", "floor", "floordiv", "floormod", "fmod",
+    "cosh", "dot2_s16", "dot4_u8s8", "erf", "exp", "exp2", "expm1", "floor", "floordiv",
+    "floormod", "fmod",
     "if_then_else", "log", "log10", "log1p", "log2", "pow", "power", "round", "rsqrt", "select",
     "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
 ]

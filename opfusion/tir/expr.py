@@ -27,7 +27,8 @@ Nodes and their fields (all fields are read-only attributes):
 ``Cast``            ``dtype``, ``value`` — C conversion (float to int truncates).
 ``Call``            ``name: str``, ``args: tuple[PrimExpr, ...]``, ``dtype`` — a pure math
                     intrinsic; ``name`` is one of :data:`INTRINSICS`; all args and the
-                    result have the same float dtype, except ``dot4_u8s8`` (int32).
+                    result have the same float dtype, except ``dot4_u8s8`` and ``dot2_s16``
+                    (int32).
 ``BufferLoad``      ``buffer: Buffer``, ``indices: tuple[PrimExpr, ...]`` — one element of an
                     n-d buffer; ``dtype == buffer.dtype``; one int index per dimension.
 ``Let``             ``var: Var``, ``value``, ``body`` — ``body`` with ``var`` bound to ``value``
@@ -64,14 +65,16 @@ _set = object.__setattr__
 #: returns that dtype. "round" rounds half to even (C ``nearbyint``); the rest are C99 <math.h>.
 #: (``exp_neg`` is exp(-x): the CPU code generator's form of exp(0 - x), which it computes
 #: without the negation; see opfusion.backend.cpu.vector_math.)
-#: ``dot4_u8s8(a, b)`` is the one integer intrinsic: int32 words holding four bytes each, those
-#: of ``a`` unsigned and those of ``b`` signed (byte 0 the lowest), and the int32 sum of the
-#: four products, byte by byte: one lane of an x86 VNNI ``vpdpbusd`` (see :func:`dot4_u8s8`).
+#: ``dot4_u8s8(a, b)`` and ``dot2_s16(a, b)`` are the integer intrinsics: int32 words holding
+#: four bytes each (those of ``a`` unsigned, of ``b`` signed, byte 0 the lowest) or two signed
+#: 16-bit halves, and the int32 sum of their products, part by part: one lane of an x86 VNNI
+#: ``vpdpbusd`` or of a ``vpmaddwd`` (see :func:`dot4_u8s8`, :func:`dot2_s16`).
 INTRINSICS: dict[str, int] = {
     "exp": 1, "exp_neg": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
     "sqrt": 1, "tanh": 1, "erf": 1, "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
     "fabs": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1,
     "sinh": 1, "cosh": 1, "pow": 2, "atan2": 2, "fmod": 2, "dot4_u8s8": 2,
+    "dot2_s16": 2,
 }
 
 
@@ -1011,6 +1014,29 @@ def dot4_u8s8(a: Any, b: Any) -> PrimExpr:
             raise TensorExprError(f"dot4_u8s8({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
                                   "it takes int32 words of four bytes")
     return Call("dot4_u8s8", exprs, "int32")
+
+
+def dot2_s16(a: Any, b: Any) -> PrimExpr:
+    """The sum of the products of the two signed 16-bit halves of int32 word ``a`` with those
+    of word ``b``, the low half first: x86's ``pmaddwd`` on one lane. A product of 8-bit
+    values widened to 16 bits contracts two of them per step, exactly, where the processor
+    has no VNNI."""
+    exprs = [as_expr(a), as_expr(b)]
+    for e in exprs:
+        if e.dtype != "int32":
+            raise TensorExprError(f"dot2_s16({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
+                                  "it takes int32 words of two 16-bit halves")
+    return Call("dot2_s16", exprs, "int32")
+
+
+def unpack_dot2_s16(a: int, b: int) -> int:
+    """:func:`dot2_s16` on Python ints (the reference for its C and vector forms)."""
+    total = 0
+    for shift in (0, 16):
+        x = (a >> shift) & 0xFFFF
+        y = (b >> shift) & 0xFFFF
+        total += (x - 65536 if x > 32767 else x) * (y - 65536 if y > 32767 else y)
+    return total
 
 
 def unpack_dot4_u8s8(a: int, b: int) -> int:

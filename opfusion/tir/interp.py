@@ -96,7 +96,7 @@ _INTRINSICS: dict[str, Any] = {
     "tan": _safe(math.tan), "asin": _safe(math.asin), "acos": _safe(math.acos),
     "atan": math.atan, "sinh": _safe(math.sinh), "cosh": _safe(math.cosh),
     "pow": _safe(math.pow), "atan2": math.atan2, "fmod": _safe(math.fmod),
-    "dot4_u8s8": E.unpack_dot4_u8s8,
+    "dot4_u8s8": E.unpack_dot4_u8s8, "dot2_s16": E.unpack_dot2_s16,
 }
 
 

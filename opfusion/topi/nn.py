@@ -916,19 +916,21 @@ def _panels(batch: Sequence[int], depth: int, width: int, cols: int,
 
 def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr],
               b_at: Callable[[Index, Any], te.PrimExpr], depth: int, out_dtype: str,
-              along_k: bool, name: str, words: bool = False) -> te.Tensor:
+              along_k: bool, name: str, words: int = 0) -> te.Tensor:
     """``out[idx] = sum_k a_at(idx, k) * b_at(idx, k)``, accumulated in ``out_dtype``.
 
     ``along_k``: both operands are contiguous along k, so the sum is split into interleaved
     lanes (one vector of partial sums per output element) and the lanes summed last.
-    ``words``: the operands are int32 words of four bytes, multiplied by ``dot4_u8s8``."""
+    ``words``: the operands are int32 words of four bytes, multiplied by ``dot4_u8s8``, or (2)
+    of two 16-bit halves, by ``dot2_s16``."""
 
     final_dtype = out_dtype
     out_dtype = accumulator_dtype(out_dtype)
 
     def product(idx: Index, k: Any) -> te.PrimExpr:
         if words:
-            return te.dot4_u8s8(a_at(idx, k), b_at(idx, k))
+            dot = te.dot4_u8s8 if words == 4 else te.dot2_s16
+            return dot(a_at(idx, k), b_at(idx, k))
         return te.cast(a_at(idx, k), out_dtype) * te.cast(b_at(idx, k), out_dtype)
 
     lanes = dot_lanes(depth, out_dtype) if along_k else 0
@@ -1061,7 +1063,7 @@ def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     whole = [*shape[:-2], padded, count * cols] if len(shape) >= 2 else [count * cols]
     result = _contract(whole, a_at,
                        lambda idx, k: panels[idx[-1] // cols, k, idx[-1] % cols], depth,
-                       out_type.dtype, False, "matmul", words=bool(attrs.words))
+                       out_type.dtype, False, "matmul", words=int(attrs.words))
     result.op.attrs["panels"] = cols
     if whole == shape:
         return result
@@ -1071,22 +1073,25 @@ def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 
 @register_compute("nn.byte_words")
 def byte_words(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
-    """``out[..., j]``: bytes ``data[..., 4j .. 4j+3]`` (int8 offset by 128) as one int32 word,
-    byte 0 the lowest; bytes past the last value are 0. Summed in uint32, where the top
-    byte's multiple of 2^24 wraps as the word's bits do."""
+    """``out[..., j]``: values ``data[..., p j .. p j + p - 1]`` (int8 offset by 128; ``p`` is
+    ``per_word``, 4 or 2) as one int32 word, the first lowest, in bytes or 16-bit halves;
+    parts past the last value are 0. Summed in uint32, where the top part's multiple of
+    2^24 (or 2^16) wraps as the word's bits do."""
     (data,) = inputs
     length = int(data.shape[-1])
     offset = 128 if data.dtype == "int8" else 0
+    parts = int(attrs.per_word)
+    bits = 32 // parts
 
     def word(*i: Any) -> te.PrimExpr:
         total: te.PrimExpr = te.const(0, "uint32")
-        for byte in range(4):
-            at = i[-1] * 4 + byte
+        for byte in range(parts):
+            at = i[-1] * parts + byte
             value = te.cast(te.cast(data[(*i[:-1], te.min(at, length - 1))], "int32") + offset,
                             "uint32")
-            if length % 4:
+            if length % parts:
                 value = te.select(at < length, value, te.const(0, "uint32"))
-            total = total + value * te.const(1 << (8 * byte), "uint32")
+            total = total + value * te.const(1 << (bits * byte), "uint32")
         return te.cast(total, "int32")
 
     return te.compute(out_type.shape, word, name="byte_words")

@@ -1,4 +1,4 @@
-"""Integer products of 8-bit operands on VNNI: the part of PackMatmulWeights that packs the
+"""Integer products of 8-bit operands in words: the part of PackMatmulWeights that packs the
 constant weights of quantized products.
 
 ONNX's MatMulInteger (ONNX Runtime's ``quantize_dynamic`` makes one of every MatMul of a
@@ -6,26 +6,32 @@ transformer) and the products inside QLinearMatMul import as an exact int32 prod
 
     nn.matmul(cast(x: uint8 or int8, int32) - zero_point, weight: int32 constant)
 
-Computed so, every multiply-add is an int32 one (16 a vector on AVX-512): the quantized BERT
-layer took 25 ms against 7.7 ms in float. On a target with AVX512-VNNI, ``vpdpbusd``
-multiplies 64 unsigned bytes by 64 signed ones and adds each group of four products to one
-int32 lane: four times the multiply-adds of a float instruction. Where the weight's values
-(after its own zero point, folded in) all fit int8, the product becomes::
+Computed so, every multiply-add is an int32 one (``vpmulld``, ten cycles): the quantized BERT
+layer took 25 ms against 7.7 ms in float with AVX-512, 32 against 14 with AVX2. With
+AVX512-VNNI, ``vpdpbusd`` multiplies 64 unsigned bytes by 64 signed ones and adds each group of
+four products to one int32 lane: four times the multiply-adds of a float instruction; with
+AVX2 (or AVX512-BW), ``vpmaddwd`` multiplies 16-bit halves and adds each pair: exact for
+8-bit values, and as many multiply-adds a vector as a float instruction (with its add).
+Where the weight's values (after its own zero point, folded in) all fit int8, the product
+becomes::
 
-    nn.matmul_packed(nn.byte_words(x), panels, words=True) - zero_point' * column_sums
+    nn.matmul_packed(nn.byte_words(x), panels, words=w) - zero_point' * column_sums
 
-- ``nn.byte_words`` packs four activations into one int32 word (int8 ones offset by 128, so
-  each byte is unsigned, as ``vpdpbusd`` reads them); it fuses into the kernel that quantizes
-  them;
-- the panels hold the weight in the float products' column panels, four rows of the
+- ``nn.byte_words`` packs ``w`` activations (:func:`word_values`: 4 bytes with VNNI, 2 16-bit
+  halves with AVX2) into one int32 word (int8 ones offset by 128, so each is unsigned, as
+  ``vpdpbusd`` reads them); a kernel of its own, after the one that quantizes them;
+- the panels hold the weight in the float products' column panels, ``w`` rows of the
   contraction interleaved in each int32 (zero rows and columns pad it to whole words and
   panels); the register tiles broadcast a word of the activations and multiply-add a panel
-  vector with one ``vpdpbusd`` per accumulator (``dot4_u8s8``);
+  vector with one ``vpdpbusd`` (``dot4_u8s8``) or a ``vpmaddwd`` and an add (``dot2_s16``)
+  per accumulator;
 - the zero point (plus 128 for int8 activations) times each column's sum of the weight, a
   constant, is subtracted in the product's epilogue: sum_k (x - z) w = sum_k x w - z sum_k w.
 
 The result is the same int32 as before, exactly (the sums stay below 2^31 for contractions of
-up to 65793 values, and larger ones are left as they were)."""
+up to 65793 values, and larger ones are left as they were). A float product of dequantized
+operands (ONNX Runtime's QDQ form) takes the same path when its weight is an int8 matrix
+times a scale per column (:func:`dequantized_operands`)."""
 
 from __future__ import annotations
 
@@ -50,6 +56,31 @@ def has_vnni(target: Target) -> bool:
         return False
     width = target.vector_lanes("int32") * 4
     return width == 64 or (width == 32 and target.has("avx512vl"))
+
+
+def word_values(target: Target) -> int:
+    """Values in each int32 word of ``target``'s products of words: 4 bytes with VNNI
+    (``vpdpbusd``: 4 multiply-adds a lane, in one instruction), 2 16-bit halves with AVX2
+    (``vpmaddwd`` and an add: 2 a lane, as many a vector as a float multiply-add, exactly;
+    the int32 multiplies it replaces, ``vpmulld``, take ten cycles), AVX-512 wide ones with
+    AVX512-BW; 0 (the int32 product stays) elsewhere."""
+    if has_vnni(target):
+        return 4
+    width = target.vector_lanes("int32") * 4
+    if width == 64:
+        return 2 if target.has("avx512bw") else 0
+    return 2 if target.has("avx2") else 0
+
+
+def words_beat_float(target: Target) -> bool:
+    """Whether ``target``'s products of words outrun its float products, so that a float
+    product of dequantized operands should take them: with VNNI (four times the
+    multiply-adds an instruction), and with AVX2's pairs (as many, from operands a quarter
+    and half the size: ONNX Runtime's QDQ BERT layer 17.6 -> 13.7 ms on a Xeon's AVX2). Not
+    with 64-byte pairs, whose ``vpmaddwd`` runs on one port where float multiply-adds run on
+    two (the same layer 8.0 -> 10.2 ms with AVX-512 and no VNNI)."""
+    per_word = word_values(target)
+    return per_word == 4 or (per_word == 2 and target.vector_lanes("int32") * 4 <= 32)
 
 
 @dataclass(frozen=True)
@@ -87,12 +118,12 @@ def _product_weight(call: Call, dtype: str) -> np.ndarray | None:
     return values if values.shape[0] <= MAX_DEPTH else None
 
 
-def quantized_operands(call: Call) -> QuantizedProduct | None:
+def quantized_operands(call: Call, dequantized: bool = True) -> QuantizedProduct | None:
     """The parts of ``call`` when it is an int32 ``nn.matmul`` or ``nn.dense`` of 8-bit
     activations (``cast(x, int32)``, less a scalar zero point) by a constant whose values
     fit int8 (MatMulInteger's import), or a float32 one of dequantized activations by a
     constant that is an int8 weight times a scale per column (ONNX Runtime's QDQ form); else
-    None."""
+    None (the float ones only where ``dequantized``)."""
     values = _product_weight(call, "int32")
     if values is not None:
         activations, zero_point = _widened_bytes(call.args[0])
@@ -100,7 +131,7 @@ def quantized_operands(call: Call) -> QuantizedProduct | None:
             return None
         return QuantizedProduct(activations, activations.checked_type.dtype, zero_point,
                                 values.astype(np.int8))
-    return dequantized_operands(call)
+    return dequantized_operands(call) if dequantized else None
 
 
 def dequantized_operands(call: Call) -> QuantizedProduct | None:
@@ -249,15 +280,17 @@ def _widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
     return source, zero_point
 
 
-def word_panels(weight: np.ndarray, cols: int, padded: int) -> np.ndarray:
-    """The int8 (K, N) ``weight`` as int32 panels (padded / cols, ceil(K / 4), cols): panel p,
-    word row r, column j holds rows 4r .. 4r+3 of column p * cols + j, byte 0 the first; zero
-    rows and columns pad it to whole words and ``padded`` columns."""
+def word_panels(weight: np.ndarray, cols: int, padded: int, per_word: int = 4) -> np.ndarray:
+    """The int8 (K, N) ``weight`` as int32 panels (padded / cols, ceil(K / w), cols), ``w`` =
+    ``per_word``: panel p, word row r, column j holds rows w r .. w r + w - 1 of column
+    p * cols + j, the first lowest, as bytes (4) or 16-bit halves (2); zero rows and columns
+    pad it to whole words and ``padded`` columns."""
     depth, width = weight.shape
-    rows = -(-depth // 4) * 4
-    whole = np.zeros((rows, padded), np.int8)
+    rows = -(-depth // per_word) * per_word
+    whole = np.zeros((rows, padded), np.int8 if per_word == 4 else "<i2")
     whole[:depth, :width] = weight
-    grouped = whole.reshape(rows // 4, 4, padded // cols, cols).transpose(2, 0, 3, 1)
+    grouped = whole.reshape(rows // per_word, per_word, padded // cols, cols)
+    grouped = grouped.transpose(2, 0, 3, 1)
     return np.ascontiguousarray(grouped).view("<i4")[..., 0].astype(np.int32)
 
 
@@ -276,4 +309,5 @@ def corrected(product: Expr, codes: str, zero_point: Expr | None,
 
 
 __all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_operands", "has_vnni",
-           "int8_columns", "quantized_operands", "word_panels"]
+           "int8_columns", "quantized_operands", "word_panels", "word_values",
+           "words_beat_float"]

@@ -56,9 +56,10 @@ from .context import PassContext
 from .int8_products import (
     QuantizedProduct,
     corrected,
-    has_vnni,
     quantized_operands,
     word_panels,
+    word_values,
+    words_beat_float,
 )
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -196,7 +197,8 @@ class _Packer(ExprMutator):
         self.target = target
         self.lanes = target.vector_lanes("float32")
         self.row_tile = register_rows(target)
-        self.vnni = has_vnni(target)
+        self.per_word = word_values(target)
+        self.dequantized = words_beat_float(target)
         #: nn.byte_words of each rewritten activations (by the expression's id, kept alive in
         #: the value): the products of one input (queries, keys, values) share one kernel
         self.words: dict[int, tuple[Expr, Expr]] = {}
@@ -204,7 +206,8 @@ class _Packer(ExprMutator):
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        quantized = quantized_operands(call) if self.vnni else None
+        quantized = (quantized_operands(call, self.dequantized) if self.per_word
+                     else None)
         if quantized is not None and isinstance(new, Call):
             words = self._words_product(call, new, quantized)
             if words is not None:
@@ -242,7 +245,7 @@ class _Packer(ExprMutator):
 
     def _words_product(self, old: Call, new: Call, parts: QuantizedProduct) -> Expr | None:
         """The product ``old`` of 8-bit activations by an int8 weight (see
-        :func:`quantized_operands`) as a product of words on VNNI (:mod:`.int8_products`), or
+        :func:`quantized_operands`) as a product of words (:mod:`.int8_products`), or
         None where its columns take no panels. The parts are ``old``'s; their rewritten forms
         are looked up in the memo."""
         out_type = old.checked_type
@@ -261,15 +264,16 @@ class _Packer(ExprMutator):
         elif parts.zero_point:
             point = Constant(np.array(parts.zero_point, np.int32))
         if id(data) not in self.words:
-            self.words[id(data)] = (data, Call(get_op("nn.byte_words"), [data], {}))
+            self.words[id(data)] = (data, Call(get_op("nn.byte_words"), [data],
+                                               {"per_word": self.per_word}))
         words = self.words[id(data)][1]
         flatten = a_type.shape[-2] != rows
         if flatten:
-            words = Call(get_op("reshape"), [words], {"newshape": [rows, -(-a_type.shape[-1]
-                                                                         // 4)]})
-        out: Expr = Call(get_op("nn.matmul_packed"),
-                         [words, Constant(word_panels(parts.weight, cols, padded))],
-                         {"columns": width if padded != width else 0, "words": True},
+            words = Call(get_op("reshape"), [words], {"newshape": [
+                rows, -(-a_type.shape[-1] // self.per_word)]})
+        panels = word_panels(parts.weight, cols, padded, self.per_word)
+        out: Expr = Call(get_op("nn.matmul_packed"), [words, Constant(panels)],
+                         {"columns": width if padded != width else 0, "words": self.per_word},
                          new.span)
         out = corrected(out, parts.codes, point, parts.weight)
         if parts.scale is not None:  # a float product: the sums scaled once per column

@@ -1,8 +1,9 @@
-"""Products of 8-bit operands on VNNI (opfusion.transform.int8_products): an int32 product of
-8-bit activations by a constant that fits int8 becomes a product of int32 words of four bytes
-(nn.byte_words, nn.matmul_packed with words=True, dot4_u8s8) less the zero point times the
-weight's column sums; the result is the same int32, exactly, in the reference interpreter and
-compiled (with vpdpbusd where the host has AVX512-VNNI, a byte loop elsewhere)."""
+"""Products of 8-bit operands in words (opfusion.transform.int8_products): an int32 product of
+8-bit activations by a constant that fits int8 becomes a product of int32 words (nn.byte_words;
+nn.matmul_packed with words=4 and dot4_u8s8 on VNNI, words=2 and dot2_s16 with AVX2 or
+AVX512-BW) less the zero point times the weight's column sums; the result is the same int32,
+exactly, in the reference interpreter and compiled (vpdpbusd, vpmaddwd, or loops over the
+parts where the target has neither)."""
 
 import tempfile
 from pathlib import Path
@@ -21,11 +22,20 @@ from opfusion.ir.visitor import post_order
 from opfusion.target import Target, host_target
 from opfusion.tir.expr import unpack_dot4_u8s8
 from opfusion.transform.fold_constant import BindParams
-from opfusion.transform.int8_products import has_vnni, int8_columns, word_panels
+from opfusion.transform.int8_products import has_vnni, int8_columns, word_panels, word_values
 
 VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
 AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+AVX2 = Target("c -mattr=+avx2,+fma")
+SSE = Target("c -mattr=+sse4.2")
 HOST_VNNI = has_vnni(host_target())
+#: The targets of products of words, and the values in each word.
+WORD_TARGETS = [(VNNI, 4), (AVX512, 2), (AVX2, 2)]
+
+
+def runs_here(target):
+    """Whether the host runs ``target``'s code."""
+    return set(target.features) <= set(host_target().features)
 
 rng = np.random.default_rng(7)
 
@@ -88,29 +98,33 @@ def test_byte_words_refuses_other_types():
         module(Call(get_op("nn.byte_words"), [x], {}))
 
 
+@pytest.mark.parametrize("per_word", [4, 2])
 @pytest.mark.parametrize("rows,depth,width,cols", [(37, 40, 70, 48), (8, 13, 32, 16),
                                                    (1, 64, 100, 16)], ids=str)
-def test_a_product_of_words_computes_the_int32_product(rows, depth, width, cols):
-    """Compiled for the host: vpdpbusd with VNNI, the byte loop of opf_dot4_u8s8 without."""
+def test_a_product_of_words_computes_the_int32_product(rows, depth, width, cols, per_word):
+    """Compiled for the host (vpdpbusd with VNNI, vpmaddwd with AVX2, loops over the parts
+    otherwise) and for SSE (loops)."""
     x, weight = codes((rows, depth), "uint8"), codes((depth, width), "int8")
+    x[0, :3], weight[:3, 0] = 255, -128  # the extremes: 255 * -128 three times
     padded = -(-width // cols) * cols
-    panels = word_panels(weight, cols, padded)
-    assert panels.shape == (padded // cols, -(-depth // 4), cols)
+    panels = word_panels(weight, cols, padded, per_word)
+    assert panels.shape == (padded // cols, -(-depth // per_word), cols)
     var = opf.var("x", shape=(rows, depth), dtype="uint8")
-    words = Call(get_op("nn.byte_words"), [var], {})
+    words = Call(get_op("nn.byte_words"), [var], {"per_word": per_word})
     product = Call(get_op("nn.matmul_packed"), [words, Constant(panels)],
-                   {"columns": width if padded != width else 0, "words": True})
+                   {"columns": width if padded != width else 0, "words": per_word})
     mod = module(product)
     want = x.astype(np.int64) @ weight.astype(np.int64)
     np.testing.assert_array_equal(evaluate(mod, [x]), want)
     np.testing.assert_array_equal(opf.compile(mod)(x), want)
+    np.testing.assert_array_equal(opf.compile(mod, target=SSE)(x), want)
 
 
 def test_words_take_int32():
     x = opf.var("x", shape=(4, 8))
     with pytest.raises(OpfusionTypeError, match="int32 words"):
         module(Call(get_op("nn.matmul_packed"), [x, opf.const(np.zeros((1, 8, 16), "float32"))],
-                    {"words": True}))
+                    {"words": 4}))
 
 
 @pytest.mark.parametrize("x_shape,x_dtype,w_dtype,w_zero,zero_point", [
@@ -120,29 +134,31 @@ def test_words_take_int32():
     ((16, 64), "uint8", "uint8", 128, 3),          # an unsigned weight centred on 128
     ((2, 96), "uint8", "int8", 0, 255),            # two rows, panels of the few-rows form
 ], ids=str)
+@pytest.mark.parametrize("target,per_word", WORD_TARGETS, ids=["vnni", "avx512bw", "avx2"])
 def test_quantized_products_become_products_of_words(x_shape, x_dtype, w_dtype, w_zero,
-                                                      zero_point):
+                                                      zero_point, target, per_word):
     width = 96
     weight = codes((x_shape[-1], width), w_dtype).astype(np.int32) - w_zero
     mod = module(quantized_product(x_shape, x_dtype, weight, zero_point))
-    new = rewritten(mod, VNNI)
+    new = rewritten(mod, target)
     assert "nn.byte_words" in op_names(new) and "nn.matmul" not in op_names(new)
     (product,) = [n for n in post_order(new["main"].body)
                   if isinstance(n, Call) and n.op.name == "nn.matmul_packed"]
-    assert product.attrs.words
+    assert product.attrs.words == per_word
     x = codes(x_shape, x_dtype)
     want = evaluate(mod, [x])
     np.testing.assert_array_equal(evaluate(new, [x]), want)
-    if HOST_VNNI:
-        np.testing.assert_array_equal(opf.compile(mod, target=VNNI)(x), want)
+    if runs_here(target):
+        np.testing.assert_array_equal(opf.compile(mod, target=target)(x), want)
 
 
-def test_weights_outside_int8_and_targets_without_vnni_keep_the_int32_product():
+def test_weights_outside_int8_and_targets_without_word_products_keep_the_int32_product():
     weight = codes((32, 48), "uint8").astype(np.int32) - 3  # 252 does not fit int8
     mod = module(quantized_product((16, 32), "uint8", weight, 5))
     assert "nn.byte_words" not in op_names(rewritten(mod, VNNI))
     fits = module(quantized_product((16, 32), "uint8", codes((32, 48), "int8"), 5))
-    assert "nn.byte_words" not in op_names(rewritten(fits, AVX512))
+    assert "nn.byte_words" not in op_names(rewritten(fits, SSE))
+    assert word_values(SSE) == 0 and word_values(Target("c -mattr=+avx512f")) == 0
     x = codes((16, 32), "uint8")
     np.testing.assert_array_equal(opf.compile(mod)(x), evaluate(mod, [x]))
 
@@ -222,7 +238,8 @@ def qdq_matmul_model(x_shape, k, n, activation="uint8", gemm=False):
 @pytest.mark.parametrize("x_shape,activation,gemm", [
     ((64, 96), "uint8", True), ((1, 24, 40), "uint8", False), ((33, 52), "int8", False),
 ], ids=str)
-def test_dequantized_products_become_products_of_words(x_shape, activation, gemm):
+@pytest.mark.parametrize("target", [VNNI, AVX2], ids=["vnni", "avx2"])
+def test_dequantized_products_become_products_of_words(x_shape, activation, gemm, target):
     from opfusion.frontend import from_onnx
 
     k = x_shape[-1]
@@ -230,7 +247,7 @@ def test_dequantized_products_become_products_of_words(x_shape, activation, gemm
     bound = BindParams(params)(mod)
     with opf.transform.PassContext(opt_level=3):
         optimized = opf.transform.optimize(opf.transform.InferType()(bound))
-    new = rewritten(optimized, VNNI)
+    new = rewritten(optimized, target)
     assert "nn.byte_words" in op_names(new)
     assert not {"nn.dense", "nn.matmul"} & set(op_names(new))
     x = rng.standard_normal(x_shape).astype(np.float32) * 2
@@ -238,9 +255,19 @@ def test_dequantized_products_become_products_of_words(x_shape, activation, gemm
     want = evaluate(bound, [x])
     scale = float(np.nanmax(np.abs(want)))
     np.testing.assert_allclose(evaluate(new, [x]), want, rtol=0, atol=1e-5 * scale)
-    if HOST_VNNI:
-        np.testing.assert_allclose(opf.compile(mod, params=params, target=VNNI)(x), want,
+    if runs_here(target):
+        np.testing.assert_allclose(opf.compile(mod, params=params, target=target)(x), want,
                                    rtol=0, atol=1e-5 * scale)
+
+
+def test_float_products_stay_float_where_words_are_slower():
+    """AVX-512 without VNNI: vpmaddwd on one port, float multiply-adds on two."""
+    from opfusion.frontend import from_onnx
+
+    mod, params = from_onnx(qdq_matmul_model((64, 96), 96, 80))
+    with opf.transform.PassContext(opt_level=3):
+        optimized = opf.transform.optimize(opf.transform.InferType()(BindParams(params)(mod)))
+    assert "nn.byte_words" not in op_names(rewritten(optimized, AVX512))
 
 
 def test_a_float_weight_that_is_no_int8_grid_stays_a_float_product():

@@ -59,8 +59,8 @@ from .units import SECTION_MARKER
 from .vector import VectorEmitter
 from .vector_math import (
     HELPER_INTRINSICS,
+    WORD_DOTS,
     expand_intrinsics,
-    scalar_dot4_helper,
     scalar_exp_helper,
 )
 
@@ -167,11 +167,11 @@ class CPUEmitter(CFamilyEmitter):
 
     def _call(self, node: E.Call, args: list[str]) -> str:
         """The intrinsics :mod:`.vector_math` computes (float32 exp and exp_neg) by its scalar
-        helper, the same algorithm as the vector one; ``dot4_u8s8`` by a byte loop; the rest
-        as libm calls."""
-        if node.name == "dot4_u8s8":
-            self.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
-            return f"opf_dot4_u8s8({args[0]}, {args[1]})"
+        helper, the same algorithm as the vector one; ``dot4_u8s8`` and ``dot2_s16`` by loops
+        over their parts; the rest as libm calls."""
+        if node.name in WORD_DOTS:
+            self.need_helper(f"1_opf_{node.name}", WORD_DOTS[node.name]())
+            return f"opf_{node.name}({args[0]}, {args[1]})"
         if node.dtype in HELPER_INTRINSICS.get(node.name, ()):
             name = f"opf_{node.name}_{node.dtype}"
             self.includes.add("string.h")

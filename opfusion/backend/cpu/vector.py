@@ -38,7 +38,9 @@ from .loop_planning import (
 )
 from .vector_math import (
     has_scalef,
+    scalar_dot2_helper,
     scalar_dot4_helper,
+    vector_dot2_helper,
     vector_dot4_helper,
     vector_exp_helper,
 )
@@ -124,6 +126,10 @@ class VectorEmitter:
                 self._include_intrinsics()
             self.c.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
             text = vector_dot4_helper(name, vt, lanes, vnni, kind == "dot4_add_u8s8")
+        elif kind in ("dot2_s16", "dot2_add_s16"):
+            self._include_intrinsics()
+            self.c.need_helper("1_opf_dot2_s16", scalar_dot2_helper())
+            text = vector_dot2_helper(name, vt, lanes, self.target.has, kind == "dot2_add_s16")
         elif kind.startswith("satcast_"):  # float32 -> 8 or 16 bits: NaN 0, truncated, saturated
             source = kind.removeprefix("satcast_")
             lo, hi = float_to_int_bounds(dtype)
@@ -266,13 +272,15 @@ class VectorEmitter:
             offset = c.expr(c.offset(node.buffer, node.indices))
             load = self.helper("load", node.dtype, lanes)
             return f"{load}(&{c.buffer_name(node.buffer)}[{offset}])"
-        if isinstance(node, E.Add) and _is_dot4(kids[1]):
-            # acc + dot4(a, b): one vpdpbusd, which adds to its accumulator itself
+        if isinstance(node, E.Add) and _is_word_dot(kids[1]):
+            # acc + dot4(a, b): one vpdpbusd, which adds to its accumulator itself (dot2: a
+            # pmaddwd and an add)
             a, b = (self._operand(k, None if analysis.kinds[id(k)] == SCALAR
                                   else self._text_of(k, analysis, lanes), lanes)
                     for k in kids[1].children())
             acc = self._operand(kids[0], args[0], lanes)
-            return f"{self.helper('dot4_add_u8s8', node.dtype, lanes)}({acc}, {a}, {b})"
+            kind = "dot4_add_u8s8" if kids[1].name == "dot4_u8s8" else "dot2_add_s16"
+            return f"{self.helper(kind, node.dtype, lanes)}({acc}, {a}, {b})"
         op = ARITHMETIC.get(type(node)) or COMPARISONS.get(type(node))
         if op is not None:
             a = self._operand(kids[0], args[0], lanes)
@@ -307,5 +315,5 @@ class VectorEmitter:
         return self.value(node, analysis, lanes)
 
 
-def _is_dot4(node: E.PrimExpr) -> bool:
-    return isinstance(node, E.Call) and node.name == "dot4_u8s8"
+def _is_word_dot(node: E.PrimExpr) -> bool:
+    return isinstance(node, E.Call) and node.name in ("dot4_u8s8", "dot2_s16")

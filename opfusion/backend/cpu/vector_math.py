@@ -55,11 +55,13 @@ from ...tir.simplify import map_stmt
 #: rounded ``sqrtf``/``sqrt`` (GCC makes the loop one vector square-root instruction), the
 #: same value as the scalar code's; ``round`` (half to even) lane by lane with ``nearbyintf``,
 #: which GCC makes one ``vrndscaleps``/``vroundps`` (every QuantizeLinear rounds: a scalar
-#: loop before); ``dot4_u8s8`` by its helpers (VNNI's ``vpdpbusd``).
+#: loop before); ``dot4_u8s8`` and ``dot2_s16`` by their helpers (VNNI's ``vpdpbusd``, the
+#: ``vpmaddwd`` of SSE2, AVX2 and AVX512-BW).
 VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",),
                                                  "sqrt": ("float32", "float64"),
                                                  "round": ("float32", "float64"),
-                                                 "dot4_u8s8": ("int32",)}
+                                                 "dot4_u8s8": ("int32",),
+                                                 "dot2_s16": ("int32",)}
 #: Those whose scalar form is computed here as well (the rest are libm calls).
 HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",)}
 
@@ -430,6 +432,53 @@ def vector_dot4_helper(name: str, vt: str, lanes: int, vnni: bool, accumulate: b
                   "#else"]
     lines += [f"  {vt} r = {'acc' if accumulate else '{0}'};",
               f"  for (int i = 0; i < {lanes}; ++i) r[i] += opf_dot4_u8s8(a[i], b[i]);",
+              "  return r;"]
+    if found is not None:
+        lines.append("#endif")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def scalar_dot2_helper() -> str:
+    """``opf_dot2_s16(a, b)``: the sum of the products of the signed 16-bit halves of ``a``
+    and ``b`` (:func:`opfusion.tir.expr.dot2_s16`)."""
+    return ("static inline int32_t opf_dot2_s16(int32_t a, int32_t b) {\n"
+            "  uint32_t x = (uint32_t)a, y = (uint32_t)b;\n"
+            "  return (int32_t)(int16_t)(uint16_t)(x & 0xFFFFu)\n"
+            "         * (int16_t)(uint16_t)(y & 0xFFFFu)\n"
+            "         + (int32_t)(int16_t)(uint16_t)(x >> 16) * (int16_t)(uint16_t)(y >> 16);\n"
+            "}")
+
+
+#: The scalar helpers of the integer intrinsics, by name.
+WORD_DOTS = {"dot4_u8s8": scalar_dot4_helper, "dot2_s16": scalar_dot2_helper}
+
+#: ``pmaddwd`` by the width of its vectors in bytes: (the target feature it needs,
+#: preprocessor guard, intrinsic, integer vector type).
+_MADDWD = {
+    64: ("avx512bw", "defined(__AVX512BW__)", "_mm512_madd_epi16", "__m512i"),
+    32: ("avx2", "defined(__AVX2__)", "_mm256_madd_epi16", "__m256i"),
+    16: ("sse2", "defined(__SSE2__)", "_mm_madd_epi16", "__m128i"),
+}
+
+
+def vector_dot2_helper(name: str, vt: str, lanes: int, has: Callable[[str], bool],
+                       accumulate: bool) -> str:
+    """``name(acc, a, b)`` (``accumulate``) or ``name(a, b)``: :func:`scalar_dot2_helper` lane by
+    lane on int32 vectors of ``lanes``, added to ``acc``: one ``pmaddwd`` (and an add) where
+    the target has it at this width (``has``: the target's feature test), else a loop."""
+    params = f"{vt} acc, {vt} a, {vt} b" if accumulate else f"{vt} a, {vt} b"
+    lines = [f"static inline {vt} {name}({params}) {{"]
+    found = _MADDWD.get(lanes * 4)
+    if found is not None and has(found[0]):
+        _, guard, intrinsic, itype = found
+        product = f"({vt}){intrinsic}(({itype})a, ({itype})b)"
+        lines += [f"#if {guard}", f"  return {'acc + ' if accumulate else ''}{product};",
+                  "#else"]
+    else:
+        found = None
+    lines += [f"  {vt} r = {'acc' if accumulate else '{0}'};",
+              f"  for (int i = 0; i < {lanes}; ++i) r[i] += opf_dot2_s16(a[i], b[i]);",
               "  return r;"]
     if found is not None:
         lines.append("#endif")
