@@ -1004,16 +1004,21 @@ def call(name: str, *args: Any) -> PrimExpr:
     return Call(name, exprs, exprs[0].dtype)
 
 
+def _word_dot(name: str, a: Any, b: Any) -> PrimExpr:
+    """``name(a, b)`` of two int32 words (:data:`INTRINSICS`' integer intrinsics)."""
+    exprs = [as_expr(a), as_expr(b)]
+    for e in exprs:
+        if e.dtype != "int32":
+            raise TensorExprError(f"{name}({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
+                                  "it takes int32 words")
+    return Call(name, exprs, "int32")
+
+
 def dot4_u8s8(a: Any, b: Any) -> PrimExpr:
     """The sum of the products of the four bytes of int32 word ``a`` (unsigned) with those of
     word ``b`` (signed), byte 0 the lowest: an int32 in [-130560, 130050]. A product whose
     operands are 8-bit values packed four to a word contracts four of them per step."""
-    exprs = [as_expr(a), as_expr(b)]
-    for e in exprs:
-        if e.dtype != "int32":
-            raise TensorExprError(f"dot4_u8s8({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
-                                  "it takes int32 words of four bytes")
-    return Call("dot4_u8s8", exprs, "int32")
+    return _word_dot("dot4_u8s8", a, b)
 
 
 def dot2_s16(a: Any, b: Any) -> PrimExpr:
@@ -1021,12 +1026,7 @@ def dot2_s16(a: Any, b: Any) -> PrimExpr:
     of word ``b``, the low half first: x86's ``pmaddwd`` on one lane. A product of 8-bit
     values widened to 16 bits contracts two of them per step, exactly, where the processor
     has no VNNI."""
-    exprs = [as_expr(a), as_expr(b)]
-    for e in exprs:
-        if e.dtype != "int32":
-            raise TensorExprError(f"dot2_s16({exprs[0]}, {exprs[1]}): argument {e} is {e.dtype}; "
-                                  "it takes int32 words of two 16-bit halves")
-    return Call("dot2_s16", exprs, "int32")
+    return _word_dot("dot2_s16", a, b)
 
 
 def unpack_dot2_s16(a: int, b: int) -> int:

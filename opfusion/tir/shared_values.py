@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import expr as E
 from . import stmt as S
+from .simplify import map_nested
 
 #: Nodes, counted as a tree, below which a shared value is left duplicated.
 MIN_SHARED_NODES = 32
@@ -28,25 +29,9 @@ MIN_SHARED_NODES = 32
 
 def bind_shared_values(func: S.PrimFunc) -> S.PrimFunc:
     """``func`` with the large shared values of its stores bound by lets (module docstring)."""
-    return S.PrimFunc(func.name, func.params, _bind_stmt(func.body), func.attrs)
-
-
-def _bind_stmt(stmt: S.Stmt) -> S.Stmt:
-    # (recursion by nesting depth, as map_stmt)
-    if isinstance(stmt, S.BufferStore):
-        return _bind_store(stmt)
-    if isinstance(stmt, S.SeqStmt):
-        return S.SeqStmt([_bind_stmt(s) for s in stmt.stmts])
-    if isinstance(stmt, S.For):
-        return S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _bind_stmt(stmt.body))
-    if isinstance(stmt, S.IfThenElse):
-        return S.IfThenElse(stmt.condition, _bind_stmt(stmt.then_case),
-                            None if stmt.else_case is None else _bind_stmt(stmt.else_case))
-    if isinstance(stmt, S.LetStmt):
-        return S.LetStmt(stmt.var, stmt.value, _bind_stmt(stmt.body))
-    if isinstance(stmt, S.Allocate):
-        return S.Allocate(stmt.buffer, _bind_stmt(stmt.body))
-    return stmt
+    body = map_nested(func.body, lambda s: _bind_store(s) if isinstance(s, S.BufferStore)
+                      else None)
+    return S.PrimFunc(func.name, func.params, body, func.attrs)
 
 
 def _bind_store(store: S.BufferStore) -> S.Stmt:

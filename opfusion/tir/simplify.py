@@ -505,6 +505,29 @@ def map_stmt(stmt: S.Stmt, fexpr: Callable[[E.PrimExpr], E.PrimExpr]) -> S.Stmt:
     raise TypeError(f"unknown statement {type(stmt).__name__}")
 
 
+def map_nested(stmt: S.Stmt, visit: Callable[[S.Stmt], S.Stmt | None]) -> S.Stmt:
+    """``stmt`` rebuilt with ``visit``'s replacement of each statement it returns one for, and
+    the bodies of the others (sequences, loops, branches, lets, allocations) mapped the same
+    way; statements with no body that ``visit`` leaves stay (recursion by nesting depth)."""
+    out = visit(stmt)
+    if out is not None:
+        return out
+    if isinstance(stmt, S.SeqStmt):
+        return S.SeqStmt([map_nested(s, visit) for s in stmt.stmts])
+    if isinstance(stmt, S.For):
+        return S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                     map_nested(stmt.body, visit))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, map_nested(stmt.then_case, visit),
+                            None if stmt.else_case is None
+                            else map_nested(stmt.else_case, visit))
+    if isinstance(stmt, S.LetStmt):
+        return S.LetStmt(stmt.var, stmt.value, map_nested(stmt.body, visit))
+    if isinstance(stmt, S.Allocate):
+        return S.Allocate(stmt.buffer, map_nested(stmt.body, visit))
+    return stmt
+
+
 def substitute_stmt(stmt: S.Stmt, mapping: dict[E.Var, Any]) -> S.Stmt:
     """Replace variables by expressions everywhere in ``stmt``."""
     return map_stmt(stmt, lambda e: E.substitute(e, mapping))

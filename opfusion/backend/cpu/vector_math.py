@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 from ...tir import expr as E
 from ...tir import stmt as S
-from ...tir.simplify import map_stmt
+from ...tir.simplify import map_nested, map_stmt
 
 #: Functions a vectorized loop computes in vectors, by the IR intrinsic's name, and the dtypes
 #: they cover: ``exp`` by the helpers here, ``sqrt`` lane by lane with libm's correctly
@@ -300,7 +300,13 @@ def expand_intrinsics(func: S.PrimFunc) -> S.PrimFunc:
 
 
 def _expand_stmt(stmt: S.Stmt) -> S.Stmt:
-    # (recursion by nesting depth, as map_stmt)
+    return map_nested(stmt, _expand_one)
+
+
+def _expand_one(stmt: S.Stmt) -> S.Stmt | None:
+    """A store or let with its calls expanded (their arguments bound by lets before it), a
+    statement without a body with its expressions expanded; None for the others (their
+    bodies are mapped)."""
     if isinstance(stmt, (S.BufferStore, S.LetStmt)):
         # (a let's value too: a shared value bound before the store, tir.shared_values)
         lets: list[tuple[E.Var, E.PrimExpr]] = []
@@ -311,15 +317,8 @@ def _expand_stmt(stmt: S.Stmt) -> S.Stmt:
         for var, bound in reversed(lets):
             out = S.LetStmt(var, bound, out)
         return out
-    if isinstance(stmt, S.SeqStmt):
-        return S.SeqStmt([_expand_stmt(s) for s in stmt.stmts])
-    if isinstance(stmt, S.For):
-        return S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _expand_stmt(stmt.body))
-    if isinstance(stmt, S.IfThenElse):
-        return S.IfThenElse(stmt.condition, _expand_stmt(stmt.then_case),
-                            None if stmt.else_case is None else _expand_stmt(stmt.else_case))
-    if isinstance(stmt, S.Allocate):
-        return S.Allocate(stmt.buffer, _expand_stmt(stmt.body))
+    if isinstance(stmt, (S.SeqStmt, S.For, S.IfThenElse, S.Allocate)):
+        return None
     return map_stmt(stmt, _expand_plain)
 
 
@@ -421,19 +420,28 @@ def vector_dot4_helper(name: str, vt: str, lanes: int, vnni: bool, accumulate: b
     """``name(acc, a, b)`` (``accumulate``) or ``name(a, b)``: :func:`scalar_dot4_helper` lane by
     lane on int32 vectors of ``lanes``, added to ``acc``: one ``vpdpbusd`` where ``vnni`` (the
     target has AVX512-VNNI) and the width has one, else a loop over the lanes."""
-    params = f"{vt} acc, {vt} a, {vt} b" if accumulate else f"{vt} a, {vt} b"
-    lines = [f"static inline {vt} {name}({params}) {{"]
     found = _DPBUSD.get(lanes * 4) if vnni else None
+    body = None
     if found is not None:
         guard, intrinsic, itype, zero = found
         start = f"({itype})acc" if accumulate else zero
-        lines += [f"#if {guard}",
-                  f"  return ({vt}){intrinsic}({start}, ({itype})a, ({itype})b);",
-                  "#else"]
+        body = (guard, f"({vt}){intrinsic}({start}, ({itype})a, ({itype})b)")
+    return _word_dot_helper(name, vt, lanes, "opf_dot4_u8s8", body, accumulate)
+
+
+def _word_dot_helper(name: str, vt: str, lanes: int, scalar: str,
+                     instruction: tuple[str, str] | None, accumulate: bool) -> str:
+    """A vector helper of an integer intrinsic: ``instruction`` (its preprocessor guard and
+    the expression of its result, ``acc`` included) where the guard holds, else the scalar
+    helper ``scalar`` lane by lane."""
+    params = f"{vt} acc, {vt} a, {vt} b" if accumulate else f"{vt} a, {vt} b"
+    lines = [f"static inline {vt} {name}({params}) {{"]
+    if instruction is not None:
+        lines += [f"#if {instruction[0]}", f"  return {instruction[1]};", "#else"]
     lines += [f"  {vt} r = {'acc' if accumulate else '{0}'};",
-              f"  for (int i = 0; i < {lanes}; ++i) r[i] += opf_dot4_u8s8(a[i], b[i]);",
+              f"  for (int i = 0; i < {lanes}; ++i) r[i] += {scalar}(a[i], b[i]);",
               "  return r;"]
-    if found is not None:
+    if instruction is not None:
         lines.append("#endif")
     lines.append("}")
     return "\n".join(lines)
@@ -467,20 +475,10 @@ def vector_dot2_helper(name: str, vt: str, lanes: int, has: Callable[[str], bool
     """``name(acc, a, b)`` (``accumulate``) or ``name(a, b)``: :func:`scalar_dot2_helper` lane by
     lane on int32 vectors of ``lanes``, added to ``acc``: one ``pmaddwd`` (and an add) where
     the target has it at this width (``has``: the target's feature test), else a loop."""
-    params = f"{vt} acc, {vt} a, {vt} b" if accumulate else f"{vt} a, {vt} b"
-    lines = [f"static inline {vt} {name}({params}) {{"]
     found = _MADDWD.get(lanes * 4)
+    body = None
     if found is not None and has(found[0]):
         _, guard, intrinsic, itype = found
         product = f"({vt}){intrinsic}(({itype})a, ({itype})b)"
-        lines += [f"#if {guard}", f"  return {'acc + ' if accumulate else ''}{product};",
-                  "#else"]
-    else:
-        found = None
-    lines += [f"  {vt} r = {'acc' if accumulate else '{0}'};",
-              f"  for (int i = 0; i < {lanes}; ++i) r[i] += opf_dot2_s16(a[i], b[i]);",
-              "  return r;"]
-    if found is not None:
-        lines.append("#endif")
-    lines.append("}")
-    return "\n".join(lines)
+        body = (guard, f"{'acc + ' if accumulate else ''}{product}")
+    return _word_dot_helper(name, vt, lanes, "opf_dot2_s16", body, accumulate)
