@@ -115,7 +115,8 @@ def _product_weight(call: Call, dtype: str) -> np.ndarray | None:
     values = weight.data
     if call.op.name == "nn.dense" or call.attrs.get("transpose_b"):
         values = values.T
-    return values if values.shape[0] <= MAX_DEPTH else None
+    # (an empty contraction or result stays as it is: nothing to multiply)
+    return values if 0 < values.shape[0] <= MAX_DEPTH and values.size else None
 
 
 def quantized_operands(call: Call, dequantized: bool = True) -> QuantizedProduct | None:

@@ -152,6 +152,20 @@ def test_quantized_products_become_products_of_words(x_shape, x_dtype, w_dtype, 
         np.testing.assert_array_equal(opf.compile(mod, target=target)(x), want)
 
 
+@pytest.mark.parametrize("x_shape,width", [((3, 0), 16), ((0, 16), 32), ((4, 1), 16),
+                                           ((4, 16), 1)], ids=str)
+def test_empty_and_thin_quantized_products(x_shape, width):
+    """An empty contraction stays the int32 product (zeros); no rows, one value of depth, one
+    column: the reference's numbers."""
+    weight = codes((x_shape[-1], width), "int8")
+    mod = module(quantized_product(x_shape, "uint8", weight, 3))
+    rewritten(mod, VNNI)
+    x = codes(x_shape, "uint8")
+    np.testing.assert_array_equal(opf.compile(mod)(x), evaluate(mod, [x]))
+    if runs_here(AVX2):
+        np.testing.assert_array_equal(opf.compile(mod, target=AVX2)(x), evaluate(mod, [x]))
+
+
 def test_weights_outside_int8_and_targets_without_word_products_keep_the_int32_product():
     weight = codes((32, 48), "uint8").astype(np.int32) - 3  # 252 does not fit int8
     mod = module(quantized_product((16, 32), "uint8", weight, 5))
