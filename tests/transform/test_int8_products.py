@@ -117,7 +117,8 @@ def test_a_product_of_words_computes_the_int32_product(rows, depth, width, cols,
     want = x.astype(np.int64) @ weight.astype(np.int64)
     np.testing.assert_array_equal(evaluate(mod, [x]), want)
     np.testing.assert_array_equal(opf.compile(mod)(x), want)
-    np.testing.assert_array_equal(opf.compile(mod, target=SSE)(x), want)
+    if runs_here(SSE):
+        np.testing.assert_array_equal(opf.compile(mod, target=SSE)(x), want)
 
 
 def test_words_take_int32():

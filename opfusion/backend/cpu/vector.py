@@ -37,9 +37,8 @@ from .loop_planning import (
     value_nodes,
 )
 from .vector_math import (
+    WORD_DOTS,
     has_scalef,
-    scalar_dot2_helper,
-    scalar_dot4_helper,
     vector_dot2_helper,
     vector_dot4_helper,
     vector_exp_helper,
@@ -120,16 +119,15 @@ class VectorEmitter:
             root = f"{base}f" if dtype == "float32" else base
             text = (f"static inline {vt} {name}({vt} v) {{ {vt} r; for (int i = 0; i < {lanes}; "
                     f"++i) r[i] = {root}(v[i]); return r; }}")
-        elif kind in ("dot4_u8s8", "dot4_add_u8s8"):
-            vnni = self.target.has("avx512vnni")
-            if vnni:
-                self._include_intrinsics()
-            self.c.need_helper("1_opf_dot4_u8s8", scalar_dot4_helper())
-            text = vector_dot4_helper(name, vt, lanes, vnni, kind == "dot4_add_u8s8")
-        elif kind in ("dot2_s16", "dot2_add_s16"):
+        elif kind in ("dot4_u8s8", "dot4_add_u8s8", "dot2_s16", "dot2_add_s16"):
+            # the intrinsic (or, "_add_", its sum with an accumulator), on the scalar helper
+            scalar = "dot4_u8s8" if kind.startswith("dot4") else "dot2_s16"
+            self.c.need_helper(f"1_opf_{scalar}", WORD_DOTS[scalar]())
             self._include_intrinsics()
-            self.c.need_helper("1_opf_dot2_s16", scalar_dot2_helper())
-            text = vector_dot2_helper(name, vt, lanes, self.target.has, kind == "dot2_add_s16")
+            accumulate = "_add_" in kind
+            text = (vector_dot4_helper(name, vt, lanes, self.target.has("avx512vnni"),
+                                       accumulate) if scalar == "dot4_u8s8"
+                    else vector_dot2_helper(name, vt, lanes, self.target.has, accumulate))
         elif kind.startswith("satcast_"):  # float32 -> 8 or 16 bits: NaN 0, truncated, saturated
             source = kind.removeprefix("satcast_")
             lo, hi = float_to_int_bounds(dtype)
@@ -252,7 +250,7 @@ class VectorEmitter:
             else:
                 args = [None if analysis.kinds[id(k)] == SCALAR else text[id(k)]
                         for k in node.children()]
-            text[id(node)] = self._format(node, args, analysis, lanes)
+            text[id(node)] = self._format(node, args, analysis, lanes, text)
         return text[id(root)]
 
     def _operand(self, node: E.PrimExpr, text: str | None, lanes: int) -> str:
@@ -261,7 +259,9 @@ class VectorEmitter:
         return f"{self.helper('splat', node.dtype, lanes)}({self.c.expr(node)})"
 
     def _format(self, node: E.PrimExpr, args: list[str | None], analysis: VectorAnalysis,
-                lanes: int) -> str:
+                lanes: int, text: dict[int, str]) -> str:
+        """C text of ``node`` from its operands' (``args``: None for a scalar operand;
+        ``text``: every vector node's so far, by id)."""
         c = self.c
         kids = node.children()
         if isinstance(node, E.Var):
@@ -275,9 +275,7 @@ class VectorEmitter:
         if isinstance(node, E.Add) and _is_word_dot(kids[1]):
             # acc + dot4(a, b): one vpdpbusd, which adds to its accumulator itself (dot2: a
             # pmaddwd and an add)
-            a, b = (self._operand(k, None if analysis.kinds[id(k)] == SCALAR
-                                  else self._text_of(k, analysis, lanes), lanes)
-                    for k in kids[1].children())
+            a, b = (self._operand(k, text.get(id(k)), lanes) for k in kids[1].children())
             acc = self._operand(kids[0], args[0], lanes)
             kind = "dot4_add_u8s8" if kids[1].name == "dot4_u8s8" else "dot2_add_s16"
             return f"{self.helper(kind, node.dtype, lanes)}({acc}, {a}, {b})"
@@ -309,10 +307,6 @@ class VectorEmitter:
             operands = ", ".join(self._operand(k, a, lanes) for k, a in zip(kids, args))
             return f"{self.helper(node.name, node.dtype, lanes)}({operands})"
         raise AssertionError(f"unplanned vector node {type(node).__name__}")  # pragma: no cover
-
-    def _text_of(self, node: E.PrimExpr, analysis: VectorAnalysis, lanes: int) -> str:
-        """C text of vector sub-expression ``node`` (its parent is written in one piece)."""
-        return self.value(node, analysis, lanes)
 
 
 def _is_word_dot(node: E.PrimExpr) -> bool:
