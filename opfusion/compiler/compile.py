@@ -52,6 +52,7 @@ from ..transform.pad_channel_blocks import PadChannelBlocks
 from ..transform.pad_conv_channels import PadConvChannels
 from ..transform.pass_infra import Sequential
 from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
+from ..transform.word_convolutions import WordConvolutions
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
 from .lower_group import LoweredGroup, lower_primitive_function
@@ -210,7 +211,7 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     # SimplifyExpr again: the reshapes around a packed product of a batch of rows keep an
     # elementwise operator after them (a bias) from its epilogue until it moves above them.
     return Sequential([PadChannelBlocks(target), AlterOpLayout(target),
-                       PackMatmulWeights(target), FoldConstant(),
+                       PackMatmulWeights(target), FoldConstant(), WordConvolutions(target),
                        SimplifyExpr(), FoldChannelShuffle(), InferType()],
                       name="AlterLayout")(mod)
 

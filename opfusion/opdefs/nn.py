@@ -229,6 +229,15 @@ class Conv2DNCHWc(_ConvBase):
                               doc="a group window reads channel_shuffle(data, input_shuffle) "
                                   "(its channel j * s + i is data channel i * (C / s) + j), "
                                   "0: the data as it is; FoldChannelShuffle sets it"),
+        "words": Attr("int", 0,
+                      doc="0, or the 8-bit data's values in each int32 word of the products: "
+                          "4 (bytes, dot4_u8s8: VNNI's vpdpbusd) or 2 (16-bit halves, "
+                          "dot2_s16: pmaddwd); the weight then holds int32 words of the "
+                          "input block's channels (O/o, C/i, KH, KW, ceil(i/words), o), "
+                          "signed, and the sums are int32 (WordConvolutions makes it)"),
+        "pad_value": Attr("int", 0,
+                          doc="with words: the data value the padding holds (the zero "
+                              "point of quantized data, whose real value is 0)"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
@@ -248,8 +257,13 @@ class Conv2DNCHWc(_ConvBase):
         expect_rank(self, data, "data", 5, ("N", "C", "H", "W", "c"))
         expect_rank(self, weight, "weight", 6, ("O", "I", "H", "W", "i", "o"))
         in_block, kernel_block, out_block = self.blocks(attrs)
-        out_dtype = numeric_dtype(self, [data, weight], self.inputs)
-        if data.shape[4] != in_block or weight.shape[4] != kernel_block \
+        if attrs.words:
+            out_dtype = self._check_words(data, weight, attrs)
+            kernel_block_words = -(-kernel_block // attrs.words)
+        else:
+            out_dtype = numeric_dtype(self, [data, weight], self.inputs)
+            kernel_block_words = kernel_block
+        if data.shape[4] != in_block or weight.shape[4] != kernel_block_words \
                 or weight.shape[5] != out_block:
             raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
                                   f"the blocks of their layouts ({attrs.data_layout}, "
@@ -278,6 +292,25 @@ class Conv2DNCHWc(_ConvBase):
                                       attrs.padding)
         return TensorType((data.shape[0], out_channels // out_block, out_h, out_w, out_block),
                           attrs.out_dtype or out_dtype)
+
+    def _check_words(self, data: TensorType, weight: TensorType, attrs: Attrs) -> str:
+        """The products of words: 8-bit data, an int32 weight of words, one group; returns
+        the sums' dtype (int32)."""
+        if attrs.words not in (2, 4):
+            raise self.type_error(f"words={attrs.words}: 0 (plain values), 2 or 4 values a "
+                                  "word")
+        if data.dtype not in ("uint8", "int8") or weight.dtype != "int32":
+            raise self.type_error(f"words={attrs.words} takes uint8 or int8 data and an int32 "
+                                  f"weight of words, got {data.dtype} and {weight.dtype}")
+        if attrs.groups != 1 or attrs.group_window:
+            raise self.type_error(f"words={attrs.words} is for convolutions of one group, got "
+                                  f"groups={attrs.groups}")
+        low, high = (0, 255) if data.dtype == "uint8" else (-128, 127)
+        if not low <= attrs.pad_value <= high:
+            raise self.type_error(f"pad_value={attrs.pad_value} is not a {data.dtype} value")
+        if attrs.out_dtype not in (None, "int32"):
+            raise self.type_error(f"words={attrs.words} sums in int32, not {attrs.out_dtype}")
+        return "int32"
 
     def _check_groups(self, channels: int, per_group: int, out_channels: int,
                       blocks: tuple[int, int, int], attrs: Attrs) -> None:
@@ -323,7 +356,10 @@ class Conv2DNCHWc(_ConvBase):
 
     def reference(self, data: np.ndarray, weight: np.ndarray, *, data_layout: str,
                   kernel_layout: str, out_layout: str, group_window: bool = False,
-                  input_shuffle: int = 0, **attrs: Any) -> np.ndarray:
+                  input_shuffle: int = 0, words: int = 0, pad_value: int = 0,
+                  **attrs: Any) -> np.ndarray:
+        if words:
+            data, weight, attrs = _word_operands(data, weight, words, pad_value, attrs)
         plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
         if input_shuffle:
             plain_data = get_op("channel_shuffle").reference(plain_data, input_shuffle, "NCHW")
@@ -333,7 +369,30 @@ class Conv2DNCHWc(_ConvBase):
             plain_weight = transform_array(weight, Layout.parse(kernel_layout),
                                            Layout.parse("OIHW"))
         out = get_op("nn.conv2d").reference(plain_data, plain_weight, **attrs)
-        return transform_array(out, Layout.parse("NCHW"), Layout.parse(out_layout))
+        out = transform_array(out, Layout.parse("NCHW"), Layout.parse(out_layout))
+        return out.astype(np.int32) if words else out
+
+
+def _word_operands(data: np.ndarray, weight: np.ndarray, words: int, pad_value: int,
+                   attrs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """A convolution of words as one of plain values: the data padded with ``pad_value``
+    (int8 data offset by 128 into bytes, as the products read it, with the pad), the
+    weight's words split into their signed parts (bytes, or 16-bit halves), the attributes
+    with no padding left."""
+    values = data.astype(np.int64) + (128 if data.dtype == np.int8 else 0)
+    fill = pad_value + (128 if data.dtype == np.int8 else 0)
+    top, left, bottom, right = attrs["padding"]
+    values = np.pad(values, [(0, 0), (0, 0), (top, bottom), (left, right), (0, 0)],
+                    constant_values=fill)
+    return values, _weight_parts(weight, words, data.shape[4]), {**attrs,
+                                                                 "padding": (0, 0, 0, 0)}
+
+
+def _weight_parts(weight: np.ndarray, words: int, block: int) -> np.ndarray:
+    """An int32 weight of words (O/o, C/i, KH, KW, ceil(i/words), o) as its signed parts
+    (O/o, C/i, KH, KW, i, o) in int64: part p of word j is input channel words j + p."""
+    parts = word_parts(np.moveaxis(weight, 4, 5), "int8" if words == 4 else "<i2", words)
+    return np.moveaxis(parts, 5, 4)[..., :block, :].astype(np.int64)
 
 
 @register_op

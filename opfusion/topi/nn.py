@@ -70,11 +70,16 @@ def width_blocks(out_width: int, dtype: str) -> tuple[int, int]:
 
 
 def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
-                fill: te.PrimExpr) -> Callable[..., te.PrimExpr]:
+                fill: te.PrimExpr,
+                read: Callable[..., te.PrimExpr] | None = None) -> Callable[..., te.PrimExpr]:
     """``padded(n, c, y, x, *rest)``: element (y, x) of ``data`` (axes 2 and 3; ``rest`` the
     axes after them, a channel block) shifted by ``top`` rows and ``left`` columns, ``fill``
-    outside it, for ``rows`` x ``cols`` positions; guarded only on the edges that need it."""
+    outside it, for ``rows`` x ``cols`` positions; guarded only on the edges that need it.
+    ``read(n, c, y, x, *rest)``: what a position inside holds (default: ``data``'s
+    element)."""
     height, width = int(data.shape[2]), int(data.shape[3])
+    if read is None:
+        read = lambda *i: data[i]  # noqa: E731
 
     def padded(n: Any, c: Any, y: Any, x: Any, *rest: Any) -> te.PrimExpr:
         inside = []
@@ -86,10 +91,60 @@ def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
             inside.append(x >= left)
         if cols > left + width:
             inside.append(x < left + width)
-        value = data[(n, c, y - top, x - left, *rest)]
+        value = read(n, c, y - top, x - left, *rest)
         return te.if_then_else(te.all(*inside), value, fill) if inside else value
 
     return padded
+
+
+def packed_word(value: Callable[[int], te.PrimExpr], parts: int) -> te.PrimExpr:
+    """``parts`` unsigned values (``value(p)``, int32 expressions of 8-bit ones) as one
+    int32 word, the first lowest, in bytes (4) or 16-bit halves (2). Summed in uint32, where
+    the top part's multiple of 2^24 (or 2^16) wraps as the word's bits do."""
+    bits = 32 // parts
+    total: te.PrimExpr = te.const(0, "uint32")
+    for part in range(parts):
+        total = total + te.cast(value(part), "uint32") * te.const(1 << (bits * part), "uint32")
+    return te.cast(total, "int32")
+
+
+def word_constant(value: int, parts: int) -> int:
+    """The int32 word of ``parts`` copies of the unsigned 8-bit ``value``."""
+    bits = 32 // parts
+    word = sum(value << (bits * part) for part in range(parts))
+    return word - (1 << 32) if word >= 1 << 31 else word
+
+
+def word_reader(data: te.Tensor, parts: int) -> Callable[..., te.PrimExpr]:
+    """``read(*i, j)``: word ``j`` along the last axis of 8-bit ``data`` at ``i``: its
+    values ``parts * j ..`` (int8 ones offset by 128 into bytes), the parts past the last 0
+    (:func:`packed_word`)."""
+    length = int(data.shape[-1])
+    offset = 128 if data.dtype == "int8" else 0
+
+    def read(*i: Any) -> te.PrimExpr:
+        *at, j = i
+
+        def part(p: int) -> te.PrimExpr:
+            index = j * parts + p
+            if length % parts == 0:
+                return te.cast(data[(*at, index)], "int32") + offset
+            value = te.cast(data[(*at, te.min(index, length - 1))], "int32") + offset
+            return te.select(index < length, value, te.const(0, "int32"))
+
+        return packed_word(part, parts)
+
+    return read
+
+
+def word_padding(data: te.Tensor, parts: int,
+                 pad_value: int) -> tuple[te.PrimExpr, Callable[..., te.PrimExpr]]:
+    """(the word padding holds, the reader of the words inside) of a convolution of words
+    over 8-bit ``data``: words of ``pad_value`` (the zero point) and :func:`word_reader`,
+    for :func:`zero_padded`."""
+    offset = 128 if data.dtype == "int8" else 0
+    return (te.const(word_constant(pad_value + offset, parts), "int32"),
+            word_reader(data, parts))
 
 
 def padded_source(data: te.Tensor, top: int, left: int, rows: int, cols: int) -> te.Tensor:
@@ -417,6 +472,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         else conv_accumulators(target)
     if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
+    # With words, the products read the data's words (a copy packs them, padding and all).
+    words = int(attrs.words)
+    fill, read = word_padding(data, words, attrs.pad_value) if words \
+        else (_zero(data.dtype), None)
+    lanes = -(-in_block // words) if words else in_block
     unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
@@ -427,15 +487,20 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         # tiles consecutive columns, every input cache line used whole (ResNet-50's
         # stride-2 projections at 28, 14 and 7 output columns 1.05x, 1.19x and 1.32x
         # faster; Zen 3, AVX2).
-        padded = zero_padded(data, top, left, rows, cols, _zero(data.dtype))
-        source = te.compute((batch, blocks_in, out_h, units * unit, in_block),
+        padded = zero_padded(data, top, left, rows, cols, fill, read)
+        source = te.compute((batch, blocks_in, out_h, units * unit, lanes),
                             lambda n, c, y, x, i: padded(n, c, y * sh, x * sw, i),
                             name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
         sh = sw = 1
+    elif words:
+        source = te.compute((batch, blocks_in, rows, cols, lanes),
+                            zero_padded(data, top, left, rows, cols, fill, read),
+                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
     else:
         source = padded_source(data, top, left, rows, cols)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
+    product = _word_product(words, acc_dtype)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     shape = (batch, acc_blocks, out_h, units, unit, out_block)
@@ -456,26 +521,36 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     else:
         # Each output block lies in one group; its group's input blocks start at
         # group * blocks_per_group (groups=1: at 0).
+        # (with words, rc runs over the words of each input block: ``lanes`` a block)
         blocks_per_group = int(weight.shape[1])
         out_blocks_per_group = out_blocks // attrs.groups
-        rc = te.reduce_axis((0, blocks_per_group * in_block), name="rc")
+        rc = te.reduce_axis((0, blocks_per_group * lanes), name="rc")
 
         def first_block(o: Any) -> Any:
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
 
         acc = te.compute(
             shape,
-            lambda n, o, y, xb, xi, c: te.sum(
-                te.cast(source[n, first_block(o) + rc // in_block, y * sh + ry * dh,
-                               column(xb, xi), rc % in_block], acc_dtype)
-                * te.cast(weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry,
-                                 rx, rc % in_block, c], acc_dtype),
+            lambda n, o, y, xb, xi, c: te.sum(product(
+                source[n, first_block(o) + rc // lanes, y * sh + ry * dh, column(xb, xi),
+                       rc % lanes],
+                weight[_real_block(o, acc_blocks, out_blocks), rc // lanes, ry, rx,
+                       rc % lanes, c]),
                 axis=[rc, ry, rx]),
-            name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+            name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
+            attrs={"words": words})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
                       name="conv2d_nchwc", tag=CONV_NCHWC)
+
+
+def _word_product(words: int, acc_dtype: str) -> Callable[[Any, Any], te.PrimExpr]:
+    """``product(a, b)`` of a convolution's data and weight values in ``acc_dtype``; with
+    ``words`` (4 or 2), of their int32 words: ``dot4_u8s8`` or ``dot2_s16``."""
+    if words:
+        return te.dot4_u8s8 if words == 4 else te.dot2_s16
+    return lambda a, b: te.cast(a, acc_dtype) * te.cast(b, acc_dtype)
 
 
 def flatten_pixels(out_h: int, out_w: int, budget: int, blocks: int) -> bool:
@@ -512,20 +587,24 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
     pixels = out_h * out_w
     unit = nchwc_width_unit(pixels, budget, acc_blocks)
     units = -(-pixels // unit)
+    words = int(attrs.words)
+    fill, word_read = word_padding(data, words, attrs.pad_value) if words \
+        else (_zero(data.dtype), None)
+    lanes = -(-in_block // words) if words else in_block
 
     def pixel(p: Any) -> tuple[Any, Any]:
         last = te.min(p, pixels - 1)
         return last // out_w, last % out_w
 
-    if (sh, sw) != (1, 1) or top or left or out_h > height or out_w > width:
+    if (sh, sw) != (1, 1) or top or left or out_h > height or out_w > width or words:
         padded = zero_padded(data, top, left, (out_h - 1) * sh + 1, (out_w - 1) * sw + 1,
-                             _zero(data.dtype))
+                             fill, word_read)
 
         def copied(n: Any, c: Any, y: Any, p: Any, i: Any) -> te.PrimExpr:
             row, col = pixel(p)
             return padded(n, c, row * sh, col * sw, i)
 
-        line = te.compute((batch, blocks_in, 1, units * unit, in_block), copied,
+        line = te.compute((batch, blocks_in, 1, units * unit, lanes), copied,
                           name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
 
         def read(n: Any, c: Any, p: Any, i: Any) -> te.PrimExpr:
@@ -536,17 +615,19 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
             return data[n, c, row, col, i]
 
     acc_dtype = accumulator_dtype(out_type.dtype)
-    rc = te.reduce_axis((0, int(weight.shape[1]) * in_block), name="rc")
+    product = _word_product(words, acc_dtype)
+    rc = te.reduce_axis((0, int(weight.shape[1]) * lanes), name="rc")
     ry = te.reduce_axis((0, 1), name="ry")
     rx = te.reduce_axis((0, 1), name="rx")
 
     acc = te.compute(
         (batch, acc_blocks, 1, units, unit, out_block),
-        lambda n, o, y, pb, pi, c: te.sum(
-            te.cast(read(n, rc // in_block, pb * unit + pi, rc % in_block), acc_dtype)
-            * te.cast(weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
-                             rc % in_block, c], acc_dtype), axis=[rc, ry, rx]),
-        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC)
+        lambda n, o, y, pb, pi, c: te.sum(product(
+            read(n, rc // lanes, pb * unit + pi, rc % lanes),
+            weight[_real_block(o, acc_blocks, out_blocks), rc // lanes, ry, rx, rc % lanes, c]),
+            axis=[rc, ry, rx]),
+        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
+        attrs={"words": words})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(
                           acc[n, o, 0, (y * out_w + x) // unit, (y * out_w + x) % unit, c],
@@ -1075,26 +1156,10 @@ def matmul_packed(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 def byte_words(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """``out[..., j]``: values ``data[..., p j .. p j + p - 1]`` (int8 offset by 128; ``p`` is
     ``per_word``, 4 or 2) as one int32 word, the first lowest, in bytes or 16-bit halves;
-    parts past the last value are 0. Summed in uint32, where the top part's multiple of
-    2^24 (or 2^16) wraps as the word's bits do."""
+    parts past the last value are 0 (:func:`word_reader`)."""
     (data,) = inputs
-    length = int(data.shape[-1])
-    offset = 128 if data.dtype == "int8" else 0
-    parts = int(attrs.per_word)
-    bits = 32 // parts
-
-    def word(*i: Any) -> te.PrimExpr:
-        total: te.PrimExpr = te.const(0, "uint32")
-        for byte in range(parts):
-            at = i[-1] * parts + byte
-            value = te.cast(te.cast(data[(*i[:-1], te.min(at, length - 1))], "int32") + offset,
-                            "uint32")
-            if length % parts:
-                value = te.select(at < length, value, te.const(0, "uint32"))
-            total = total + value * te.const(1 << (bits * byte), "uint32")
-        return te.cast(total, "int32")
-
-    return te.compute(out_type.shape, word, name="byte_words")
+    return te.compute(out_type.shape, word_reader(data, int(attrs.per_word)),
+                      name="byte_words")
 
 
 def register_rows(target: Any) -> int:

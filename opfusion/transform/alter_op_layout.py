@@ -67,6 +67,7 @@ from ..opdefs.nn import group_local_blocks, group_window_weight
 from ..target import Target, as_target
 from .context import PassContext, register_pass_config
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
+from .word_convolutions import quantized_convolution, takes_words
 
 PLAIN = 0
 
@@ -146,11 +147,13 @@ class _alter_op_layout_pass:  # noqa: N801 - a pass class, named like the others
         target = as_target(self.target)  # None: the current target, else the host
         lanes = target.vector_lanes("float32")
         winograd = str(ctx.get_config(WINOGRAD))
+        # (quantized 3x3 convolutions that will take words stay direct: see takes_words)
+        direct_quantized = takes_words(target) and "WordConvolutions" not in ctx.disabled_pass
         new = IRModule()
         for name, func in mod.functions.items():
             infer_type(func, mod)
             if lanes >= 4 and isinstance(func, Function):
-                func = _LayoutRewriter(lanes, winograd).rewrite(func)
+                func = _LayoutRewriter(lanes, winograd, direct_quantized).rewrite(func)
             new[mod.get_global_var(name)] = func
         return new
 
@@ -237,9 +240,11 @@ def _macs(out_type: TensorType, weight_type: TensorType) -> int:
 class _LayoutRewriter:
     """One function's rewrite: every node's form, and the layout conversions made so far."""
 
-    def __init__(self, lanes: int, winograd: str = "auto") -> None:
+    def __init__(self, lanes: int, winograd: str = "auto",
+                 direct_quantized: bool = False) -> None:
         self.lanes = lanes
         self.winograd = winograd
+        self.direct_quantized = direct_quantized
         self.forms: dict[Expr, _Form] = {}
         self.converted: dict[tuple[Expr, int], Expr] = {}
         #: values a blocked convolution reads, directly or through operators that keep the
@@ -553,6 +558,9 @@ class _LayoutRewriter:
         side = min(out_type.shape[2:])
         if side < WINOGRAD_MIN_SIZE or min(data_type.shape[1], out_type.shape[1]) \
                 < WINOGRAD_MIN_CHANNELS:
+            return 0
+        if self.direct_quantized and not grouped \
+                and quantized_convolution(call.args[0], call.args[1], 0) is not None:
             return 0
         if self.winograd in ("f2", "f4"):
             return int(self.winograd[1])

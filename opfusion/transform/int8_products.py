@@ -149,7 +149,7 @@ def dequantized_operands(call: Call) -> QuantizedProduct | None:
     values = _product_weight(call, "float32")
     if values is None:
         return None
-    found = _dequantized_codes(call.args[0])
+    found = dequantized_codes(call.args[0])
     if found is None:
         return None
     codes, codes_dtype, zero_point, scale = found
@@ -173,10 +173,11 @@ def _call(expr: Expr, name: str) -> Call | None:
     return None
 
 
-def _dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
+def dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
     """(the float codes, their 8-bit dtype, the zero point, the scale) of ``data`` =
     ``(where(isnan(c), 0, c) - z) * s`` (or without ``- z``, or without ``* s``: scale 1,
-    where FoldScaleAxis moved ``s`` into the weight); else None."""
+    where FoldScaleAxis moved ``s`` into the weight), ``c`` = ``clip(v, lo, hi)`` of whole
+    numbers ``v`` (:func:`_whole`) inside an 8-bit range; else None."""
     values, factor = data, 1.0
     product = _call(data, "multiply")
     if product is not None:
@@ -205,10 +206,25 @@ def _dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
     if clip is None:
         return None
     low, high = clip.attrs.a_min, clip.attrs.a_max
+    if low != round(low) or high != round(high) or not _whole(clip.args[0]):
+        return None
     for dtype, (lo, hi) in (("uint8", (0, 255)), ("int8", (-128, 127))):
         if lo <= low and high <= hi:
             return codes, dtype, int(zero_point), factor
     return None
+
+
+def _whole(expr: Expr) -> bool:
+    """Whether ``expr`` is whole numbers (or NaN, or infinite) by its form: a ``round``, plus
+    or minus whole scalar constants (QuantizeLinear's ``round(x / s) + z``)."""
+    while True:
+        shifted = _call(expr, "add") or _call(expr, "subtract")
+        if shifted is None:
+            return _call(expr, "round") is not None
+        point = _scalar(shifted.args[1])
+        if point is None or point != round(point) or abs(point) > 2**24:
+            return False
+        expr = shifted.args[0]
 
 
 #: How far (in units in the last place of each value) ``float32(q) * scale`` may be from a
@@ -309,6 +325,7 @@ def corrected(product: Expr, codes: str, zero_point: Expr | None,
     return Call(get_op("subtract"), [product, Call(get_op("multiply"), [zero_point, sums])])
 
 
-__all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_operands", "has_vnni",
+__all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_codes",
+           "dequantized_operands", "has_vnni",
            "int8_columns", "quantized_operands", "word_panels", "word_values",
            "words_beat_float"]

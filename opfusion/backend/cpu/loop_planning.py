@@ -44,7 +44,7 @@ from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
 from ...tir.shared_values import evaluated_on_every_path
-from ...tir.simplify import linear_form, simplify
+from ...tir.simplify import linear_form, simplify, structural_key
 from ...tir.stmt import read_buffers, written_buffers
 from ..c_family import walk_stmts
 from .vector_math import VECTOR_INTRINSICS
@@ -363,13 +363,27 @@ def value_nodes(root: E.PrimExpr) -> list[E.PrimExpr]:
     return E.post_order(root, enter=lambda node: not isinstance(node, E.BufferLoad))
 
 
-def _has_unsafe_branch(expr: E.PrimExpr, always: set[int] | frozenset[int] = frozenset()
-                       ) -> bool:
+def _has_unsafe_branch(expr: E.PrimExpr, always: set[int] | frozenset[int] = frozenset(),
+                       always_loads: set[Any] | frozenset[Any] = frozenset()) -> bool:
     # Vector selects compute both branches: a load or an integer division there could fault,
     # unless the value evaluates that very node on every path anyway (``always``, by id: the
-    # load of ``x != x ? 0 : x`` that QuantizeLinear's NaN rule compares and keeps).
-    return any(isinstance(n, (E.BufferLoad, E.FloorDiv, E.FloorMod)) and id(n) not in always
-               for n in E.post_order(expr))
+    # load of ``x != x ? 0 : x`` that QuantizeLinear's NaN rule compares and keeps), or, for
+    # a load, the same element (``always_loads``, structural keys: the inlined copies of a
+    # quantized convolution's accumulator load are distinct nodes).
+    for n in E.post_order(expr):
+        if isinstance(n, E.BufferLoad):
+            if id(n) not in always and structural_key(n) not in always_loads:
+                return True
+        elif isinstance(n, (E.FloorDiv, E.FloorMod)) and id(n) not in always:
+            return True
+    return False
+
+
+def loads_on_every_path(root: E.PrimExpr, always: set[int]) -> set[Any]:
+    """Structural keys of the loads that evaluating ``root`` always evaluates (``always``:
+    :func:`evaluated_on_every_path`'s ids)."""
+    return {structural_key(n) for n in E.post_order(root)
+            if isinstance(n, E.BufferLoad) and id(n) in always}
 
 
 class VectorAnalysis:
@@ -384,8 +398,10 @@ class VectorAnalysis:
         self.vector_lets: set[int] = set()
         self.sizes: set[int] = set()
         self.kinds: dict[int, tuple[str, str]] = {}
-        #: ids of the nodes the value being analyzed evaluates on every path
+        #: ids of the nodes the value being analyzed evaluates on every path, and the
+        #: structural keys of its loads among them
         self.always: set[int] = set()
+        self.always_loads: set[Any] = set()
 
     def offset_coefficient(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...]) -> int | None:
         if not indices:
@@ -403,6 +419,7 @@ class VectorAnalysis:
     def value(self, root: E.PrimExpr) -> tuple[str, str] | None:
         """The kind of ``root``, or None if it cannot be vectorized."""
         self.always = evaluated_on_every_path(root)
+        self.always_loads = loads_on_every_path(root, self.always)
         for node in value_nodes(root):
             kind = self._kind(node)
             if kind is None:
@@ -460,8 +477,8 @@ class VectorAnalysis:
                 return ("vector", dtype)  # a scalar condition picks one whole vector
             if kids[0] != ("mask", str(VECTOR_DTYPES[dtype] * 8)):
                 return None
-            if (_has_unsafe_branch(node.true_value, self.always)
-                    or _has_unsafe_branch(node.false_value, self.always)):
+            if (_has_unsafe_branch(node.true_value, self.always, self.always_loads)
+                    or _has_unsafe_branch(node.false_value, self.always, self.always_loads)):
                 return None
             return ("vector", dtype)
         if isinstance(node, E.Cast):

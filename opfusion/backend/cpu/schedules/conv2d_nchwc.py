@@ -207,8 +207,10 @@ def _stem_tile(space: ConfigSpace, acc: te.Tensor, target: Target) -> Config | N
     channel block of one output row. From ``opf.tune`` on a Xeon with AVX-512 (ResNet-50's
     7x7 stride-2 stem, 3 -> 64 channels at 112 x 112): 0.964 ms -> 0.723."""
     blocks, _, _, unit, in_block = _shape(acc)
+    # (products of words broadcast the input into a register of its own, which the float
+    # multiply-add takes from memory: a tile of more channel blocks shares each broadcast)
     if (target.vector_registers < 32 or is_depthwise(acc) or in_block > STEM_CHANNELS
-            or _input_blocks(acc) != 1):
+            or _input_blocks(acc) != 1 or acc.op.attrs.get("words")):
         return None
     units = [u for u in space.knob("col_units").values
              if u * unit <= target.vector_registers - 4]

@@ -1,0 +1,213 @@
+"""WordConvolutions: quantized convolutions as products of words, 8-bit by 8-bit in int32.
+
+ONNX Runtime's ``quantize_static`` leaves a vision model's convolutions as QDQ pairs: each
+convolution reads ``DequantizeLinear(QuantizeLinear(x))`` (the import keeps the pair in
+float: ``(where(isnan(c), 0, c) - z) * s``, ``c`` the float codes of ``clip(round(x / s) +
+z, 0, 255)``) and a weight that is a DequantizeLinear of int8 codes per output channel, folded
+into a float constant (FoldScaleAxis may have moved ``s`` into it too). Computed in float,
+every multiply-add is a float one; ResNet-18 ran at 0.43x ONNX Runtime's int8 speed.
+
+After the layout pass, such a blocked convolution (``nn.conv2d_nchwc`` of one group) whose
+weight is exactly an int8 tensor times a scale per output channel
+(:func:`.int8_products.int8_columns`) becomes::
+
+    cast(nn.conv2d_nchwc(cast(c, uint8), words, words=w, pad_value=z)
+         - z * weight_sums, float32) * (s * channel_scales)
+
+- the codes are cast to bytes where they are computed (the quantizing kernel writes a
+  quarter of the float bytes);
+- the convolution's padded copy packs ``w`` input channels of each pixel into an int32 word
+  (:func:`word_values`: 4 bytes with VNNI, 2 16-bit halves with AVX2), the padding words of
+  the zero point ``z`` (whose real value is 0);
+- the weight holds the int8 codes, ``w`` input channels interleaved in each int32 of its
+  blocked layout (OIHW<i>i<o>o with ceil(i / w) words a block); the register tiles broadcast a
+  word of the input and multiply-add a vector of the weight with one ``vpdpbusd``
+  (``dot4_u8s8``) or a ``vpmaddwd`` and an add (``dot2_s16``) per accumulator;
+- sum (c - z) q = sum c q - z sum q: the zero point times each output channel's sum of the
+  weight is subtracted in the epilogue, and the exact int32 sums are scaled once per channel.
+
+The result differs from the float convolution by the float one's rounding (about 1e-7 of its
+magnitude), as ONNX Runtime's and OpenVINO's integer kernels do on the same model.
+
+Only where words outrun float products (:func:`words_beat_float`: VNNI, AVX2); with VNNI
+the layout pass leaves such 3x3 convolutions direct rather than Winograd's (four
+multiply-adds an instruction against Winograd's 2.25x fewer of them; see
+:func:`takes_words`). The pass needs opt_level 3 and a target;
+``disabled_pass=["WordConvolutions"]`` turns it off."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.expr import Call, Constant, Expr, Function
+from ..ir.infer import infer_type
+from ..ir.module import IRModule
+from ..ir.op import Op, get_op
+from ..ir.visitor import ExprMutator
+from ..target import Target, as_target
+from .context import PassContext
+from .int8_products import (
+    MAX_DEPTH,
+    dequantized_codes,
+    int8_columns,
+    word_values,
+    words_beat_float,
+)
+from .pass_infra import Pass, module_pass, pass_factory, register_pass
+
+
+@pass_factory
+def WordConvolutions(target: Target | str | None = None) -> Pass:  # noqa: N802 - a pass name
+    """Blocked convolutions of quantized data by int8 weights as products of words (see the
+    module docstring)."""
+    return _word_convolutions_pass(target)
+
+
+@module_pass(opt_level=3, name="WordConvolutions")
+class _word_convolutions_pass:  # noqa: N801 - a pass class, named like the others
+    def __init__(self, target: Target | str | None = None) -> None:
+        self.target = target
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        target = as_target(self.target)
+        if not words_beat_float(target):
+            return mod
+        new = IRModule()
+        for name, func in mod.functions.items():
+            if isinstance(func, Function) and not func.is_primitive:
+                infer_type(func, mod)
+                func = _Rewriter(word_values(target)).visit(func)
+            new[mod.get_global_var(name)] = func
+        return new
+
+
+def takes_words(target: Target) -> bool:
+    """Whether a quantized 3x3 convolution on ``target`` should stay direct (and take words)
+    rather than take Winograd's float transform: with VNNI, whose ``vpdpbusd`` does four
+    times a float multiply-add's work (Winograd F(2x2) saves 2.25x of them and keeps
+    floats). AVX2's pairs do about a float multiply-add's work: Winograd stays."""
+    return word_values(target) == 4 and words_beat_float(target)
+
+
+@dataclass(frozen=True)
+class QuantizedConvolution:
+    """A convolution of quantized data by an int8 weight: the float ``codes`` (integers of
+    ``dtype``'s range), their zero point and scale, the weight's int8 codes (as the
+    convolution's own weight) and each output channel's scale."""
+
+    codes: Expr
+    dtype: str
+    zero_point: int
+    scale: float
+    weight: np.ndarray
+    channel_scales: np.ndarray
+
+
+def quantized_convolution(data: Expr, weight: Expr, out_axis: int) -> QuantizedConvolution | None:
+    """The parts of a convolution of ``data`` by ``weight`` when ``data`` is dequantized codes
+    (:func:`.int8_products.dequantized_codes`) and ``weight`` a float32 constant that is
+    exactly an int8 tensor times a scale per output channel (``out_axis``: the weight's
+    axis, or its two blocked axes ``(block, lane)`` as a tuple, of output channels); else
+    None."""
+    found = dequantized_codes(data)
+    if found is None or not isinstance(weight, Constant) or weight.data.dtype != np.float32:
+        return None
+    codes, dtype, zero_point, scale = found
+    values = weight.data
+    axes = (out_axis,) if isinstance(out_axis, int) else tuple(out_axis)
+    rest = [a for a in range(values.ndim) if a not in axes]
+    matrix = values.transpose(*rest, *axes).reshape(-1, int(np.prod([values.shape[a]
+                                                                     for a in axes])))
+    if not 0 < matrix.shape[0] <= MAX_DEPTH or matrix.size == 0:
+        return None
+    columns = int8_columns(matrix)
+    if columns is None:
+        return None
+    q, channel_scales = columns
+    shape = [values.shape[a] for a in (*rest, *axes)]
+    back = np.argsort([*rest, *axes])
+    codes_weight = q.reshape(shape).transpose(*back)
+    return QuantizedConvolution(codes, dtype, zero_point, scale, codes_weight, channel_scales)
+
+
+def word_weight(weight: np.ndarray, per_word: int) -> np.ndarray:
+    """An int8 blocked weight (O/o, C/i, KH, KW, i, o) as int32 words (O/o, C/i, KH, KW,
+    ceil(i / w), o), ``w`` = ``per_word`` input channels of each output channel in a word, the
+    first lowest (bytes, or 16-bit halves); zero channels fill the last word."""
+    *lead, block, lanes = weight.shape
+    count = -(-block // per_word)
+    whole = np.zeros((*lead, count * per_word, lanes), np.int8 if per_word == 4 else "<i2")
+    whole[..., :block, :] = weight
+    grouped = whole.reshape(*lead, count, per_word, lanes)
+    grouped = np.moveaxis(grouped, -2, -1)  # (..., count, lanes, per_word)
+    return np.ascontiguousarray(grouped).view("<i4")[..., 0].astype(np.int32)
+
+
+class _Rewriter(ExprMutator):
+    def __init__(self, per_word: int) -> None:
+        super().__init__()
+        self.per_word = per_word
+        #: the bytes of each quantized value (by the codes' id, kept alive in the value):
+        #: the convolutions that read one input share its cast
+        self.bytes: dict[int, tuple[Expr, Expr]] = {}
+
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"
+                and isinstance(new, Call)):
+            return new
+        attrs = call.attrs
+        if attrs.groups != 1 or attrs.group_window or attrs.words \
+                or attrs.out_dtype not in (None, "float32"):
+            return new
+        data, transforms = _through_layout_transforms(call.args[0])
+        # the weight's output channels: its blocks (axis 0) and lanes (axis 5)
+        parts = quantized_convolution(data, call.args[1], (0, 5))
+        if parts is None:
+            return new
+        return self._words(call, new, parts, transforms)
+
+    def _words(self, old: Call, new: Call, parts: QuantizedConvolution,
+               transforms: list[Call]) -> Expr:
+        codes = self.visit(parts.codes)
+        if id(codes) not in self.bytes:
+            data: Expr = Call(get_op("cast"), [codes], {"dtype": parts.dtype})
+            for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
+                data = Call(transform.op, [data], transform.attrs, transform.span)
+            self.bytes[id(codes)] = (codes, data)
+        data = self.bytes[id(codes)][1]
+        attrs = dict(old.attrs.items())
+        attrs.update(words=self.per_word, pad_value=parts.zero_point, out_dtype="int32")
+        conv: Expr = Call(get_op("nn.conv2d_nchwc"),
+                          [data, Constant(word_weight(parts.weight, self.per_word))],
+                          attrs, new.span)
+        blocks, lanes = parts.weight.shape[0], parts.weight.shape[5]
+        # sum (c - z) q = sum c q - z' sum q, z' the zero point as the bytes hold it (int8
+        # codes are offset by 128 into bytes)
+        point = parts.zero_point + (128 if parts.dtype == "int8" else 0)
+        sums = parts.weight.astype(np.int64).sum(axis=(1, 2, 3, 4)) * point  # (O/o, o)
+        if sums.any():
+            conv = Call(get_op("subtract"), [conv, Constant(
+                sums.astype(np.int32).reshape(1, blocks, 1, 1, lanes))])
+        scales = (np.float32(parts.scale) * parts.channel_scales).astype(np.float32)
+        return Call(get_op("multiply"), [Call(get_op("cast"), [conv], {"dtype": "float32"}),
+                                         Constant(scales.reshape(1, blocks, 1, 1, lanes))])
+
+
+def _through_layout_transforms(data: Expr) -> tuple[Expr, list[Call]]:
+    """``data`` without the layout transforms it went through (the stem's input, blocked
+    after it was dequantized), and those transforms, the outermost first."""
+    transforms: list[Call] = []
+    while (isinstance(data, Call) and isinstance(data.op, Op)
+           and data.op.name == "layout_transform"):
+        transforms.append(data)
+        data = data.args[0]
+    return data, transforms
+
+
+register_pass("WordConvolutions", WordConvolutions)
+
+__all__ = ["QuantizedConvolution", "WordConvolutions", "quantized_convolution", "takes_words",
+           "word_weight"]

@@ -1,0 +1,242 @@
+"""Quantized convolutions as products of words (opfusion.transform.word_convolutions): a blocked
+convolution of dequantized codes by a weight that is an int8 tensor times a scale per output
+channel becomes nn.conv2d_nchwc of the bytes with words=4 (dot4_u8s8: VNNI) or words=2
+(dot2_s16: AVX2), less the zero point times the weight's sums, scaled per channel. The
+convolution of words computes the exact int32 sums, in the reference and compiled; the
+rewritten model gives the float model's numbers to within the float convolution's own
+rounding."""
+
+import numpy as np
+import pytest
+
+import opfusion as opf
+from opfusion.compiler.compile import alter_layout
+from opfusion.errors import OpfusionTypeError
+from opfusion.ir.evaluate import evaluate
+from opfusion.ir.expr import Call, Constant, Function
+from opfusion.ir.module import IRModule
+from opfusion.ir.op import get_op
+from opfusion.ir.visitor import post_order
+from opfusion.target import Target, host_target
+from opfusion.transform.fold_constant import BindParams
+from opfusion.transform.word_convolutions import takes_words, word_weight
+
+VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
+AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
+AVX2 = Target("c -mattr=+avx2,+fma")
+SSE = Target("c -mattr=+sse4.2")
+
+rng = np.random.default_rng(11)
+
+
+def runs_here(target):
+    """Whether the host runs ``target``'s code."""
+    return set(target.features) <= set(host_target().features)
+
+
+def codes(shape, dtype):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def module(expr):
+    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
+    return opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+
+
+def calls(mod, name):
+    return [n for n in post_order(mod["main"].body) if isinstance(n, Call) and n.op.name == name]
+
+
+def plain_convolution(x, weight, stride, pad, fill):
+    """The int64 convolution of NCHW ``x`` (padded with ``fill``) by OIHW ``weight``."""
+    padded = np.pad(x.astype(np.int64), [(0, 0), (0, 0), (pad, pad), (pad, pad)],
+                    constant_values=fill)
+    return get_op("nn.conv2d").reference(padded, weight.astype(np.int64), strides=(stride,) * 2,
+                                         padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+
+
+def blocked(x, block):
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def blocked_weight(weight, in_block, out_block):
+    o, c, kh, kw = weight.shape
+    return np.ascontiguousarray(weight.reshape(o // out_block, out_block, c // in_block, in_block,
+                                               kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
+@pytest.mark.parametrize("per_word", [4, 2])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("channels,outs,size,kernel,stride,pad,in_block", [
+    (32, 32, (9, 11), 3, 1, 1, 16),    # 3x3, two input blocks, odd sizes
+    (3, 16, (15, 15), 7, 2, 3, 3),     # a stem: one block of 3, a word part left over
+    (16, 32, (8, 8), 1, 2, 0, 16),     # a strided 1x1 (its compact copy)
+    (32, 16, (7, 7), 1, 1, 0, 16),     # a 1x1 over its pixels as one line
+    (8, 16, (6, 5), 3, 1, 1, 8),       # blocks of 8 (AVX2's)
+    (16, 16, (5, 5), 3, 2, 1, 16),     # strided 3x3
+], ids=str)
+def test_a_convolution_of_words_computes_the_int32_convolution(channels, outs, size, kernel,
+                                                                stride, pad, in_block, dtype,
+                                                                per_word):
+    """The reference and the compiled kernel (dot4_u8s8 / dot2_s16 on the host, loops over the
+    parts for SSE) against an int64 convolution of the values padded with the zero point."""
+    x = codes((1, channels, *size), dtype)
+    weight = codes((outs, channels, kernel, kernel), "int8")
+    x.reshape(-1)[:5] = np.iinfo(dtype).max
+    weight.reshape(-1)[:5] = -128  # the extremes, several times in one sum
+    point = 200 if dtype == "uint8" else -100
+    offset = 128 if dtype == "int8" else 0
+    want = plain_convolution(x.astype(np.int64) + offset, weight, stride, pad, point + offset)
+    want = blocked(want, 16)
+    data = opf.var("x", shape=(1, channels // in_block, *size, in_block), dtype=dtype)
+    words = word_weight(blocked_weight(weight, in_block, 16), per_word)
+    conv = Call(get_op("nn.conv2d_nchwc"), [data, Constant(words)], {
+        "strides": [stride, stride], "padding": [pad] * 4, "data_layout": f"NCHW{in_block}c",
+        "kernel_layout": f"OIHW{in_block}i16o", "out_layout": "NCHW16c", "words": per_word,
+        "pad_value": point, "out_dtype": "int32"})
+    mod = module(conv)
+    assert mod["main"].body.checked_type.dtype == "int32"
+    feed = blocked(x, in_block)
+    np.testing.assert_array_equal(evaluate(mod, [feed]), want)
+    np.testing.assert_array_equal(opf.compile(mod)(feed), want)
+    if runs_here(SSE):
+        np.testing.assert_array_equal(opf.compile(mod, target=SSE)(feed), want)
+
+
+def test_words_need_bytes_a_word_weight_and_one_group():
+    data = opf.var("x", shape=(1, 1, 4, 4, 16), dtype="uint8")
+    weight = Constant(np.zeros((1, 1, 3, 3, 4, 16), np.int32))
+    attrs = {"padding": [1] * 4, "words": 4, "data_layout": "NCHW16c",
+             "kernel_layout": "OIHW16i16o", "out_layout": "NCHW16c"}
+    module(Call(get_op("nn.conv2d_nchwc"), [data, weight], attrs))
+    floats = opf.var("x", shape=(1, 1, 4, 4, 16))
+    with pytest.raises(OpfusionTypeError, match="uint8 or int8 data"):
+        module(Call(get_op("nn.conv2d_nchwc"), [floats, weight], attrs))
+    with pytest.raises(OpfusionTypeError, match="do not have the blocks"):
+        module(Call(get_op("nn.conv2d_nchwc"), [data, Constant(np.zeros((1, 1, 3, 3, 16, 16),
+                                                                        np.int32))], attrs))
+    with pytest.raises(OpfusionTypeError, match="not a uint8 value"):
+        module(Call(get_op("nn.conv2d_nchwc"), [data, weight], {**attrs, "pad_value": 300}))
+    with pytest.raises(OpfusionTypeError, match="2 or 4"):
+        module(Call(get_op("nn.conv2d_nchwc"), [data, weight], {**attrs, "words": 3}))
+
+
+def qdq_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8", chained=False):
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv (a DequantizeLinear of per-channel int8
+    weights, a bias) [-> Relu -> QuantizeLinear -> DequantizeLinear -> Conv 3x3 -> Add of the
+    first], as ONNX Runtime's quantize_static writes a vision model."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    channels = x_shape[1]
+    point = np.array(7 if activation == "uint8" else -3, activation)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(point, "z")]
+
+    def weight(name, shape):
+        q = codes(shape, "int8")
+        q[q == -128] = -127
+        q[:, 0] = 127  # each output channel's largest magnitude: 127
+        inits.extend([numpy_helper.from_array(q, f"{name}q"),
+                      numpy_helper.from_array(rng.uniform(0.002, 0.02, shape[0]).astype(
+                          np.float32), f"{name}s"),
+                      numpy_helper.from_array(np.zeros(shape[0], np.int8), f"{name}z"),
+                      numpy_helper.from_array(rng.standard_normal(shape[0]).astype(np.float32),
+                                              f"{name}b")])
+        return helper.make_node("DequantizeLinear", [f"{name}q", f"{name}s", f"{name}z"],
+                                [f"{name}w"], axis=0)
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             weight("a", (outs, channels, kernel, kernel)),
+             helper.make_node("Conv", ["xd", "aw", "ab"], ["y" if not chained else "c1"],
+                              strides=[stride] * 2, pads=[pad] * 4)]
+    if chained:
+        inits.append(numpy_helper.from_array(np.array(0.04, np.float32), "s2"))
+        inits.append(numpy_helper.from_array(np.array(0, "uint8"), "z2"))
+        nodes += [helper.make_node("Relu", ["c1"], ["r"]),
+                  helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["rq"]),
+                  helper.make_node("DequantizeLinear", ["rq", "s2", "z2"], ["rd"]),
+                  weight("b", (outs, outs, 3, 3)),
+                  helper.make_node("Conv", ["rd", "bw", "bb"], ["c2"], pads=[1] * 4),
+                  helper.make_node("Add", ["c2", "rd"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, list(x_shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def optimized(model):
+    from opfusion.frontend import from_onnx
+
+    mod, params = from_onnx(model)
+    bound = BindParams(params)(mod)
+    with opf.transform.PassContext(opt_level=3):
+        return bound, opf.transform.optimize(opf.transform.InferType()(bound))
+
+
+def rewritten(mod, target):
+    with opf.transform.PassContext(opt_level=3):
+        return alter_layout(mod, target)
+
+
+@pytest.mark.parametrize("x_shape,outs,kernel,stride,pad,activation,chained", [
+    ((1, 32, 12, 12), 32, 3, 1, 1, "uint8", True),   # 3x3 (not Winograd with VNNI), chained
+    ((1, 3, 48, 48), 16, 7, 2, 3, "uint8", False),   # a stem: its input blocked after
+    ((1, 64, 40, 40), 64, 1, 2, 0, "int8", False),   # signed codes, a strided 1x1
+    ((1, 64, 14, 14), 128, 1, 1, 0, "uint8", False),  # a 1x1 over its pixels
+], ids=str)
+@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2)], ids=["vnni", "avx2"])
+def test_quantized_convolutions_become_convolutions_of_words(x_shape, outs, kernel, stride, pad,
+                                                             activation, chained, target,
+                                                             per_word):
+    bound, mod = optimized(qdq_conv_model(x_shape, outs, kernel, stride, pad, activation,
+                                          chained))
+    new = rewritten(mod, target)
+    convs = calls(new, "nn.conv2d_nchwc")
+    winograd = calls(new, "nn.conv2d_winograd_nchwc")
+    assert all(c.attrs.words == per_word for c in convs)
+    assert len(convs) + len(winograd) == (2 if chained else 1)
+    assert bool(winograd) == (per_word == 2 and kernel == 3)  # AVX2 keeps Winograd's 3x3
+    x = rng.standard_normal(x_shape).astype(np.float32) * 3
+    x.reshape(-1)[:3] = [np.nan, np.inf, -1e9]
+    want = evaluate(bound, [x])
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(evaluate(new, [x]), want, rtol=0, atol=1e-5 * scale)
+    if runs_here(target):
+        with opf.transform.PassContext(opt_level=3):
+            got = opf.compile(mod, target=target)(x)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale)
+
+
+def test_avx2_keeps_winograd_and_avx512_without_vnni_keeps_floats():
+    """AVX2's pairs do a float multiply-add's work: Winograd's 3x3 stays; AVX-512 without VNNI
+    runs 64-byte pairs on one port: every convolution stays float."""
+    _, mod = optimized(qdq_conv_model((1, 32, 12, 12), 32, 3, 1, 1))
+    assert takes_words(VNNI) and not takes_words(AVX2) and not takes_words(AVX512)
+    assert calls(rewritten(mod, AVX2), "nn.conv2d_winograd_nchwc")
+    new = rewritten(mod, AVX512)
+    assert all(not c.attrs.words for c in calls(new, "nn.conv2d_nchwc"))
+    with opf.transform.PassContext(opt_level=3, disabled_pass=["WordConvolutions"]):
+        off = alter_layout(mod, VNNI)
+    assert calls(off, "nn.conv2d_winograd_nchwc")
+
+
+def test_float_weights_and_codes_of_no_rounding_stay_float():
+    """A weight that is no int8 grid, and clipped values that were never rounded (not whole
+    numbers, so the bytes would truncate them), keep the float convolution."""
+    x = opf.var("x", shape=(1, 32, 32, 32))
+    rounded = opf.op.clip(opf.op.add(opf.op.round(x), opf.const(np.float32(3))), a_min=0.0,
+                          a_max=255.0)
+    unrounded = opf.op.clip(x, a_min=0.0, a_max=255.0)
+    grid = rng.integers(-127, 128, (32, 32, 3, 3)).astype(np.float32)
+    grid[:, 0, 0, 0] = 127  # each output channel's largest magnitude, as quantizers make it
+    grid *= np.float32(0.01)
+    for values, weight, words in [(rounded, grid, True), (unrounded, grid, False),
+                                  (rounded, rng.standard_normal(grid.shape).astype(np.float32),
+                                   False)]:
+        data = opf.op.where(opf.op.isnan(values), opf.const(np.float32(0)), values)
+        conv = opf.op.nn.conv2d(data, opf.const(weight), padding=[1, 1, 1, 1])
+        new = rewritten(module(conv), VNNI)
+        assert any(c.attrs.words for c in calls(new, "nn.conv2d_nchwc")) == words
