@@ -37,7 +37,8 @@ ANCHORS = ("nn.conv2d_winograd_nchwc", "nn.conv2d_nchwc", "nn.conv2d", "nn.conv2
 
 
 def kind_and_flops(group) -> tuple[str, float]:
-    """The kind of one lowered group and its multiply-adds x 2 (0 when not a product)."""
+    """The kind of one lowered group and its multiply-adds x 2 (0 when not a product; an int8
+    product of words counts every part of its words, a stem's unused fourth byte too)."""
     func = group.function
     calls = [n for n in post_order(func.body) if isinstance(n, Call)] if func else []
     for name in ANCHORS:
@@ -64,6 +65,9 @@ def kind_and_flops(group) -> tuple[str, float]:
                     taps //= weight[5]
                     if call.attrs.group_window:  # (groups, J, KH, KW, C/groups, o)
                         taps = kh * kw * weight[4]
+                    if call.attrs.words:  # each tap a word of 4 bytes or 2 halves
+                        taps *= call.attrs.words
+                        label += " int8"
                 return label, 2.0 * int(np.prod(out)) * taps
             if name in ("nn.dense", "nn.matmul", "nn.matmul_packed", "nn.batch_matmul"):
                 depth = call.args[0].checked_type.shape[-1]
@@ -71,6 +75,9 @@ def kind_and_flops(group) -> tuple[str, float]:
                     depth = call.args[0].checked_type.shape[-2]
                 constant = isinstance(call.args[1], Constant) or name == "nn.matmul_packed"
                 label = "dense/matmul" if constant else "matmul (two inputs)"
+                if name == "nn.matmul_packed" and call.attrs.words:
+                    depth *= call.attrs.words
+                    label += " int8"
                 return label, 2.0 * int(np.prod(call.checked_type.shape)) * depth
             return name.removeprefix("nn."), 0.0
     return "elementwise/other", 0.0

@@ -45,7 +45,7 @@ from ..ir.expr import Call, Constant, Expr, Function
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
 from ..ir.op import Op, get_op
-from ..ir.visitor import ExprMutator
+from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
 from .context import PassContext
 from .int8_products import (
@@ -78,7 +78,7 @@ class _word_convolutions_pass:  # noqa: N801 - a pass class, named like the othe
         for name, func in mod.functions.items():
             if isinstance(func, Function) and not func.is_primitive:
                 infer_type(func, mod)
-                func = _Rewriter(word_values(target)).visit(func)
+                func = _Rewriter(word_values(target)).find(func).visit(func)
             new[mod.get_global_var(name)] = func
         return new
 
@@ -146,39 +146,55 @@ def word_weight(weight: np.ndarray, per_word: int) -> np.ndarray:
 
 
 class _Rewriter(ExprMutator):
+    """One function's rewrite: its quantized convolutions found first (:meth:`find`), so that
+    every other reader of their dequantized codes can read the same bytes."""
+
     def __init__(self, per_word: int) -> None:
         super().__init__()
         self.per_word = per_word
-        #: the bytes of each quantized value (by the codes' id, kept alive in the value):
-        #: the convolutions that read one input share its cast
+        #: the parts of each convolution that takes words, by the call's id
+        self.convolutions: dict[int, tuple[QuantizedConvolution, list[Call]]] = {}
+        #: the codes those convolutions read, by id
+        self.codes: set[int] = set()
+        #: the bytes of each quantized value (by the rewritten codes' id, kept alive in the
+        #: value): the convolutions and the other readers of one input share its cast
         self.bytes: dict[int, tuple[Expr, Expr]] = {}
+
+    def find(self, func: Function) -> _Rewriter:
+        for node in post_order(func.body, into_functions=False):
+            if isinstance(node, Call):
+                found = _quantized_blocked_convolution(node)
+                if found is not None:
+                    self.convolutions[id(node)] = found
+                    self.codes.add(id(found[0].codes))
+        return self
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"
-                and isinstance(new, Call)):
+        if not isinstance(new, Call):
             return new
-        attrs = call.attrs
-        if attrs.groups != 1 or attrs.group_window or attrs.words \
-                or attrs.out_dtype not in (None, "float32"):
-            return new
-        data, transforms = _through_layout_transforms(call.args[0])
-        # the weight's output channels: its blocks (axis 0) and lanes (axis 5)
-        parts = quantized_convolution(data, call.args[1], (0, 5))
-        if parts is None:
-            return new
-        return self._words(call, new, parts, transforms)
+        found = self.convolutions.get(id(call))
+        if found is not None:
+            return self._words(new, *found)
+        kept = _kept_codes(call)
+        if kept is not None and id(kept[0]) in self.codes:
+            # where(isnan(c), 0, c) is the codes' bytes back in float, exactly (NaN casts to
+            # 0): the residual adds read the bytes (a quarter of the floats), and the kernel
+            # that quantizes writes the bytes alone
+            data = self._bytes(self.visit(kept[0]), kept[1])
+            return Call(get_op("cast"), [data], {"dtype": call.checked_type.dtype})
+        return new
 
-    def _words(self, old: Call, new: Call, parts: QuantizedConvolution,
-               transforms: list[Call]) -> Expr:
-        codes = self.visit(parts.codes)
+    def _bytes(self, codes: Expr, dtype: str) -> Expr:
         if id(codes) not in self.bytes:
-            data: Expr = Call(get_op("cast"), [codes], {"dtype": parts.dtype})
-            for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
-                data = Call(transform.op, [data], transform.attrs, transform.span)
-            self.bytes[id(codes)] = (codes, data)
-        data = self.bytes[id(codes)][1]
-        attrs = dict(old.attrs.items())
+            self.bytes[id(codes)] = (codes, Call(get_op("cast"), [codes], {"dtype": dtype}))
+        return self.bytes[id(codes)][1]
+
+    def _words(self, new: Call, parts: QuantizedConvolution, transforms: list[Call]) -> Expr:
+        data = self._bytes(self.visit(parts.codes), parts.dtype)
+        for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
+            data = Call(transform.op, [data], transform.attrs, transform.span)
+        attrs = dict(new.attrs.items())
         attrs.update(words=self.per_word, pad_value=parts.zero_point, out_dtype="int32")
         conv: Expr = Call(get_op("nn.conv2d_nchwc"),
                           [data, Constant(word_weight(parts.weight, self.per_word))],
@@ -194,6 +210,32 @@ class _Rewriter(ExprMutator):
         scales = (np.float32(parts.scale) * parts.channel_scales).astype(np.float32)
         return Call(get_op("multiply"), [Call(get_op("cast"), [conv], {"dtype": "float32"}),
                                          Constant(scales.reshape(1, blocks, 1, 1, lanes))])
+
+
+def _quantized_blocked_convolution(call: Call
+                                   ) -> tuple[QuantizedConvolution, list[Call]] | None:
+    """The parts of ``call`` when it is a float blocked convolution of one group that takes
+    words (:func:`quantized_convolution`), and the layout transforms between its data and
+    the dequantized codes; else None."""
+    if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"):
+        return None
+    attrs = call.attrs
+    if attrs.groups != 1 or attrs.group_window or attrs.words \
+            or attrs.out_dtype not in (None, "float32"):
+        return None
+    data, transforms = _through_layout_transforms(call.args[0])
+    # the weight's output channels: its blocks (axis 0) and lanes (axis 5)
+    parts = quantized_convolution(data, call.args[1], (0, 5))
+    return None if parts is None else (parts, transforms)
+
+
+def _kept_codes(call: Call) -> tuple[Expr, str] | None:
+    """(c, its 8-bit dtype) when ``call`` is ``where(isnan(c), 0, c)`` of dequantized codes
+    (the dequantization's first step); else None."""
+    found = dequantized_codes(call)
+    if found is None or found[2] != 0 or found[3] != 1.0 or call.op.name != "where":
+        return None
+    return found[0], found[1]
 
 
 def _through_layout_transforms(data: Expr) -> tuple[Expr, list[Call]]:

@@ -51,9 +51,9 @@ from .vector_math import VECTOR_INTRINSICS
 
 #: Element types a vector may hold, with their size in bytes.
 VECTOR_DTYPES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4, "uint64": 8}
-#: 8- and 16-bit integers, which vector code only stores (and widens), converted from float32
-#: by a saturating cast: a quantized tensor's codes (NumPy's wrapping arithmetic on them is
-#: not the C vector extension's).
+#: 8- and 16-bit integers, which vector code only loads to widen, and stores converted from
+#: float32 by a saturating cast: a quantized tensor's codes (NumPy's wrapping arithmetic on
+#: them is not the C vector extension's).
 NARROW_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2}
 #: Bytes of an element of every dtype a vector may hold.
 ELEMENT_SIZES = {**VECTOR_DTYPES, **NARROW_DTYPES}
@@ -447,7 +447,9 @@ class VectorAnalysis:
                 return ("vector", dtype)  # a ramp: v, v+1, ..., v+lanes-1
             return None  # an affine index variable used as a value
         if isinstance(node, E.BufferLoad):
-            if dtype not in VECTOR_DTYPES:
+            # (8- and 16-bit loads too: every operator but a widening cast refuses them, so
+            # they are only ever widened: a quantized residual read as bytes)
+            if dtype not in ELEMENT_SIZES:
                 return None
             if self.offset_coefficient(node.buffer, node.indices) != 1:
                 return None  # a gather or a broadcast of a varying element
