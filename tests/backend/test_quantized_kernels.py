@@ -38,6 +38,32 @@ def test_float_to_narrow_casts_run_in_vectors_with_the_scalar_rule(dtype):
     np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+def test_float_to_narrow_casts_in_scalar_loops_follow_the_rule(dtype):
+    """A blocked layout of three channels (a quantized stem's input) stays a scalar loop: its
+    cast helper (two clamps and a truncation, no branches) gives the reference's values."""
+    x = np.array((SPECIALS * 7)[:147], np.float32).reshape(1, 3, 7, 7)
+    expr = opf.op.layout_transform(opf.op.cast(opf.var("x", shape=x.shape), dtype=dtype),
+                                   src_layout="NCHW", dst_layout="NCHW3c")
+    mod, exe = compiled(expr)
+    assert f"opf_cast_float32_{dtype}(" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+def test_narrow_values_widened_to_float_run_in_vectors(dtype):
+    """Codes read back as floats (a quantized residual add reads the bytes a convolution
+    read): the loads widen in vectors."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(3).integers(info.min, info.max + 1, 256).astype(dtype)
+    x[:2] = info.min, info.max
+    var = opf.var("x", shape=(256,), dtype=dtype)
+    expr = opf.op.multiply(opf.op.cast(var, dtype="float32"), opf.const(np.float32(0.25)))
+    mod, exe = compiled(expr)
+    assert f"__builtin_convertvector(opf_load_{dtype}x" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
 def test_quantize_linear_rounds_and_saturates_in_vectors():
     x = np.concatenate([np.array(SPECIALS, np.float32),
                         np.arange(-2.5, 2.5, 0.5, dtype=np.float32),
