@@ -51,6 +51,16 @@ _BINARY_OPERATORS: dict[type, str] = {
 #: Arithmetic whose C result on a narrow integer dtype must be wrapped back to the dtype.
 _ARITHMETIC = (E.Add, E.Sub, E.Mul, E.Div)
 
+
+def _unsigned_shift(node: E.PrimExpr) -> int:
+    """k when ``node`` multiplies a uint32 or uint64 value by the constant 2^k (k >= 1), else
+    0."""
+    if not (isinstance(node, E.Mul) and node.dtype in ("uint32", "uint64")
+            and isinstance(node.b, E.IntImm)):
+        return 0
+    value = node.b.value
+    return value.bit_length() - 1 if value > 1 and value & (value - 1) == 0 else 0
+
 #: Integer dtypes narrower than C's int: C promotes them before any arithmetic.
 _NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
@@ -219,6 +229,11 @@ class CFamilyEmitter:
         if op is not None:
             if kind in _ARITHMETIC and node.dtype in _NARROW_INTS:
                 return self._narrow_arithmetic(node, op, args)
+            shift = _unsigned_shift(node)
+            if shift:
+                # the same modulo 2^bits; GCC merges byte loads put together by shifts into
+                # one wide load (a product's bytes packed into words), not by multiplications
+                return f"({args[0]} << {shift})"
             return f"({args[0]} {op} {args[1]})"
         if kind is E.Var:
             return self.var_name(node)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -410,6 +411,9 @@ class _ExecutorBuilder:
                 placed = self._concatenation_offsets(step, keep, written, aliases)
             if placed is None and reshape and _is_reshape(step.group):
                 placed = self._concatenation_offsets(step, keep, written, aliases, whole=True)
+            if placed is None and reshape and _is_byte_view(step.group):
+                placed = self._concatenation_offsets(step, keep, written, aliases, whole=True,
+                                                     same_dtype=False)
             if placed is None and reshape:
                 view = self._slice_view(step, keep, written, aliases)
                 if view is not None:
@@ -425,11 +429,12 @@ class _ExecutorBuilder:
         return aliases
 
     def _concatenation_offsets(self, step: ExecStep, keep: set[int], written: set[int],
-                               aliases: dict[int, tuple[int, int]], whole: bool = False
-                               ) -> list[int] | None:
+                               aliases: dict[int, tuple[int, int]], whole: bool = False,
+                               same_dtype: bool = True) -> list[int] | None:
         """The byte offsets of a step's operands in its result when the step is a
         concatenation that can be done in place (see :meth:`_concatenate_in_place`);
-        ``whole``: the step is known to place its one operand whole (a reshape)."""
+        ``whole``: the step is known to place its one operand whole (a reshape), in the same
+        dtype unless not ``same_dtype`` (bytes read as words: :func:`_is_byte_view`)."""
         axis = 0 if whole else _concatenation_axis(step.group)
         if axis is None or len(step.writes) != 1 or step.writes[0] in keep:
             return None
@@ -442,7 +447,7 @@ class _ExecutorBuilder:
         for value in step.reads:
             ty = self.values[value].type
             if (value in keep or value not in written or value in aliases
-                    or ty.dtype != result.dtype or offset % ALIGNMENT):
+                    or (same_dtype and ty.dtype != result.dtype) or offset % ALIGNMENT):
                 return None
             offsets.append(offset)
             offset += ty.nbytes
@@ -513,6 +518,21 @@ def _is_reshape(group: LoweredGroup) -> bool:
         node = node.args[0]
     return (node is func.params[0] and isinstance(func.body, Call)
             and func.body.checked_type.dtype == node.checked_type.dtype)
+
+
+def _is_byte_view(group: LoweredGroup) -> bool:
+    """Whether a kernel only packs its one parameter's bytes into int32 words that are the
+    same memory: ``nn.byte_words`` of uint8 values, four a word, along an axis of whole words
+    (a little-endian word's first byte is its lowest), so the words can be a view of the
+    bytes (a quantized convolution's or product's input: no kernel, no copy)."""
+    func = group.function
+    if (func is None or group.constants or len(func.params) != 1 or sys.byteorder != "little"
+            or not isinstance(func.body, Call) or not isinstance(func.body.op, Op)
+            or func.body.op.name != "nn.byte_words" or func.body.args[0] is not func.params[0]):
+        return False
+    data = func.params[0].checked_type
+    return (func.body.attrs.per_word == 4 and data.dtype == "uint8" and data.ndim >= 1
+            and data.shape[-1] % 4 == 0)
 
 
 def _contiguous_slice_offset(group: LoweredGroup) -> int | None:

@@ -230,14 +230,17 @@ class Conv2DNCHWc(_ConvBase):
                                   "(its channel j * s + i is data channel i * (C / s) + j), "
                                   "0: the data as it is; FoldChannelShuffle sets it"),
         "words": Attr("int", 0,
-                      doc="0, or the 8-bit data's values in each int32 word of the products: "
+                      doc="0, or the values in each int32 word of the data and the weight: "
                           "4 (bytes, dot4_u8s8: VNNI's vpdpbusd) or 2 (16-bit halves, "
-                          "dot2_s16: pmaddwd); the weight then holds int32 words of the "
-                          "input block's channels (O/o, C/i, KH, KW, ceil(i/words), o), "
-                          "signed, and the sums are int32 (WordConvolutions makes it)"),
+                          "dot2_s16: pmaddwd); the data then holds words of its block's "
+                          "channels, unsigned (nn.byte_words: N, C/i, H, W, ceil(i/words)), "
+                          "the weight words of its input block's channels, signed (O/o, C/i, "
+                          "KH, KW, ceil(i/words), o), and the sums are int32 "
+                          "(WordConvolutions makes it)"),
         "pad_value": Attr("int", 0,
-                          doc="with words: the data value the padding holds (the zero "
-                              "point of quantized data, whose real value is 0)"),
+                          doc="with words: the byte each part of the padding's words holds "
+                              "(the zero point of quantized data as the words hold it, whose "
+                              "real value is 0)"),
     }
 
     def blocks(self, attrs: Attrs) -> tuple[int, int, int]:
@@ -257,14 +260,14 @@ class Conv2DNCHWc(_ConvBase):
         expect_rank(self, data, "data", 5, ("N", "C", "H", "W", "c"))
         expect_rank(self, weight, "weight", 6, ("O", "I", "H", "W", "i", "o"))
         in_block, kernel_block, out_block = self.blocks(attrs)
+        # (with words, the data's and the weight's blocks hold words of their channels)
         if attrs.words:
             out_dtype = self._check_words(data, weight, attrs)
-            kernel_block_words = -(-kernel_block // attrs.words)
+            held = -(-in_block // attrs.words), -(-kernel_block // attrs.words)
         else:
             out_dtype = numeric_dtype(self, [data, weight], self.inputs)
-            kernel_block_words = kernel_block
-        if data.shape[4] != in_block or weight.shape[4] != kernel_block_words \
-                or weight.shape[5] != out_block:
+            held = in_block, kernel_block
+        if (data.shape[4], weight.shape[4]) != held or weight.shape[5] != out_block:
             raise self.type_error(f"data {data.shape} and weight {weight.shape} do not have "
                                   f"the blocks of their layouts ({attrs.data_layout}, "
                                   f"{attrs.kernel_layout})")
@@ -294,20 +297,21 @@ class Conv2DNCHWc(_ConvBase):
                           attrs.out_dtype or out_dtype)
 
     def _check_words(self, data: TensorType, weight: TensorType, attrs: Attrs) -> str:
-        """The products of words: 8-bit data, an int32 weight of words, one group; returns
-        the sums' dtype (int32)."""
+        """The products of words: int32 words of bytes or halves (nn.byte_words), an int32
+        weight of words, one group; returns the sums' dtype (int32)."""
         if attrs.words not in (2, 4):
             raise self.type_error(f"words={attrs.words}: 0 (plain values), 2 or 4 values a "
                                   "word")
-        if data.dtype not in ("uint8", "int8") or weight.dtype != "int32":
-            raise self.type_error(f"words={attrs.words} takes uint8 or int8 data and an int32 "
-                                  f"weight of words, got {data.dtype} and {weight.dtype}")
+        if data.dtype != "int32" or weight.dtype != "int32":
+            raise self.type_error(f"words={attrs.words} takes int32 words (nn.byte_words) and "
+                                  f"an int32 weight of words, got {data.dtype} and "
+                                  f"{weight.dtype}")
         if attrs.groups != 1 or attrs.group_window:
             raise self.type_error(f"words={attrs.words} is for convolutions of one group, got "
                                   f"groups={attrs.groups}")
-        low, high = (0, 255) if data.dtype == "uint8" else (-128, 127)
-        if not low <= attrs.pad_value <= high:
-            raise self.type_error(f"pad_value={attrs.pad_value} is not a {data.dtype} value")
+        if not 0 <= attrs.pad_value <= 255:
+            raise self.type_error(f"pad_value={attrs.pad_value} is not a byte (0 to 255, the "
+                                  "zero point as the words hold it)")
         if attrs.out_dtype not in (None, "int32"):
             raise self.type_error(f"words={attrs.words} sums in int32, not {attrs.out_dtype}")
         return "int32"
@@ -359,7 +363,9 @@ class Conv2DNCHWc(_ConvBase):
                   input_shuffle: int = 0, words: int = 0, pad_value: int = 0,
                   **attrs: Any) -> np.ndarray:
         if words:
-            data, weight, attrs = _word_operands(data, weight, words, pad_value, attrs)
+            blocks = (Layout.parse(data_layout).factor("C"),
+                      Layout.parse(kernel_layout).factor("I"))
+            data, weight, attrs = _word_operands(data, weight, words, pad_value, blocks, attrs)
         plain_data = transform_array(data, Layout.parse(data_layout), Layout.parse("NCHW"))
         if input_shuffle:
             plain_data = get_op("channel_shuffle").reference(plain_data, input_shuffle, "NCHW")
@@ -374,25 +380,21 @@ class Conv2DNCHWc(_ConvBase):
 
 
 def _word_operands(data: np.ndarray, weight: np.ndarray, words: int, pad_value: int,
-                   attrs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """A convolution of words as one of plain values: the data padded with ``pad_value``
-    (int8 data offset by 128 into bytes, as the products read it, with the pad), the
-    weight's words split into their signed parts (bytes, or 16-bit halves), the attributes
-    with no padding left."""
-    values = data.astype(np.int64) + (128 if data.dtype == np.int8 else 0)
-    fill = pad_value + (128 if data.dtype == np.int8 else 0)
+                   blocks: tuple[int, int], attrs: dict[str, Any]
+                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """A convolution of words as one of plain values: the data's words split into their
+    unsigned parts (bytes, or 16-bit halves) and padded with ``pad_value``, the weight's into
+    their signed parts, each cropped to its block's channels (``blocks``: the data's, the
+    weight's input block), and the attributes with no padding left."""
+    values = word_parts(data, "uint8" if words == 4 else "<i2", words)[..., :blocks[0]]
     top, left, bottom, right = attrs["padding"]
-    values = np.pad(values, [(0, 0), (0, 0), (top, bottom), (left, right), (0, 0)],
-                    constant_values=fill)
-    return values, _weight_parts(weight, words, data.shape[4]), {**attrs,
-                                                                 "padding": (0, 0, 0, 0)}
-
-
-def _weight_parts(weight: np.ndarray, words: int, block: int) -> np.ndarray:
-    """An int32 weight of words (O/o, C/i, KH, KW, ceil(i/words), o) as its signed parts
-    (O/o, C/i, KH, KW, i, o) in int64: part p of word j is input channel words j + p."""
+    values = np.pad(values.astype(np.int64),
+                    [(0, 0), (0, 0), (top, bottom), (left, right), (0, 0)],
+                    constant_values=pad_value)
     parts = word_parts(np.moveaxis(weight, 4, 5), "int8" if words == 4 else "<i2", words)
-    return np.moveaxis(parts, 5, 4)[..., :block, :].astype(np.int64)
+    # part p of the weight's word j is input channel words * j + p
+    parts = np.moveaxis(parts, 5, 4)[..., :blocks[1], :].astype(np.int64)
+    return values, parts, {**attrs, "padding": (0, 0, 0, 0)}
 
 
 @register_op

@@ -70,16 +70,11 @@ def width_blocks(out_width: int, dtype: str) -> tuple[int, int]:
 
 
 def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
-                fill: te.PrimExpr,
-                read: Callable[..., te.PrimExpr] | None = None) -> Callable[..., te.PrimExpr]:
+                fill: te.PrimExpr) -> Callable[..., te.PrimExpr]:
     """``padded(n, c, y, x, *rest)``: element (y, x) of ``data`` (axes 2 and 3; ``rest`` the
     axes after them, a channel block) shifted by ``top`` rows and ``left`` columns, ``fill``
-    outside it, for ``rows`` x ``cols`` positions; guarded only on the edges that need it.
-    ``read(n, c, y, x, *rest)``: what a position inside holds (default: ``data``'s
-    element)."""
+    outside it, for ``rows`` x ``cols`` positions; guarded only on the edges that need it."""
     height, width = int(data.shape[2]), int(data.shape[3])
-    if read is None:
-        read = lambda *i: data[i]  # noqa: E731
 
     def padded(n: Any, c: Any, y: Any, x: Any, *rest: Any) -> te.PrimExpr:
         inside = []
@@ -91,7 +86,7 @@ def zero_padded(data: te.Tensor, top: int, left: int, rows: int, cols: int,
             inside.append(x >= left)
         if cols > left + width:
             inside.append(x < left + width)
-        value = read(n, c, y - top, x - left, *rest)
+        value = data[(n, c, y - top, x - left, *rest)]
         return te.if_then_else(te.all(*inside), value, fill) if inside else value
 
     return padded
@@ -137,25 +132,23 @@ def word_reader(data: te.Tensor, parts: int) -> Callable[..., te.PrimExpr]:
     return read
 
 
-def word_padding(data: te.Tensor, parts: int,
-                 pad_value: int) -> tuple[te.PrimExpr, Callable[..., te.PrimExpr]]:
-    """(the word padding holds, the reader of the words inside) of a convolution of words
-    over 8-bit ``data``: words of ``pad_value`` (the zero point) and :func:`word_reader`,
-    for :func:`zero_padded`."""
-    offset = 128 if data.dtype == "int8" else 0
-    return (te.const(word_constant(pad_value + offset, parts), "int32"),
-            word_reader(data, parts))
+def _pad_fill(dtype: str, words: int, pad_value: int) -> te.PrimExpr:
+    """What a blocked convolution's padding holds: 0, or with ``words``, words of the
+    ``pad_value`` byte (the zero point, as the words hold it)."""
+    return te.const(word_constant(pad_value, words), "int32") if words else _zero(dtype)
 
 
-def padded_source(data: te.Tensor, top: int, left: int, rows: int, cols: int) -> te.Tensor:
+def padded_source(data: te.Tensor, top: int, left: int, rows: int, cols: int,
+                  fill: te.PrimExpr | None = None) -> te.Tensor:
     """What a blocked convolution reads: ``data`` (N, C/b, H, W, b), or, when it reads
-    ``rows`` x ``cols`` positions from ``top``, ``left`` that leave it, a zero-padded copy
-    (the stage tagged CONV_NCHWC_PAD that the schedules build first)."""
+    ``rows`` x ``cols`` positions from ``top``, ``left`` that leave it, a copy padded with
+    ``fill`` (default 0; the stage tagged CONV_NCHWC_PAD that the schedules build first)."""
     height, width = int(data.shape[2]), int(data.shape[3])
     if not (top or left or rows > height or cols > width):
         return data
     return te.compute((data.shape[0], data.shape[1], rows, cols, data.shape[4]),
-                      zero_padded(data, top, left, rows, cols, _zero(data.dtype)),
+                      zero_padded(data, top, left, rows, cols,
+                                  _zero(data.dtype) if fill is None else fill),
                       name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
 
 
@@ -472,11 +465,9 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         else conv_accumulators(target)
     if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
-    # With words, the products read the data's words (a copy packs them, padding and all).
+    # (with words, the data's block holds words of its channels: ``in_block`` words)
     words = int(attrs.words)
-    fill, read = word_padding(data, words, attrs.pad_value) if words \
-        else (_zero(data.dtype), None)
-    lanes = -(-in_block // words) if words else in_block
+    fill = _pad_fill(data.dtype, words, attrs.pad_value)
     unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
@@ -487,17 +478,13 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         # tiles consecutive columns, every input cache line used whole (ResNet-50's
         # stride-2 projections at 28, 14 and 7 output columns 1.05x, 1.19x and 1.32x
         # faster; Zen 3, AVX2).
-        padded = zero_padded(data, top, left, rows, cols, fill, read)
-        source = te.compute((batch, blocks_in, out_h, units * unit, lanes),
+        padded = zero_padded(data, top, left, rows, cols, fill)
+        source = te.compute((batch, blocks_in, out_h, units * unit, in_block),
                             lambda n, c, y, x, i: padded(n, c, y * sh, x * sw, i),
                             name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
         sh = sw = 1
-    elif words:
-        source = te.compute((batch, blocks_in, rows, cols, lanes),
-                            zero_padded(data, top, left, rows, cols, fill, read),
-                            name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
     else:
-        source = padded_source(data, top, left, rows, cols)
+        source = padded_source(data, top, left, rows, cols, fill)
     final_dtype = out_type.dtype
     acc_dtype = accumulator_dtype(final_dtype)
     product = _word_product(words, acc_dtype)
@@ -521,10 +508,9 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     else:
         # Each output block lies in one group; its group's input blocks start at
         # group * blocks_per_group (groups=1: at 0).
-        # (with words, rc runs over the words of each input block: ``lanes`` a block)
         blocks_per_group = int(weight.shape[1])
         out_blocks_per_group = out_blocks // attrs.groups
-        rc = te.reduce_axis((0, blocks_per_group * lanes), name="rc")
+        rc = te.reduce_axis((0, blocks_per_group * in_block), name="rc")
 
         def first_block(o: Any) -> Any:
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
@@ -532,10 +518,10 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         acc = te.compute(
             shape,
             lambda n, o, y, xb, xi, c: te.sum(product(
-                source[n, first_block(o) + rc // lanes, y * sh + ry * dh, column(xb, xi),
-                       rc % lanes],
-                weight[_real_block(o, acc_blocks, out_blocks), rc // lanes, ry, rx,
-                       rc % lanes, c]),
+                source[n, first_block(o) + rc // in_block, y * sh + ry * dh, column(xb, xi),
+                       rc % in_block],
+                weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
+                       rc % in_block, c]),
                 axis=[rc, ry, rx]),
             name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
             attrs={"words": words})
@@ -588,23 +574,20 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
     unit = nchwc_width_unit(pixels, budget, acc_blocks)
     units = -(-pixels // unit)
     words = int(attrs.words)
-    fill, word_read = word_padding(data, words, attrs.pad_value) if words \
-        else (_zero(data.dtype), None)
-    lanes = -(-in_block // words) if words else in_block
 
     def pixel(p: Any) -> tuple[Any, Any]:
         last = te.min(p, pixels - 1)
         return last // out_w, last % out_w
 
-    if (sh, sw) != (1, 1) or top or left or out_h > height or out_w > width or words:
+    if (sh, sw) != (1, 1) or top or left or out_h > height or out_w > width:
         padded = zero_padded(data, top, left, (out_h - 1) * sh + 1, (out_w - 1) * sw + 1,
-                             fill, word_read)
+                             _pad_fill(data.dtype, words, attrs.pad_value))
 
         def copied(n: Any, c: Any, y: Any, p: Any, i: Any) -> te.PrimExpr:
             row, col = pixel(p)
             return padded(n, c, row * sh, col * sw, i)
 
-        line = te.compute((batch, blocks_in, 1, units * unit, lanes), copied,
+        line = te.compute((batch, blocks_in, 1, units * unit, in_block), copied,
                           name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
 
         def read(n: Any, c: Any, p: Any, i: Any) -> te.PrimExpr:
@@ -616,15 +599,16 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
 
     acc_dtype = accumulator_dtype(out_type.dtype)
     product = _word_product(words, acc_dtype)
-    rc = te.reduce_axis((0, int(weight.shape[1]) * lanes), name="rc")
+    rc = te.reduce_axis((0, int(weight.shape[1]) * in_block), name="rc")
     ry = te.reduce_axis((0, 1), name="ry")
     rx = te.reduce_axis((0, 1), name="rx")
 
     acc = te.compute(
         (batch, acc_blocks, 1, units, unit, out_block),
         lambda n, o, y, pb, pi, c: te.sum(product(
-            read(n, rc // lanes, pb * unit + pi, rc % lanes),
-            weight[_real_block(o, acc_blocks, out_blocks), rc // lanes, ry, rx, rc % lanes, c]),
+            read(n, rc // in_block, pb * unit + pi, rc % in_block),
+            weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx, rc % in_block,
+                   c]),
             axis=[rc, ry, rx]),
         name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
         attrs={"words": words})

@@ -11,14 +11,15 @@ After the layout pass, such a blocked convolution (``nn.conv2d_nchwc`` of one gr
 weight is exactly an int8 tensor times a scale per output channel
 (:func:`.int8_products.int8_columns`) becomes::
 
-    cast(nn.conv2d_nchwc(cast(c, uint8), words, words=w, pad_value=z)
+    cast(nn.conv2d_nchwc(nn.byte_words(cast(c, uint8)), words, words=w, pad_value=z)
          - z * weight_sums, float32) * (s * channel_scales)
 
 - the codes are cast to bytes where they are computed (the quantizing kernel writes a
-  quarter of the float bytes);
-- the convolution's padded copy packs ``w`` input channels of each pixel into an int32 word
-  (:func:`word_values`: 4 bytes with VNNI, 2 16-bit halves with AVX2), the padding words of
-  the zero point ``z`` (whose real value is 0);
+  quarter of the float bytes), and ``nn.byte_words`` packs ``w`` input channels of each pixel
+  into an int32 word (:func:`word_values`: 4 bytes with VNNI, 2 16-bit halves with AVX2): for
+  bytes whose blocks are whole words, the same memory, which the executor aliases (no
+  kernel); the convolution's padding holds words of the zero point ``z`` (whose real value
+  is 0);
 - the weight holds the int8 codes, ``w`` input channels interleaved in each int32 of its
   blocked layout (OIHW<i>i<o>o with ceil(i / w) words a block); the register tiles broadcast a
   word of the input and multiply-add a vector of the weight with one ``vpdpbusd``
@@ -159,6 +160,10 @@ class _Rewriter(ExprMutator):
         #: the bytes of each quantized value (by the rewritten codes' id, kept alive in the
         #: value): the convolutions and the other readers of one input share its cast
         self.bytes: dict[int, tuple[Expr, Expr]] = {}
+        #: their words (by the codes' id and the layout transforms' ids, kept alive in the
+        #: value): the convolutions of one input (a block's first and its projection) share
+        #: them
+        self.words: dict[tuple[int, ...], tuple[list[Call], Expr]] = {}
 
     def find(self, func: Function) -> _Rewriter:
         for node in post_order(func.body, into_functions=False):
@@ -191,18 +196,24 @@ class _Rewriter(ExprMutator):
         return self.bytes[id(codes)][1]
 
     def _words(self, new: Call, parts: QuantizedConvolution, transforms: list[Call]) -> Expr:
-        data = self._bytes(self.visit(parts.codes), parts.dtype)
-        for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
-            data = Call(transform.op, [data], transform.attrs, transform.span)
+        codes = self.visit(parts.codes)
+        key = (id(codes), *(id(t) for t in transforms))
+        if key not in self.words:
+            data = self._bytes(codes, parts.dtype)
+            for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
+                data = Call(transform.op, [data], transform.attrs, transform.span)
+            self.words[key] = (transforms, Call(get_op("nn.byte_words"), [data],
+                                                {"per_word": self.per_word}))
+        # the zero point as the words hold it (int8 codes are offset by 128 into bytes)
+        point = parts.zero_point + (128 if parts.dtype == "int8" else 0)
         attrs = dict(new.attrs.items())
-        attrs.update(words=self.per_word, pad_value=parts.zero_point, out_dtype="int32")
+        attrs.update(words=self.per_word, pad_value=point, out_dtype="int32")
         conv: Expr = Call(get_op("nn.conv2d_nchwc"),
-                          [data, Constant(word_weight(parts.weight, self.per_word))],
+                          [self.words[key][1],
+                           Constant(word_weight(parts.weight, self.per_word))],
                           attrs, new.span)
         blocks, lanes = parts.weight.shape[0], parts.weight.shape[5]
-        # sum (c - z) q = sum c q - z' sum q, z' the zero point as the bytes hold it (int8
-        # codes are offset by 128 into bytes)
-        point = parts.zero_point + (128 if parts.dtype == "int8" else 0)
+        # sum (c - z) q = sum c q - z' sum q
         sums = parts.weight.astype(np.int64).sum(axis=(1, 2, 3, 4)) * point  # (O/o, o)
         if sums.any():
             conv = Call(get_op("subtract"), [conv, Constant(
