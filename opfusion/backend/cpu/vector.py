@@ -302,7 +302,13 @@ class VectorEmitter:
         if isinstance(node, E.Cast):
             if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
                 return f"{self.helper('satcast_' + node.value.dtype, node.dtype, lanes)}({args[0]})"
-            return f"__builtin_convertvector({args[0]}, {self.vtype(node.dtype, lanes)})"
+            value = args[0]
+            if node.value.dtype in NARROW_DTYPES and node.dtype != "int32":
+                # 8 and 16 bits widen to int32 first (exact; vpmovzxbd): GCC converts bytes
+                # straight to floats one element at a time (a quantized residual add's bytes:
+                # 16 scalar conversions a vector)
+                value = f"__builtin_convertvector({value}, {self.vtype('int32', lanes)})"
+            return f"__builtin_convertvector({value}, {self.vtype(node.dtype, lanes)})"
         if isinstance(node, E.Call):  # planned only for VECTOR_INTRINSICS
             operands = ", ".join(self._operand(k, a, lanes) for k, a in zip(kids, args))
             return f"{self.helper(node.name, node.dtype, lanes)}({operands})"
