@@ -1,10 +1,11 @@
 """An int8 model against its float version, in opfusion, ONNX Runtime and OpenVINO, interleaved.
 
-    python benchmarks/int8_models.py [--model resnet18|bert_layer|gpt_block]
+    python benchmarks/int8_models.py [--model resnet18|resnet50|...|bert_layer|gpt_block]
                                      [--format qdq|qoperator|dynamic] [--repeat 200]
 
 The int8 model is made by ONNX Runtime's quantization tool from a random-weight float model:
-a vision model (:func:`opfusion.testing.vision_model`) by ``quant_pre_process`` then
+a vision model (:func:`opfusion.testing.vision_model`, or a light model of
+:func:`opfusion.testing.light_model`: resnet50, squeezenet, ...) by ``quant_pre_process`` then
 ``quantize_static`` (per-channel weights, 8 calibration batches of standard-normal inputs;
 ``--format qdq`` or ``qoperator``); a transformer block
 (:func:`opfusion.testing.transformer_model`) by ``quantize_dynamic`` (int8 weights, every MatMul
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from models import Engine, openvino_engine, opfusion_engine, ort_engine, timed
 from onnxruntime.quantization import (
     CalibrationDataReader,
@@ -37,6 +39,7 @@ from onnxruntime.quantization import (
 import opfusion as opf
 from opfusion.frontend import from_onnx
 from opfusion.target import host_target
+from opfusion.testing.light import LIGHT_MODEL_NAMES, light_model
 from opfusion.testing.transformer import TRANSFORMER_MODEL_NAMES, transformer_model
 from opfusion.testing.vision import vision_model
 
@@ -61,6 +64,12 @@ def quantized(path: Path, out: Path, fmt: str) -> Path:
         quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8)
         return out
 
+    model = onnx.load(str(path))
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < 13:  # per-channel DequantizeLinear (its axis) needs opset 13
+        converted = out.with_name("opset13.onnx")
+        onnx.save(onnx.version_converter.convert_version(model, 13), str(converted))
+        path = converted
     prepared = out.with_name("prepared.onnx")
     quant_pre_process(str(path), str(prepared))
     path = prepared
@@ -84,9 +93,15 @@ def main() -> None:
 
     transformer = args.model in TRANSFORMER_MODEL_NAMES
     fmt = args.format or ("dynamic" if transformer else "qdq")
-    float_path = transformer_model(args.model) if transformer else vision_model(args.model)
+    if transformer:
+        float_path = transformer_model(args.model)
+    elif args.model in LIGHT_MODEL_NAMES:
+        float_path = light_model(args.model)
+    else:
+        float_path = vision_model(args.model)
     int8_path = quantized(float_path, Path(tempfile.mkdtemp()) / "int8.onnx", fmt)
-    shape = (1, 128, 768) if transformer else (1, 3, 224, 224)
+    value = onnx.load(str(float_path), load_external_data=False).graph.input[0]
+    shape = tuple(d.dim_value or 1 for d in value.type.tensor_type.shape.dim)
     x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
     engines: dict[str, Engine] = {}
     for label, path in [("float", float_path), ("int8", int8_path)]:

@@ -38,6 +38,7 @@ from ..ir.visitor import post_order
 from ..runtime.model_layout import NO_KERNEL, model_layout
 from ..stages import stage
 from ..target import Target, as_target
+from ..tir.nan_free import Fact
 from ..transform.alter_op_layout import AlterOpLayout
 from ..transform.context import PassContext, register_pass_config
 from ..transform.fold_channel_shuffle import FoldChannelShuffle
@@ -56,7 +57,7 @@ from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
 from ..transform.word_convolutions import WordConvolutions
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
-from .lower_group import LoweredGroup, lower_primitive_function
+from .lower_group import LoweredGroup, constant_facts, lower_primitive_function
 from .memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from .signature import check_output_names
 from .staged import CompileSettings, StagedModel
@@ -280,6 +281,10 @@ class _ExecutorBuilder:
         self.steps: list[ExecStep] = []
         self.kernels: list[tuple[Function, LoweredGroup]] = []
         self.kernel_by_hash: dict[int, list[int]] = {}
+        #: what every call of each distinct primitive function passes as constants
+        #: (:func:`call_facts`, joined over its calls), by structural hash
+        self.facts_by_hash: dict[int, list[tuple[Function, dict[int, Fact]]]] = {}
+        self._gather_facts(main)
         #: the slices read in place (see _slice_view), aliased into the values they slice
         self.views: list[int] = []
         self.value_of: dict[Expr, Any] = {}
@@ -323,9 +328,31 @@ class _ExecutorBuilder:
             return None  # a primitive function value: handled at its call
         raise OpfusionError(f"opf.compile cannot run a {type(node).__name__} here")
 
+    def _gather_facts(self, main: Function) -> None:
+        """The facts of the constants each primitive function's calls pass, joined over its
+        calls (so that identical layers of different weights still share one kernel)."""
+        for node in post_order(main.body, into_functions=False):
+            if not (isinstance(node, Call) and isinstance(node.op, Function)
+                    and node.op.is_primitive):
+                continue
+            facts = call_facts(node.args)
+            entries = self.facts_by_hash.setdefault(structural_hash(node.op), [])
+            for index, (known, joined) in enumerate(entries):
+                if structural_equal(known, node.op):
+                    entries[index] = (known, join_facts(joined, facts))
+                    break
+            else:
+                entries.append((node.op, facts))
+
+    def _facts_of(self, func: Function) -> dict[int, Fact]:
+        for known, facts in self.facts_by_hash.get(structural_hash(func), []):
+            if structural_equal(known, func):
+                return facts
+        return {}
+
     def _call_group(self, func: Function, args: tuple[Expr, ...]) -> Any:
-        group = self._kernel_for(func)
         reads = [v for arg in args for v in _flatten(self.value_of[arg])]
+        group = self._kernel_for(func)
         reads += [self._new_value(TensorType(c.shape, c.dtype), constant=c)
                   for c in group.constants]
         writes = [self._new_value(ty) for ty in group.output_types]
@@ -342,7 +369,8 @@ class _ExecutorBuilder:
         name = _kernel_name(func, len(self.kernels))
         config = None if self.records is None else tuned_config(func, self.backend,
                                                                   self.records)
-        group = lower_primitive_function(func, name, self.backend, config)
+        group = lower_primitive_function(func, name, self.backend, config,
+                                         self._facts_of(func))
         check_kernel(name, group.op_names, group.prim_func and group.prim_func.body)
         self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
         self.kernels.append((func, group))
@@ -518,6 +546,22 @@ def _is_reshape(group: LoweredGroup) -> bool:
         node = node.args[0]
     return (node is func.params[0] and isinstance(func.body, Call)
             and func.body.checked_type.dtype == node.checked_type.dtype)
+
+
+def call_facts(args: tuple[Expr, ...]) -> dict[int, Fact]:
+    """The facts (:class:`~opfusion.tir.nan_free.Fact`: bounds, NaN, zero) of a group call's
+    constant arguments, by kernel input position: what the code generator may assume of them
+    (a quantized epilogue's scales and biases, lifted out of their group). None for a call
+    with a tuple argument (its positions are not the arguments')."""
+    if any(not isinstance(arg.checked_type, TensorType) for arg in args):
+        return {}
+    return constant_facts([arg.data if isinstance(arg, Constant) else None for arg in args], 0)
+
+
+def join_facts(a: dict[int, Fact], b: dict[int, Fact]) -> dict[int, Fact]:
+    """The facts that hold for both calls: the inputs both know, each with both bounds."""
+    return {k: Fact(min(a[k].low, b[k].low), max(a[k].high, b[k].high), a[k].nan or b[k].nan,
+                    a[k].zero or b[k].zero) for k in a if k in b}
 
 
 def _is_byte_view(group: LoweredGroup) -> bool:

@@ -33,6 +33,7 @@ from ..ir.op import Op, OpPatternKind
 from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..te.lower import lower
+from ..tir.nan_free import Fact, constant_fact
 from ..tir.stmt import PrimFunc
 from ..tir.work import kernel_work
 from ..topi import get_compute
@@ -68,11 +69,14 @@ class LoweredGroup:
 
 
 def lower_primitive_function(func: Function, name: str, backend: Backend | None = None,
-                             config: Any = None) -> LoweredGroup:
+                             config: Any = None,
+                             input_facts: dict[int, Fact] | None = None) -> LoweredGroup:
     """Turn the primitive function ``func`` into one kernel named ``name``, scheduled by
     ``backend`` (default: the current target's) with schedule ``config`` (a
     :class:`~opfusion.backend.schedule_rule.Config` of the group's rule, or its ``to_dict()``;
-    None: the rule's default for the target)."""
+    None: the rule's default for the target). ``input_facts``: what every call passes as the
+    inputs (by position) that are float constants (:func:`constant_facts`; the kernel may
+    assume it)."""
     output_types = _output_types(func)
     calls = [n for n in post_order(func.body, into_functions=False) if isinstance(n, Call)]
     op_names = [c.op.name if isinstance(c.op, Op) else "call" for c in calls]
@@ -96,9 +100,25 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
             used = backend.schedule(schedule, None, None, None, config)
     args = builder.placeholders + builder.constant_placeholders + outputs
     prim = lower(schedule, args, name=name)
+    facts = dict(input_facts or {})
+    facts.update(constant_facts(builder.constants, len(builder.placeholders)))
+    prim.attrs["constant_facts"] = facts
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
                         function=func,
                         schedule_config=used.to_dict() if used is not None else None)
+
+
+def constant_facts(constants: list[np.ndarray | None], first: int) -> dict[int, Fact]:
+    """The facts (bounds, NaN, zero: :class:`~opfusion.tir.nan_free.Fact`) of the kernel
+    parameters (by position; the constants follow the ``first`` inputs) that are float
+    constants: what the code generator may assume of them (a quantized epilogue's scales and
+    biases)."""
+    facts: dict[int, Fact] = {}
+    for index, data in enumerate(constants):
+        fact = constant_fact(data) if data is not None else None
+        if fact is not None:
+            facts[first + index] = fact
+    return facts
 
 
 def unscheduled_work(func: Function, backend: Backend | None = None) -> int:

@@ -23,6 +23,7 @@ from ...ir.types import float_to_int_bounds
 from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
+from ...tir.nan_free import NanFacts, always_false_nan_test
 from ..c_family import CFamilyEmitter
 from ..c_names import c_type
 from .loop_planning import (
@@ -61,6 +62,10 @@ class VectorEmitter:
     def __init__(self, emitter: CFamilyEmitter, target: Target) -> None:
         self.c = emitter
         self.target = target
+        #: which values of the loop being emitted cannot be NaN (their NaN tests fold, their
+        #: mins and maxes are the machine's): one loop's (:meth:`emit`), or one value's
+        self.facts = NanFacts()
+        self._in_loop = False
 
     # -- helper types and functions ----------------------------------------------------------
 
@@ -98,6 +103,8 @@ class VectorEmitter:
             mt = self.mask_type(str(VECTOR_DTYPES[dtype] * 8), lanes)
             text = (f"static inline {vt} {name}({mt} m, {vt} t, {vt} f) "
                     f"{{ return ({vt})((m & ({mt})t) | (~m & ({mt})f)); }}")
+        elif kind in ("max_not_nan", "min_not_nan"):
+            text = self._min_max_helper(name, vt, dtype, lanes, kind.startswith("max"))
         elif kind in ("max", "min"):
             select = self.helper("select", dtype, lanes)
             cmp = ">" if kind == "max" else "<"
@@ -129,13 +136,15 @@ class VectorEmitter:
                                        accumulate) if scalar == "dot4_u8s8"
                     else vector_dot2_helper(name, vt, lanes, self.target.has, accumulate))
         elif kind.startswith("satcast_"):  # float32 -> 8 or 16 bits: NaN 0, truncated, saturated
-            source = kind.removeprefix("satcast_")
+            not_nan = kind.startswith("satcast_not_nan_")
+            source = kind.removeprefix("satcast_not_nan_" if not_nan else "satcast_")
             lo, hi = float_to_int_bounds(dtype)
             ft, it = self.vtype(source, lanes), self.vtype("int32", lanes)
             splat = self.helper("splat", source, lanes)
             select = self.helper("select", source, lanes)
+            nan_rule = "" if not_nan else f"x = {select}(x == x, x, {splat}(0)); "
             text = (f"static inline {vt} {name}({ft} x) {{ "
-                    f"x = {select}(x == x, x, {splat}(0)); "
+                    f"{nan_rule}"
                     f"x = {select}(x < {splat}({float(lo)!r}f), {splat}({float(lo)!r}f), x); "
                     f"x = {select}(x > {splat}({float(hi - 1)!r}f), {splat}({float(hi - 1)!r}f), "
                     f"x); return __builtin_convertvector(__builtin_convertvector(x, {it}), "
@@ -146,6 +155,30 @@ class VectorEmitter:
             raise AssertionError(kind)
         self.c.need_helper(key, text)
         return name
+
+    def _min_max_helper(self, name: str, vt: str, dtype: str, lanes: int, is_max: bool) -> str:
+        """``name(a, b)``: ``a > b ? a : b`` (``<`` for min) of values that are never NaN: the
+        machine's ``vmaxps`` / ``vminps`` (``a`` against ``b``, ``b`` when equal: the same
+        choice for zeros of either sign), where the target has it at this width; a select
+        elsewhere."""
+        nbytes = lanes * ELEMENT_SIZES[dtype]
+        suffix = {"float32": "ps", "float64": "pd"}[dtype]
+        op = "max" if is_max else "min"
+        forms = {64: ("avx512f", "__AVX512F__", f"_mm512_{op}_{suffix}", "__m512"),
+                 32: ("avx", "__AVX__", f"_mm256_{op}_{suffix}", "__m256"),
+                 16: ("sse2", "__SSE2__", f"_mm_{op}_{suffix}", "__m128")}
+        lines = [f"static inline {vt} {name}({vt} a, {vt} b) {{"]
+        if nbytes in forms and self.target.has(forms[nbytes][0]):
+            self._include_intrinsics()
+            _, guard, intrinsic, mtype = forms[nbytes]
+            mtype += "d" if dtype == "float64" else ""
+            lines += [f"#if defined({guard})", f"  return ({vt}){intrinsic}(({mtype})a, "
+                                                f"({mtype})b);", "#else"]
+        select = self.helper("select", dtype, lanes)
+        lines.append(f"  return {select}(a {'>' if is_max else '<'} b, a, b);")
+        if len(lines) > 2:
+            lines.append("#endif")
+        return "\n".join([*lines, "}"])
 
     def _include_intrinsics(self) -> None:
         """``immintrin.h`` where the compiler targets x86 (guarded: the helpers that use it
@@ -206,6 +239,8 @@ class VectorEmitter:
         ctype = c_type(loop.loop_var.dtype)
         c.line(indent, f"for ({ctype} {var} = {start}; {var} < {end}; {var} += {lanes}) {{")
         analysis = VectorAnalysis(loop)
+        self.facts = self._new_facts()
+        self._in_loop = True
         analysis.vector_lets = set(plan.vector_lets)
         analysis.coefficients.update(plan.affine_lets)
         analysis.dependent |= plan.vector_lets | {var for var, _ in plan.affine_lets}
@@ -217,6 +252,7 @@ class VectorEmitter:
                     name = c.bind_var(stmt.var)
                     vt = self.vtype(stmt.var.dtype, lanes)
                     c.line(indent + 1, f"const {vt} {name} = {text};")
+                    self.facts.bind(stmt.var, stmt.value)
                 else:
                     # A scalar, or an affine index evaluated at the chunk's first lane.
                     text = c.expr(stmt.value)
@@ -231,14 +267,24 @@ class VectorEmitter:
                                 stmt.buffer.dtype, lanes)
             c.line(indent + 1, f"{store}({address}, {value});")
         c.line(indent, "}")
+        self._in_loop = False
         for v in reversed(bound):
             c.unbind_var(v)
         c.unbind_var(loop.loop_var)
+
+    def _new_facts(self) -> NanFacts:
+        """NaN facts that know the kernel's constant parameters (the lowering records their
+        bounds: ``constant_facts``)."""
+        func = self.c.func
+        known = func.attrs.get("constant_facts", {}) if func is not None else {}
+        return NanFacts({id(func.params[index]): fact for index, fact in known.items()})
 
     def value(self, root: E.PrimExpr, analysis: VectorAnalysis, lanes: int) -> str:
         """C text of ``root`` as a vector of ``lanes`` (a scalar root is broadcast)."""
         kind = analysis.value(root)
         assert kind is not None, f"planned vector expression became unvectorizable: {root}"
+        if not self._in_loop:  # (a register tile's update: facts of its own)
+            self.facts = self._new_facts()
         if kind == SCALAR:
             return self._operand(root, None, lanes)
         text: dict[int, str] = {}
@@ -285,7 +331,10 @@ class VectorEmitter:
             b = self._operand(kids[1], args[1], lanes)
             return f"({a} {op} {b})"
         if isinstance(node, (E.Min, E.Max)):
-            fn = self.helper("max" if isinstance(node, E.Max) else "min", node.dtype, lanes)
+            kind = "max" if isinstance(node, E.Max) else "min"
+            if E.is_float(node.dtype) and all(self.facts.nan_free(k) for k in kids):
+                kind = f"{kind}_not_nan"  # (one vminps / vmaxps)
+            fn = self.helper(kind, node.dtype, lanes)
             a = self._operand(kids[0], args[0], lanes)
             b = self._operand(kids[1], args[1], lanes)
             return f"{fn}({a}, {b})"
@@ -296,12 +345,18 @@ class VectorEmitter:
         if isinstance(node, E.Select):
             t = self._operand(kids[1], args[1], lanes)
             f = self._operand(kids[2], args[2], lanes)
+            known = always_false_nan_test(kids[0], self.facts)
+            if known is not None:  # isnan(x) of an x that cannot be NaN
+                return t if known else f
             if args[0] is None:
                 return f"({c.expr(kids[0])} ? {t} : {f})"
             return f"{self.helper('select', node.dtype, lanes)}({args[0]}, {t}, {f})"
         if isinstance(node, E.Cast):
             if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
-                return f"{self.helper('satcast_' + node.value.dtype, node.dtype, lanes)}({args[0]})"
+                kind = "satcast_" + node.value.dtype
+                if self.facts.nan_free(kids[0]):
+                    kind = "satcast_not_nan_" + node.value.dtype
+                return f"{self.helper(kind, node.dtype, lanes)}({args[0]})"
             value = args[0]
             if node.value.dtype in NARROW_DTYPES and node.dtype != "int32":
                 # 8 and 16 bits widen to int32 first (exact; vpmovzxbd): GCC converts bytes
