@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from int8_helpers import AVX2, AVX512, SSE, VNNI, module, random_codes, runs_here
 
 import opfusion as opf
 from opfusion.compiler.compile import alter_layout
 from opfusion.errors import OpfusionTypeError
 from opfusion.ir.evaluate import evaluate
-from opfusion.ir.expr import Call, Constant, Function
-from opfusion.ir.module import IRModule
+from opfusion.ir.expr import Call, Constant
 from opfusion.ir.op import get_op
 from opfusion.ir.visitor import post_order
 from opfusion.target import Target, host_target
@@ -24,30 +24,15 @@ from opfusion.tir.expr import unpack_dot4_u8s8
 from opfusion.transform.fold_constant import BindParams
 from opfusion.transform.int8_products import has_vnni, int8_columns, word_panels, word_values
 
-VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
-AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
-AVX2 = Target("c -mattr=+avx2,+fma")
-SSE = Target("c -mattr=+sse4.2")
 HOST_VNNI = has_vnni(host_target())
 #: The targets of products of words, and the values in each word.
 WORD_TARGETS = [(VNNI, 4), (AVX512, 2), (AVX2, 2)]
-
-
-def runs_here(target):
-    """Whether the host runs ``target``'s code."""
-    return set(target.features) <= set(host_target().features)
 
 rng = np.random.default_rng(7)
 
 
 def codes(shape, dtype):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
-
-
-def module(expr):
-    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
-    return opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+    return random_codes(rng, shape, dtype)
 
 
 def rewritten(mod, target):

@@ -8,40 +8,23 @@ rounding."""
 
 import numpy as np
 import pytest
+from int8_helpers import AVX2, AVX512, SSE, VNNI, module, random_codes, runs_here
 
 import opfusion as opf
 from opfusion.compiler.compile import alter_layout
 from opfusion.errors import OpfusionTypeError
 from opfusion.ir.evaluate import evaluate
-from opfusion.ir.expr import Call, Constant, Function
-from opfusion.ir.module import IRModule
+from opfusion.ir.expr import Call, Constant
 from opfusion.ir.op import get_op
 from opfusion.ir.visitor import post_order
-from opfusion.target import Target, host_target
 from opfusion.transform.fold_constant import BindParams
 from opfusion.transform.word_convolutions import takes_words, word_weight
-
-VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
-AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
-AVX2 = Target("c -mattr=+avx2,+fma")
-SSE = Target("c -mattr=+sse4.2")
 
 rng = np.random.default_rng(11)
 
 
-def runs_here(target):
-    """Whether the host runs ``target``'s code."""
-    return set(target.features) <= set(host_target().features)
-
-
 def codes(shape, dtype):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
-
-
-def module(expr):
-    params = [n for n in post_order(expr) if isinstance(n, opf.ir.Var)]
-    return opf.transform.InferType()(IRModule.from_expr(Function(params, expr)))
+    return random_codes(rng, shape, dtype)
 
 
 def calls(mod, name):
