@@ -992,11 +992,10 @@ def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr
     final_dtype = out_dtype
     out_dtype = accumulator_dtype(out_dtype)
 
+    multiply = _word_product(words, out_dtype)
+
     def product(idx: Index, k: Any) -> te.PrimExpr:
-        if words:
-            dot = te.dot4_u8s8 if words == 4 else te.dot2_s16
-            return dot(a_at(idx, k), b_at(idx, k))
-        return te.cast(a_at(idx, k), out_dtype) * te.cast(b_at(idx, k), out_dtype)
+        return multiply(a_at(idx, k), b_at(idx, k))
 
     lanes = dot_lanes(depth, out_dtype) if along_k else 0
     if lanes:
