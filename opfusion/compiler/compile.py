@@ -38,7 +38,7 @@ from ..ir.visitor import post_order
 from ..runtime.model_layout import NO_KERNEL, model_layout
 from ..stages import stage
 from ..target import Target, as_target
-from ..tir.nan_free import Fact
+from ..tir.nan_free import Fact, join_facts
 from ..transform.alter_op_layout import AlterOpLayout
 from ..transform.context import PassContext, register_pass_config
 from ..transform.fold_channel_shuffle import FoldChannelShuffle
@@ -344,8 +344,9 @@ class _ExecutorBuilder:
             else:
                 entries.append((node.op, facts))
 
-    def _facts_of(self, func: Function) -> dict[int, Fact]:
-        for known, facts in self.facts_by_hash.get(structural_hash(func), []):
+    def _facts_of(self, func: Function, key: int) -> dict[int, Fact]:
+        """The joined facts of ``func`` (its structural hash ``key``)."""
+        for known, facts in self.facts_by_hash.get(key, []):
             if structural_equal(known, func):
                 return facts
         return {}
@@ -370,7 +371,7 @@ class _ExecutorBuilder:
         config = None if self.records is None else tuned_config(func, self.backend,
                                                                   self.records)
         group = lower_primitive_function(func, name, self.backend, config,
-                                         self._facts_of(func))
+                                         self._facts_of(func, key))
         check_kernel(name, group.op_names, group.prim_func and group.prim_func.body)
         self.kernel_by_hash.setdefault(key, []).append(len(self.kernels))
         self.kernels.append((func, group))
@@ -551,17 +552,11 @@ def _is_reshape(group: LoweredGroup) -> bool:
 def call_facts(args: tuple[Expr, ...]) -> dict[int, Fact]:
     """The facts (:class:`~opfusion.tir.nan_free.Fact`: bounds, NaN, zero) of a group call's
     constant arguments, by kernel input position: what the code generator may assume of them
-    (a quantized epilogue's scales and biases, lifted out of their group). None for a call
-    with a tuple argument (its positions are not the arguments')."""
+    (a quantized epilogue's scales and biases, lifted out of their group). None known for a
+    call with a tuple argument (its positions are not the arguments')."""
     if any(not isinstance(arg.checked_type, TensorType) for arg in args):
         return {}
     return constant_facts([arg.data if isinstance(arg, Constant) else None for arg in args], 0)
-
-
-def join_facts(a: dict[int, Fact], b: dict[int, Fact]) -> dict[int, Fact]:
-    """The facts that hold for both calls: the inputs both know, each with both bounds."""
-    return {k: Fact(min(a[k].low, b[k].low), max(a[k].high, b[k].high), a[k].nan or b[k].nan,
-                    a[k].zero or b[k].zero) for k in a if k in b}
 
 
 def _is_byte_view(group: LoweredGroup) -> bool:

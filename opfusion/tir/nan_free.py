@@ -201,29 +201,40 @@ def _quotient(a: Fact, divisor: E.PrimExpr) -> Fact:
     return _bounded(ends[0], ends[1], False, a.zero)
 
 
+def _self_comparison(test: E.PrimExpr) -> E.PrimExpr | None:
+    """``x`` when ``test`` compares a float value with itself (``x != x``: NaN, ``x == x``:
+    not NaN); else None."""
+    if not isinstance(test, (E.NE, E.EQ)) or not E.is_float(test.a.dtype):
+        return None
+    return test.a if test.a is test.b or structural_equal(test.a, test.b) else None
+
+
 def _kept_when_not_nan(node: E.Select) -> bool | None:
     """For ``x != x ? t : x`` (or ``x == x ? x : t``), which branch is ``x`` taken only when
     it is no NaN: True for the false branch, False for the true one; else None."""
-    test = node.condition
-    if not isinstance(test, (E.NE, E.EQ)) or not E.is_float(test.a.dtype):
+    value = _self_comparison(node.condition)
+    if value is None:
         return None
-    if not (test.a is test.b or structural_equal(test.a, test.b)):
-        return None
-    kept = node.false_value if isinstance(test, E.NE) else node.true_value
-    if not (kept is test.a or structural_equal(kept, test.a)):
-        return None
-    return isinstance(test, E.NE)
+    not_nan = isinstance(node.condition, E.NE)
+    kept = node.false_value if not_nan else node.true_value
+    return not_nan if kept is value or structural_equal(kept, value) else None
 
 
 def always_false_nan_test(node: E.PrimExpr, facts: NanFacts) -> bool | None:
     """For a comparison of a value with itself (``x != x``: NaN; ``x == x``: not NaN) of a
     NaN-free ``x``, its constant result; else None."""
-    if not isinstance(node, (E.NE, E.EQ)) or not E.is_float(node.a.dtype):
-        return None
-    if not (node.a is node.b or structural_equal(node.a, node.b)) or not facts.nan_free(node.a):
+    value = _self_comparison(node)
+    if value is None or not facts.nan_free(value):
         return None
     return isinstance(node, E.EQ)
 
 
+def join_facts(a: dict[int, Fact], b: dict[int, Fact]) -> dict[int, Fact]:
+    """The facts (by key: a kernel input's position) that hold for both ``a`` and ``b``: the
+    keys both know, each with both bounds."""
+    return {k: Fact(min(a[k].low, b[k].low), max(a[k].high, b[k].high), a[k].nan or b[k].nan,
+                    a[k].zero or b[k].zero) for k in a if k in b}
+
+
 __all__ = ["ANYTHING", "FINITE_LIMIT", "Fact", "NanFacts", "always_false_nan_test",
-           "constant_fact"]
+           "constant_fact", "join_facts"]

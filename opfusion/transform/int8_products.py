@@ -297,18 +297,26 @@ def _widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
     return source, zero_point
 
 
+def pack_words(values: np.ndarray, axis: int, per_word: int = 4) -> np.ndarray:
+    """The int8 ``values`` with ``axis`` packed into int32 words of ``per_word`` consecutive
+    values, the first lowest, as bytes (4) or 16-bit halves (2); zeros fill the last word
+    (the axis becomes ceil(n / w) words)."""
+    moved = np.moveaxis(values, axis, -1)
+    count = -(-moved.shape[-1] // per_word)
+    whole = np.zeros((*moved.shape[:-1], count * per_word), np.int8 if per_word == 4 else "<i2")
+    whole[..., :moved.shape[-1]] = moved
+    words = np.ascontiguousarray(whole).view("<i4").astype(np.int32)
+    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
+
+
 def word_panels(weight: np.ndarray, cols: int, padded: int, per_word: int = 4) -> np.ndarray:
     """The int8 (K, N) ``weight`` as int32 panels (padded / cols, ceil(K / w), cols), ``w`` =
     ``per_word``: panel p, word row r, column j holds rows w r .. w r + w - 1 of column
-    p * cols + j, the first lowest, as bytes (4) or 16-bit halves (2); zero rows and columns
-    pad it to whole words and ``padded`` columns."""
-    depth, width = weight.shape
-    rows = -(-depth // per_word) * per_word
-    whole = np.zeros((rows, padded), np.int8 if per_word == 4 else "<i2")
-    whole[:depth, :width] = weight
-    grouped = whole.reshape(rows // per_word, per_word, padded // cols, cols)
-    grouped = grouped.transpose(2, 0, 3, 1)
-    return np.ascontiguousarray(grouped).view("<i4")[..., 0].astype(np.int32)
+    p * cols + j, the first lowest, as bytes (4) or 16-bit halves (2) (:func:`pack_words`);
+    zero rows and columns pad it to whole words and ``padded`` columns."""
+    words = pack_words(np.pad(weight, [(0, 0), (0, padded - weight.shape[1])]), 0, per_word)
+    return np.ascontiguousarray(words.reshape(words.shape[0], padded // cols, cols)
+                                .transpose(1, 0, 2))
 
 
 def corrected(product: Expr, codes: str, zero_point: Expr | None,
@@ -327,5 +335,5 @@ def corrected(product: Expr, codes: str, zero_point: Expr | None,
 
 __all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_codes",
            "dequantized_operands", "has_vnni",
-           "int8_columns", "quantized_operands", "word_panels", "word_values",
+           "int8_columns", "pack_words", "quantized_operands", "word_panels", "word_values",
            "words_beat_float"]

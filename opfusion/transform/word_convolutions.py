@@ -53,6 +53,7 @@ from .int8_products import (
     MAX_DEPTH,
     dequantized_codes,
     int8_columns,
+    pack_words,
     word_values,
     words_beat_float,
 )
@@ -136,14 +137,9 @@ def quantized_convolution(data: Expr, weight: Expr, out_axis: int) -> QuantizedC
 def word_weight(weight: np.ndarray, per_word: int) -> np.ndarray:
     """An int8 blocked weight (O/o, C/i, KH, KW, i, o) as int32 words (O/o, C/i, KH, KW,
     ceil(i / w), o), ``w`` = ``per_word`` input channels of each output channel in a word, the
-    first lowest (bytes, or 16-bit halves); zero channels fill the last word."""
-    *lead, block, lanes = weight.shape
-    count = -(-block // per_word)
-    whole = np.zeros((*lead, count * per_word, lanes), np.int8 if per_word == 4 else "<i2")
-    whole[..., :block, :] = weight
-    grouped = whole.reshape(*lead, count, per_word, lanes)
-    grouped = np.moveaxis(grouped, -2, -1)  # (..., count, lanes, per_word)
-    return np.ascontiguousarray(grouped).view("<i4")[..., 0].astype(np.int32)
+    first lowest (bytes, or 16-bit halves: :func:`.int8_products.pack_words`); zero channels
+    fill the last word."""
+    return pack_words(weight, 4, per_word)
 
 
 class _Rewriter(ExprMutator):
