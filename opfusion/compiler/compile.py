@@ -54,6 +54,7 @@ from ..transform.pad_channel_blocks import PadChannelBlocks
 from ..transform.pad_conv_channels import PadConvChannels
 from ..transform.pass_infra import Sequential
 from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
+from ..transform.tabulate_codes import TabulateCodes
 from ..transform.word_convolutions import WordConvolutions
 from .executor import ExecStep, Executor, ValueInfo, check_num_threads, steps_for_plan
 from .limits import check_kernel, check_values, model_values
@@ -203,8 +204,9 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     column panels by PackMatmulWeights (all three opt_level 3, unless the pass context disables
     them), and the weights' layout transforms folded into constants; SimplifyExpr again, which
     moves an elementwise operator above the reshapes around a packed product of a batch of
-    rows; then a channel shuffle that a group-window convolution reads becomes that
-    convolution's ``input_shuffle`` (FoldChannelShuffle)."""
+    rows; costly functions of quantized codes become table lookups (TabulateCodes); then a
+    channel shuffle that a group-window convolution reads becomes that convolution's
+    ``input_shuffle`` (FoldChannelShuffle)."""
     if target is not None and as_target(target).device != "cpu":
         # The GPU schedules read the plain layouts (threads, not vectors, along the rows);
         # convolutions for tensor cores get their input channels in whole 8-steps.
@@ -214,7 +216,7 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     # elementwise operator after them (a bias) from its epilogue until it moves above them.
     return Sequential([PadChannelBlocks(target), AlterOpLayout(target),
                        PackMatmulWeights(target), FoldConstant(), WordConvolutions(target),
-                       SimplifyExpr(), FoldChannelShuffle(), InferType()],
+                       SimplifyExpr(), TabulateCodes(), FoldChannelShuffle(), InferType()],
                       name="AlterLayout")(mod)
 
 

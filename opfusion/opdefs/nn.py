@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import OpAttributeError
 from ..ir.layout import Layout, LayoutError, transform_array
 from ..ir.op import Attr, Attrs, Op, OpPatternKind, get_op, register_op
-from ..ir.types import TensorType, Type, is_float
+from ..ir.types import TensorType, Type, cast_array, is_float
 from . import _winograd as winograd
 from . import nn_attention, nn_norm, nn_pool  # noqa: F401  (registers pooling, normalization
 
@@ -735,6 +735,43 @@ class ByteWords(Op):
         codes = np.pad(codes, [(0, 0)] * (data.ndim - 1) + [(0, extra)])
         codes = codes.astype(np.uint8 if per_word == 4 else "<u2")
         return np.ascontiguousarray(codes).view("<i4").astype(np.int32)
+
+
+@register_op
+class CodeLookup(Op):
+    name = "nn.code_lookup"
+    doc = ("A function of quantized codes read from a table: ``codes`` are float32 whole "
+           "numbers ``low``, ``low + 1``, ... (QuantizeLinear's clipped ``round(x / s) + z`` "
+           "before its cast) or NaN; ``table[0]`` is the value for NaN and ``table[1 + j]`` "
+           "the one for code ``low + j``. Exactly: the index is ``cast(codes - (low - 1), "
+           "int32)`` (opfusion's cast: NaN is 0, truncated), clamped to the table. Made by "
+           "the TabulateCodes pass, which evaluates a chain of elementwise operators on every "
+           "code once at compile time (a quantized GELU: a dozen quantize/dequantize steps "
+           "around erf or tanh). Elementwise in ``codes``; the table is a constant read by "
+           "value, like a weight.")
+    inputs = ("codes", "table")
+    pattern = OpPatternKind.kElemWise
+    attrs = {"low": Attr("int", required=True, doc="the smallest code (table[1]'s)")}
+
+    def infer(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        codes, table = self.expect_tensors(arg_types)
+        if codes.dtype != "float32":
+            raise self.type_error(f"input 'codes' must be float32, got {codes.dtype}")
+        if table.ndim != 1 or table.shape[0] < 2:
+            raise self.type_error(f"input 'table' must be 1-D with at least 2 entries (NaN's "
+                                  f"and one code's), got shape {table.shape}")
+        if table.dtype not in ("float32", "int32"):
+            raise self.type_error(f"input 'table' must be float32 or int32, got {table.dtype}")
+        return TensorType(codes.shape, table.dtype)
+
+    def reference(self, codes: np.ndarray, table: np.ndarray, low: int) -> np.ndarray:
+        return table[code_index(codes, low, table.shape[0])]
+
+
+def code_index(codes: np.ndarray, low: int, entries: int) -> np.ndarray:
+    """``nn.code_lookup``'s table index of each code (NaN: 0; code ``low + j``: 1 + j)."""
+    shifted = codes.astype(np.float32) - np.float32(low - 1)  # (float32, as the kernels)
+    return np.clip(cast_array(shifted, "int32"), 0, entries - 1)
 
 
 def _swap_last(shape: tuple[int, ...], swap: bool) -> tuple[int, ...]:

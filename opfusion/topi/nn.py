@@ -1145,6 +1145,23 @@ def byte_words(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                       name="byte_words")
 
 
+@register_compute("nn.code_lookup")
+def code_lookup(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
+    """``table[clamp(int32(codes - (low - 1)), 0, entries - 1)]``: NaN casts to 0, the
+    table's entry for NaN; the clamp keeps every read inside the table whatever the codes
+    (a vector gather where the target has one)."""
+    codes, table = inputs
+    entries = int(table.shape[0])
+    below = te.const(float(int(attrs.low) - 1), codes.dtype)
+
+    def element(*i: Any) -> Any:
+        index = te.cast(codes[i] - below, "int32")
+        index = te.max(te.min(index, te.const(entries - 1, "int32")), te.const(0, "int32"))
+        return table[index]
+
+    return te.compute(out_type.shape, element, name="code_lookup", tag="elemwise")
+
+
 def register_rows(target: Any) -> int:
     """Rows of a product's register tile: 4 (4 rows x 2 vectors of columns = 8 accumulators,
     the measured best with AVX2's 16 registers and with AVX-512's 32; see

@@ -88,6 +88,7 @@ from .pattern_rewrite import PatternCallback, PatternRewrite, rewrite, rule
 from .rewrites import FuseDenseAdd, FuseMultiplyAdd
 from .simplify_expr import SimplifyExpr
 from .simplify_inference import SimplifyInference
+from .tabulate_codes import TabulateCodes
 from .word_convolutions import WordConvolutions
 
 __all__ = [
@@ -103,8 +104,8 @@ __all__ = [
     "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
     "PatternCallback", "PatternRewrite", "PrintIR",
-    "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "VerticalFusePass",
-    "WordConvolutions",
+    "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "TabulateCodes",
+    "VerticalFusePass", "WordConvolutions",
     "alter_op_layout", "bind_params", "check_fused_module", "check_fusion_plan", "explain_fusion",
     "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot", "get_fusion_strategy",
     "get_pass", "has_attr", "has_dtype", "has_shape", "has_type", "is_constant", "is_expr", "is_op",

@@ -202,16 +202,27 @@ def dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
     nan = _call(test, "isnan")
     if nan is None or nan.args[0] is not codes or _scalar(zero) != 0.0:
         return None
+    bounds = codes_range(codes)
+    if bounds is None:
+        return None
+    low, high = bounds
+    for dtype, (lo, hi) in (("uint8", (0, 255)), ("int8", (-128, 127))):
+        if lo <= low and high <= hi:
+            return codes, dtype, int(zero_point), factor
+    return None
+
+
+def codes_range(codes: Expr) -> tuple[int, int] | None:
+    """(low, high) of ``codes`` = ``clip(v, low, high)`` with whole bounds, ``v`` whole numbers
+    by its form (:func:`_whole`): every value ``codes`` takes is one of low, ..., high, or NaN
+    (a QuantizeLinear before its cast); else None."""
     clip = _call(codes, "clip")
     if clip is None:
         return None
     low, high = clip.attrs.a_min, clip.attrs.a_max
     if low != round(low) or high != round(high) or not _whole(clip.args[0]):
         return None
-    for dtype, (lo, hi) in (("uint8", (0, 255)), ("int8", (-128, 127))):
-        if lo <= low and high <= hi:
-            return codes, dtype, int(zero_point), factor
-    return None
+    return int(low), int(high)
 
 
 def _whole(expr: Expr) -> bool:
@@ -333,7 +344,7 @@ def corrected(product: Expr, codes: str, zero_point: Expr | None,
     return Call(get_op("subtract"), [product, Call(get_op("multiply"), [zero_point, sums])])
 
 
-__all__ = ["MAX_DEPTH", "QuantizedProduct", "corrected", "dequantized_codes",
+__all__ = ["MAX_DEPTH", "QuantizedProduct", "codes_range", "corrected", "dequantized_codes",
            "dequantized_operands", "has_vnni",
            "int8_columns", "pack_words", "quantized_operands", "word_panels", "word_values",
            "words_beat_float"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ir.expr import Call, Constant, Expr
 from ..ir.module import IRModule
-from ..ir.op import get_op
+from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
 from .context import PassContext
 from .pass_infra import module_pass, register_pass
@@ -212,6 +212,59 @@ def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
                 {"newshape": out.shape})
 
 
+def _elementwise_of_reshapes() -> PatternCallback:
+    # f(reshape(x))                  -> reshape(f(x))         (f elementwise, of one input)
+    # add(reshape(x), reshape(y))    -> reshape(add(x, y))    (any elementwise or broadcasting
+    # where(reshape(m), 0, reshape(x)) -> reshape(where(m, 0, x))   operator; x, y of one
+    #                                                          shape; scalar constants stay)
+    # (every reshape inserts unit axes, as for elementwise_before_reshape): the chain of
+    # operators after a packed product of a batch of rows, and the product of two values of
+    # that chain (a quantized GELU), follow the product into its epilogue
+    def movable(node: Expr) -> bool:
+        return (isinstance(node, Call) and isinstance(node.op, Op)
+                and node.op.pattern <= OpPatternKind.kBroadcast
+                and not _SHAPE_ATTRS.intersection(node.attrs)
+                and any(_is_reshape(a) for a in node.args)
+                and all(_is_reshape(a) or _is_scalar_constant(a) for a in node.args))
+
+    def reorder(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        out = post.checked_type
+        assert isinstance(post, Call) and isinstance(out, TensorType)
+        if 0 in out.shape:  # newshape reads 0 as "copy the input's dimension"
+            return None
+        reshaped = [arg for arg in post.args if _is_reshape(arg)]
+        shapes = {_shape_of(arg.args[0]) for arg in reshaped}
+        if len(shapes) != 1 or None in shapes:
+            return None
+        (source,) = shapes
+        if any(_shape_of(arg) != out.shape for arg in reshaped):
+            return None  # an operand broadcasts: its elements do not pair up one to one
+        if _inserted_unit_axes(source, out.shape) is None:
+            return None
+        operands = [arg.args[0] if _is_reshape(arg) else arg for arg in post.args]
+        return Call(get_op("reshape"), [Call(post.op, operands, post.attrs)],
+                    {"newshape": out.shape})
+
+    return rule(wildcard().where(movable), reorder, "elementwise_of_reshapes")
+
+
+def _is_reshape(expr: Expr) -> bool:
+    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name in RESHAPE_OPS
+
+
+def _is_scalar_constant(expr: Expr) -> bool:
+    return isinstance(expr, Constant) and expr.data.shape == ()
+
+
+#: Attributes that name axes or shapes of the operands (they would not fit the unreshaped ones).
+_SHAPE_ATTRS = frozenset({"axis", "axes", "shape", "newshape"})
+
+
+def _shape_of(expr: Expr) -> tuple[int, ...] | None:
+    ty = expr.checked_type
+    return tuple(ty.shape) if isinstance(ty, TensorType) else None
+
+
 def _take_before_movement() -> PatternCallback:
     # take(transpose(t, perm), i, axis=a) -> transpose(take(t, i, axis=perm[a]), <perm
     #                                                        without perm[a]>)
@@ -365,6 +418,7 @@ def _rules() -> list[PatternCallback]:
         _merge_transposes(),
         _transpose_as_reshape(),
         _elementwise_before_reshape(),
+        _elementwise_of_reshapes(),
         _take_before_movement(),
         _identity_cast(),
         _merge_casts(),

@@ -38,6 +38,23 @@ def test_float_to_narrow_casts_run_in_vectors_with_the_scalar_rule(dtype):
     np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
 
 
+def test_float_to_int32_casts_run_in_vectors_with_the_scalar_rule():
+    """The saturating vector helper (NaN 0, 2^31 and above INT32_MAX, -2^31 and below
+    INT32_MIN); where the NaN facts bound the value inside int32, a plain conversion."""
+    edges = [2147483520.0, 2147483648.0, 4e9, -2147483648.0, -2147483904.0, -4e9, 1.5, -1.5]
+    values = np.array(edges + SPECIALS * 3, np.float32)[:64]
+    x = np.concatenate([values, np.random.default_rng(0).standard_normal(64).astype(
+        np.float32) * 3e9])
+    data = opf.var("x", shape=(128,))
+    mod, exe = compiled(opf.op.cast(data, dtype="int32"))
+    assert "opf_satcast_float32_int32x" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+    kept = opf.op.where(opf.op.isnan(data), opf.const(np.float32(0)), data)
+    mod, exe = compiled(opf.op.cast(opf.op.clip(kept, a_min=-1e6, a_max=1e6), dtype="int32"))
+    assert "satcast" not in exe.source_code and "__builtin_convertvector" in exe.source_code
+    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
 def test_float_to_narrow_casts_in_scalar_loops_follow_the_rule(dtype):
     """A blocked layout of three channels (a quantized stem's input) stays a scalar loop: its

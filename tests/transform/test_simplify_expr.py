@@ -183,6 +183,32 @@ def test_elementwise_operators_stay_below_other_reshapes():
     _unchanged([x, y], opf.op.add(opf.op.reshape(x, newshape=[1, 4, 6]), y))
 
 
+def test_an_elementwise_chain_moves_above_a_reshape_that_inserts_unit_axes():
+    # a quantized GELU after a packed product of a batch of rows: its unary steps, a where with
+    # a scalar constant and the product of two values of the chain all follow the product
+    x = opf.var("x", (4, 6))
+    r = opf.op.reshape(x, newshape=[1, 4, 6])
+    _check([x], opf.op.round(r), lambda x: opf.op.reshape(opf.op.round(x), newshape=[1, 4, 6]))
+    _check([x], opf.op.cast(opf.op.expand_dims(x, axis=0), dtype="int32"),
+           lambda x: opf.op.reshape(opf.op.cast(x, dtype="int32"), newshape=[1, 4, 6]))
+    zero = opf.const(np.float32(0))
+    _check([x], opf.op.where(opf.op.isnan(r), zero, r),
+           lambda x: opf.op.reshape(opf.op.where(opf.op.isnan(x), zero, x), newshape=[1, 4, 6]))
+    _check([x], opf.op.multiply(opf.op.erf(r), opf.op.tanh(r)),
+           lambda x: opf.op.reshape(opf.op.multiply(opf.op.erf(x), opf.op.tanh(x)),
+                                    newshape=[1, 4, 6]))
+
+
+def test_elementwise_operators_of_differently_reshaped_values_stay():
+    x, y = opf.var("x", (4, 6)), opf.var("y", (1, 4, 6))
+    _unchanged([x], opf.op.exp(opf.op.reshape(x, newshape=[2, 12])))  # not unit axes
+    # operands of different shapes before their reshapes do not pair up element by element
+    z = opf.var("z", (1, 24))
+    _unchanged([x, z], opf.op.add(opf.op.reshape(x, newshape=[1, 1, 24]),
+                                  opf.op.reshape(z, newshape=[1, 1, 24])))
+    _unchanged([x, y], opf.op.maximum(opf.op.reshape(x, newshape=[1, 4, 6]), y))
+
+
 # -- a take of one constant index, before transposes and reshapes -----------------------------
 
 def _index(value):

@@ -402,6 +402,8 @@ class VectorAnalysis:
         #: structural keys of its loads among them
         self.always: set[int] = set()
         self.always_loads: set[Any] = set()
+        #: the loads that gather each lane's element at a vector of indices (by id)
+        self.gathers: set[int] = set()
 
     def offset_coefficient(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...]) -> int | None:
         if not indices:
@@ -412,6 +414,23 @@ class VectorAnalysis:
             # blocked squares) is affine again once the two parts merge
             offset = simplify(offset)
         return coefficient(offset, self.coefficients, self.dependent)
+
+    def _gathers(self, load: E.BufferLoad) -> bool:
+        """Whether ``load`` reads a 4-byte element of a one-dimensional buffer at an index
+        that vectorizes (its value nodes' kinds are recorded): a table lookup, one gather
+        of the lanes' elements. (The index is the load's own node, so its kinds stay valid
+        for the emitter; the lowering clamps such an index into the buffer.)"""
+        if len(load.indices) != 1 or ELEMENT_SIZES.get(load.dtype) != 4:
+            return False
+        index = load.indices[0]
+        if index.dtype != "int32":
+            return False
+        for node in value_nodes(index):
+            kind = self._kind(node)
+            if kind is None:
+                return False
+            self.kinds[id(node)] = kind
+        return self.kinds[id(index)] == ("vector", "int32")
 
     def index_depends(self, index: E.PrimExpr) -> bool:
         return any(isinstance(n, E.Var) and id(n) in self.dependent for n in E.post_order(index))
@@ -451,8 +470,12 @@ class VectorAnalysis:
             # they are only ever widened: a quantized residual read as bytes)
             if dtype not in ELEMENT_SIZES:
                 return None
-            if self.offset_coefficient(node.buffer, node.indices) != 1:
-                return None  # a gather or a broadcast of a varying element
+            step = self.offset_coefficient(node.buffer, node.indices)
+            if step is None and self._gathers(node):
+                self.gathers.add(id(node))
+                return ("vector", dtype)
+            if step != 1:
+                return None  # a broadcast of a varying element, a strided or other gather
             return ("vector", dtype)
         kids = [self.kinds[id(c)] for c in node.children()]
         if type(node) in ARITHMETIC or isinstance(node, (E.Min, E.Max)):
@@ -493,9 +516,11 @@ class VectorAnalysis:
             if dtype not in VECTOR_DTYPES:
                 return None
             if node.value.dtype.startswith("float") and not dtype.startswith("float"):
-                # Float to integer saturates (a scalar helper of the C emitter); a vector conversion
-                # would be undefined for NaN and out-of-range lanes.
-                return None
+                # Float to integer saturates (a scalar helper of the C emitter); a plain vector
+                # conversion would be undefined for NaN and out-of-range lanes. float32 to int32
+                # has a saturating vector helper (a table lookup's index).
+                return ("vector", dtype) if (node.value.dtype, dtype) == ("float32",
+                                                                           "int32") else None
             return ("vector", dtype)
         if isinstance(node, E.Call) and dtype in VECTOR_INTRINSICS.get(node.name, ()):
             # (scalar operands of a two-operand intrinsic, dot4_u8s8's, are broadcast)

@@ -45,6 +45,9 @@ from .vector_math import (
     vector_exp_helper,
 )
 
+#: float32 values that convert to int32 exactly as truncated (the ends of the range the
+#: vector conversion is defined on)
+INT32_LOW, INT32_HIGH = -2147483648.0, 2147483648.0
 #: Streaming-store instructions, widest first: (bytes, target feature, preprocessor guard,
 #: intrinsic, vector type). The fence after them, ``_mm_sfence``, needs SSE.
 _STREAM_STORES = (
@@ -135,6 +138,10 @@ class VectorEmitter:
             text = (vector_dot4_helper(name, vt, lanes, self.target.has("avx512vnni"),
                                        accumulate) if scalar == "dot4_u8s8"
                     else vector_dot2_helper(name, vt, lanes, self.target.has, accumulate))
+        elif kind == "gather":
+            text = self._gather_helper(name, vt, scalar, dtype, lanes)
+        elif kind == "satcast_float32" and dtype == "int32":
+            text = self._int32_cast_helper(name, vt, lanes)
         elif kind.startswith("satcast_"):  # float32 -> 8 or 16 bits: NaN 0, truncated, saturated
             not_nan = kind.startswith("satcast_not_nan_")
             source = kind.removeprefix("satcast_not_nan_" if not_nan else "satcast_")
@@ -179,6 +186,41 @@ class VectorEmitter:
         if len(lines) > 2:
             lines.append("#endif")
         return "\n".join([*lines, "}"])
+
+    def _gather_helper(self, name: str, vt: str, scalar: str, dtype: str, lanes: int) -> str:
+        """``name(p, i)``: ``p[i[k]]`` in every lane ``k`` (4-byte elements): one ``vgatherdps``
+        / ``vpgatherdd`` where the target has it at this width, a loop elsewhere."""
+        it = self.vtype("int32", lanes)
+        nbytes = lanes * 4
+        kind = "ps" if dtype == "float32" else "epi32"
+        forms = {64: ("avx512f", "__AVX512F__", f"_mm512_i32gather_{kind}((__m512i)i, p, 4)"),
+                 32: ("avx2", "__AVX2__", f"_mm256_i32gather_{kind}(p, (__m256i)i, 4)"),
+                 16: ("avx2", "__AVX2__", f"_mm_i32gather_{kind}(p, (__m128i)i, 4)")}
+        pointer = "const void*" if nbytes == 64 else f"const {'float' if kind == 'ps' else 'int'}*"
+        lines = [f"static inline {vt} {name}(const {scalar}* restrict t, {it} i) {{"]
+        loop = (f"  {vt} r; for (int k = 0; k < {lanes}; ++k) r[k] = t[i[k]]; return r;")
+        if nbytes in forms and self.target.has(forms[nbytes][0]):
+            self._include_intrinsics()
+            _, guard, call = forms[nbytes]
+            lines += [f"#if defined({guard})", f"  {pointer} p = ({pointer})t;",
+                      f"  return ({vt}){call};", "#else", loop, "#endif"]
+        else:
+            lines.append(loop)
+        return "\n".join([*lines, "}"])
+
+    def _int32_cast_helper(self, name: str, vt: str, lanes: int) -> str:
+        """``name(x)``: float32 to int32 by opfusion's rule (NaN 0, truncated, saturated) in
+        vectors: lanes at 2^31 and above are replaced before the conversion (undefined for
+        them) and set to INT32_MAX after it; -2^31 is exact in float32."""
+        ft, it = self.vtype("float32", lanes), self.vtype("int32", lanes)
+        splat = self.helper("splat", "float32", lanes)
+        select = self.helper("select", "float32", lanes)
+        return (f"static inline {it} {name}({ft} x) {{ "
+                f"x = {select}(x == x, x, {splat}(0)); "
+                f"{it} big = (x >= {splat}(2147483648.0f)); "
+                f"x = {select}(x < {splat}(-2147483648.0f), {splat}(-2147483648.0f), x); "
+                f"x = {select}(big, {splat}(0), x); "
+                f"return (__builtin_convertvector(x, {it}) & ~big) | (big & 2147483647); }}")
 
     def _include_intrinsics(self) -> None:
         """``immintrin.h`` where the compiler targets x86 (guarded: the helpers that use it
@@ -287,6 +329,10 @@ class VectorEmitter:
             self.facts = self._new_facts()
         if kind == SCALAR:
             return self._operand(root, None, lanes)
+        return self._text(root, analysis, lanes)
+
+    def _text(self, root: E.PrimExpr, analysis: VectorAnalysis, lanes: int) -> str:
+        """C text of the vector ``root`` from its nodes' planned kinds."""
         text: dict[int, str] = {}
         for node in value_nodes(root):
             if analysis.kinds[id(node)] == SCALAR:
@@ -314,6 +360,10 @@ class VectorEmitter:
             if id(node) in analysis.vector_lets:
                 return c.var_name(node)
             return f"{self.helper('ramp', node.dtype, lanes)}({c.var_name(node)})"
+        if isinstance(node, E.BufferLoad) and id(node) in analysis.gathers:
+            index = self._text(node.indices[0], analysis, lanes)
+            gather = self.helper("gather", node.dtype, lanes)
+            return f"{gather}({c.buffer_name(node.buffer)}, {index})"
         if isinstance(node, E.BufferLoad):
             offset = c.expr(c.offset(node.buffer, node.indices))
             load = self.helper("load", node.dtype, lanes)
@@ -352,6 +402,11 @@ class VectorEmitter:
                 return f"({c.expr(kids[0])} ? {t} : {f})"
             return f"{self.helper('select', node.dtype, lanes)}({args[0]}, {t}, {f})"
         if isinstance(node, E.Cast):
+            if node.dtype == "int32" and E.is_float(node.value.dtype):  # (float32 only)
+                fact = self.facts.fact(kids[0])
+                if not fact.nan and INT32_LOW <= fact.low and fact.high < INT32_HIGH:
+                    return f"__builtin_convertvector({args[0]}, {self.vtype('int32', lanes)})"
+                return f"{self.helper('satcast_float32', 'int32', lanes)}({args[0]})"
             if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
                 kind = "satcast_" + node.value.dtype
                 if self.facts.nan_free(kids[0]):
