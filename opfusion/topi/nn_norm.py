@@ -37,13 +37,13 @@ def _drop(index: Sequence[Any], axis: int) -> tuple[Any, ...]:
     return (*index[:axis], *index[axis + 1:])
 
 
-def _row_reduce(data: te.Tensor, axis: int, reducer: Any, value: Any, name: str,
-                tag: str) -> te.Tensor:
-    """``reducer(value(row_index, x[...]), axis=r)`` along ``axis``: one value per row."""
-    r = te.reduce_axis((0, data.shape[axis]), name="r")
+def _row_max(data: te.Tensor, axis: int, name: str) -> te.Tensor:
+    """The maximum along ``axis``, one value per row: vector partial maxima
+    (:func:`.reduce.blocked_sum` with ``te.max``; the same value in any order) when the axis is
+    the innermost one (a standalone softmax's rows were one scalar chain each)."""
     shape = _drop(data.shape, axis)
-    return te.compute(shape, lambda *i: reducer(value(i, data[_insert(i, axis, r)]), axis=r),
-                      name=name, tag=tag)
+    return blocked_sum(shape, [data.shape[axis]], lambda i, p: data[_insert(i, axis, p[0])],
+                       name, tag=NORM_MAX, contiguous=axis == data.ndim - 1, reducer=te.max)
 
 
 def _row_sum(data: te.Tensor, axis: int, value: Any, name: str, tag: str) -> te.Tensor:
@@ -71,7 +71,7 @@ def softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     The sum accumulates in :func:`._util.sum_dtype`."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
-    peak = _row_reduce(data, axis, te.max, lambda i, x: x, "softmax_max", NORM_MAX)
+    peak = _row_max(data, axis, "softmax_max")
     acc = accumulator_dtype(data.dtype)
     exps = te.compute(data.shape,
                       lambda *i: te.exp(te.cast(data[i] - _shift(peak, _drop(i, axis)), acc)),
@@ -90,7 +90,7 @@ def log_softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     :func:`._util.sum_dtype`)."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
-    peak = _row_reduce(data, axis, te.max, lambda i, x: x, "log_softmax_max", NORM_MAX)
+    peak = _row_max(data, axis, "log_softmax_max")
     wide = sum_dtype(data.dtype)
     total = _row_sum(data, axis, lambda i, x: te.cast(te.exp(x - _shift(peak, i)), wide),
                      "log_softmax_sum", NORM_SUM)

@@ -81,6 +81,9 @@ def normalized_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
         exp_rest = exp_axes[:axis] + exp_axes[axis + 1:]
         exp_stage.reorder(*exp_rest, exp_axes[axis])
         parallel_outer(exp_stage, exp_rest, tensor_size(exps))
+        if vector_width > 1 and exp_axes[axis].dom.extent % vector_width == 0:
+            _, lanes = exp_stage.split(exp_axes[axis], factor=vector_width)
+            exp_stage.vectorize(lanes)
     if row is not None:
         s[second].compute_at(stage, row)
     sum_parts_at(s, second)
