@@ -13,6 +13,7 @@ from opfusion.frontend import from_onnx
 from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
+from opfusion.testing.targets import OTHER_TARGETS
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
 from opfusion.tir.shared_values import MIN_SHARED_NODES, bind_shared_values
@@ -77,10 +78,13 @@ def test_narrow_values_widened_to_float_run_in_vectors(dtype):
     var = opf.var("x", shape=(256,), dtype=dtype)
     expr = opf.op.multiply(opf.op.cast(var, dtype="float32"), opf.const(np.float32(0.25)))
     mod, exe = compiled(expr)
-    # (through int32: GCC converts bytes straight to floats one element at a time)
-    assert (f"__builtin_convertvector(__builtin_convertvector(opf_load_{dtype}x"
-            in exe.source_code)
-    np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+    # (through int32, by one vpmovzxbd or its kin: GCC converts bytes straight to floats,
+    # and 16 bytes to 16 int32 too, one element at a time)
+    assert f"opf_widen_{dtype}_int32x" in exe.source_code
+    want = evaluate(mod, [x])
+    np.testing.assert_array_equal(exe(x), want)
+    for target in OTHER_TARGETS:  # 8 lanes (AVX2), 4 (SSE)
+        np.testing.assert_array_equal(opf.compile(mod, target=target)(x), want)
 
 
 def test_quantize_linear_rounds_and_saturates_in_vectors():

@@ -150,12 +150,17 @@ class VectorEmitter:
             splat = self.helper("splat", source, lanes)
             select = self.helper("select", source, lanes)
             nan_rule = "" if not_nan else f"x = {select}(x == x, x, {splat}(0)); "
+            # (NaN gone: the clamps are the machine's max and min, vmaxps / vminps)
+            high = self.helper("max_not_nan", source, lanes)
+            low = self.helper("min_not_nan", source, lanes)
             text = (f"static inline {vt} {name}({ft} x) {{ "
                     f"{nan_rule}"
-                    f"x = {select}(x < {splat}({float(lo)!r}f), {splat}({float(lo)!r}f), x); "
-                    f"x = {select}(x > {splat}({float(hi - 1)!r}f), {splat}({float(hi - 1)!r}f), "
-                    f"x); return __builtin_convertvector(__builtin_convertvector(x, {it}), "
+                    f"x = {high}(x, {splat}({float(lo)!r}f)); "
+                    f"x = {low}(x, {splat}({float(hi - 1)!r}f)); "
+                    f"return __builtin_convertvector(__builtin_convertvector(x, {it}), "
                     f"{vt}); }}")
+        elif kind.startswith("widen_"):
+            text = self._widen_helper(name, kind.removeprefix("widen_"), lanes)
         elif kind == "stream":
             text = self._stream_helper(name, vt, scalar, lanes * ELEMENT_SIZES[dtype])
         else:  # pragma: no cover - internal
@@ -207,6 +212,34 @@ class VectorEmitter:
         else:
             lines.append(loop)
         return "\n".join([*lines, "}"])
+
+    def _widen_helper(self, name: str, source: str, lanes: int) -> str:
+        """``name(v)``: 8- or 16-bit integers to int32, zero- or sign-extended: one
+        ``vpmovzxbd`` (or its kin) where the target has it at this width. GCC's own
+        ``__builtin_convertvector`` of 16 bytes to 16 int32 took each byte apart with scalar
+        instructions (a quantized ResNet-50 block's residual: 0.41 -> 0.30 ms)."""
+        it, nt = self.vtype("int32", lanes), self.vtype(source, lanes)
+        size = NARROW_DTYPES[source]
+        extend = f"{'epi' if source.startswith('int') else 'epu'}{8 * size}_epi32"
+        lines = [f"static inline {it} {name}({nt} v) {{"]
+        fallback = f"  return __builtin_convertvector(v, {it});"
+        nbytes = lanes * size
+        if lanes == 16 and self.target.has("avx512f"):
+            mtype = "__m128i" if nbytes == 16 else "__m256i"
+            call = f"_mm512_cvt{extend}(({mtype})v)"
+            guard = "__AVX512F__"
+        elif lanes == 8 and self.target.has("avx2") and nbytes == 16:
+            call, guard = f"_mm256_cvt{extend}((__m128i)v)", "__AVX2__"
+        elif lanes == 8 and self.target.has("avx2") and nbytes == 8:
+            self.c.includes.add("string.h")
+            lines.append("  long long bits; memcpy(&bits, &v, sizeof bits);")
+            call, guard = f"_mm256_cvt{extend}(_mm_cvtsi64_si128(bits))", "__AVX2__"
+        else:
+            return "\n".join([*lines, fallback, "}"])
+        self._include_intrinsics()
+        lines += [f"#if defined({guard})", f"  return ({it}){call};", "#else", fallback,
+                  "#endif", "}"]
+        return "\n".join(lines)
 
     def _int32_cast_helper(self, name: str, vt: str, lanes: int) -> str:
         """``name(x)``: float32 to int32 by opfusion's rule (NaN 0, truncated, saturated) in
@@ -408,16 +441,26 @@ class VectorEmitter:
                     return f"__builtin_convertvector({args[0]}, {self.vtype('int32', lanes)})"
                 return f"{self.helper('satcast_float32', 'int32', lanes)}({args[0]})"
             if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
+                fact = self.facts.fact(kids[0])
+                lo, hi = float_to_int_bounds(node.dtype)
+                if not fact.nan and lo <= fact.low and fact.high <= hi - 1:
+                    # already clipped into the range (QuantizeLinear's clip): the conversions
+                    # alone (vcvttps2dq, vpmovdb), no clamps
+                    it, vt = self.vtype("int32", lanes), self.vtype(node.dtype, lanes)
+                    return (f"__builtin_convertvector(__builtin_convertvector({args[0]}, {it}), "
+                            f"{vt})")
                 kind = "satcast_" + node.value.dtype
-                if self.facts.nan_free(kids[0]):
+                if not fact.nan:
                     kind = "satcast_not_nan_" + node.value.dtype
                 return f"{self.helper(kind, node.dtype, lanes)}({args[0]})"
             value = args[0]
-            if node.value.dtype in NARROW_DTYPES and node.dtype != "int32":
+            if node.value.dtype in NARROW_DTYPES:
                 # 8 and 16 bits widen to int32 first (exact; vpmovzxbd): GCC converts bytes
                 # straight to floats one element at a time (a quantized residual add's bytes:
                 # 16 scalar conversions a vector)
-                value = f"__builtin_convertvector({value}, {self.vtype('int32', lanes)})"
+                value = f"{self.helper('widen_' + node.value.dtype, 'int32', lanes)}({value})"
+                if node.dtype == "int32":
+                    return value
             return f"__builtin_convertvector({value}, {self.vtype(node.dtype, lanes)})"
         if isinstance(node, E.Call):  # planned only for VECTOR_INTRINSICS
             operands = ", ".join(self._operand(k, a, lanes) for k, a in zip(kids, args))
