@@ -40,7 +40,7 @@ from .pass_infra import module_pass, register_pass
 from .pattern import Bindings, Pattern, is_constant, is_op, wildcard
 from .pattern_rewrite import PatternCallback, rewrite, rule
 
-__all__ = ["SIMPLIFY_RULES", "SimplifyExpr", "simplify_expr"]
+__all__ = ["SHAPE_ATTRS", "SIMPLIFY_RULES", "SimplifyExpr", "is_scalar_constant", "simplify_expr"]
 
 #: Operators that only reinterpret the shape: same elements, same row-major order.
 RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "flatten", "nn.batch_flatten")
@@ -223,9 +223,9 @@ def _elementwise_of_reshapes() -> PatternCallback:
     def movable(node: Expr) -> bool:
         return (isinstance(node, Call) and isinstance(node.op, Op)
                 and node.op.pattern <= OpPatternKind.kBroadcast
-                and not _SHAPE_ATTRS.intersection(node.attrs)
+                and not SHAPE_ATTRS.intersection(node.attrs)
                 and any(_is_reshape(a) for a in node.args)
-                and all(_is_reshape(a) or _is_scalar_constant(a) for a in node.args))
+                and all(_is_reshape(a) or is_scalar_constant(a) for a in node.args))
 
     def reorder(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
         out = post.checked_type
@@ -252,12 +252,15 @@ def _is_reshape(expr: Expr) -> bool:
     return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name in RESHAPE_OPS
 
 
-def _is_scalar_constant(expr: Expr) -> bool:
+def is_scalar_constant(expr: Expr) -> bool:
+    """Whether ``expr`` is a constant of one element and no axes (it broadcasts alike into
+    any shape)."""
     return isinstance(expr, Constant) and expr.data.shape == ()
 
 
-#: Attributes that name axes or shapes of the operands (they would not fit the unreshaped ones).
-_SHAPE_ATTRS = frozenset({"axis", "axes", "shape", "newshape"})
+#: Attributes that name axes or shapes of an operator's operands: an elementwise operator
+#: with one of them does not apply unchanged to operands of another shape.
+SHAPE_ATTRS = frozenset({"axis", "axes", "shape", "newshape"})
 
 
 def _shape_of(expr: Expr) -> tuple[int, ...] | None:

@@ -31,6 +31,7 @@ from ..ir.visitor import ExprMutator, children, post_order
 from .context import PassContext
 from .int8_products import codes_range
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
+from .simplify_expr import SHAPE_ATTRS, is_scalar_constant
 
 #: The most codes a table holds (8-bit codes).
 MAX_CODES = 256
@@ -44,8 +45,6 @@ COSTS = {
                      "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
                      "atanh"), MIN_COST),
 }
-#: Attributes that name axes or shapes (an operator with them is not evaluated on a table).
-_SHAPE_ATTRS = frozenset({"axis", "axes", "shape", "newshape"})
 #: Dtypes a table may hold (a vector gather reads 4-byte elements).
 TABLE_DTYPES = ("float32", "int32")
 
@@ -102,13 +101,13 @@ def _codes(node: Call) -> bool:
 def _inherited_source(node: Call, sources: dict[Expr, Expr]) -> Expr | None:
     """The one source of ``node``'s computed operands when ``node`` is elementwise in them
     (each of the result's shape) and its other operands are scalar constants; else None."""
-    if (node.op.pattern > OpPatternKind.kBroadcast or _SHAPE_ATTRS.intersection(node.attrs)
+    if (node.op.pattern > OpPatternKind.kBroadcast or SHAPE_ATTRS.intersection(node.attrs)
             or node.checked_type.dtype not in (*TABLE_DTYPES, "bool")):
         return None  # (a cast of the result to bytes reads the table's values)
     found: Expr | None = None
     shape = node.checked_type.shape if isinstance(node.checked_type, TensorType) else None
     for arg in node.args:
-        if isinstance(arg, Constant) and arg.data.shape == ():
+        if is_scalar_constant(arg):
             continue
         source = sources.get(arg)
         if source is None or (found is not None and source is not found):
@@ -132,9 +131,14 @@ def _lookups(order: list[Expr], sources: dict[Expr, Expr], root: Expr) -> dict[E
         if (source is not None and source is not node and node in outside
                 and node.checked_type.dtype in TABLE_DTYPES and _costly(node, source)):
             chosen.setdefault(source, []).append(node)
+    chains: dict[Expr, list[Expr]] = {}  # each chain's nodes in order, without its source
+    for node in order:
+        source = sources.get(node)
+        if source in chosen and source is not node:
+            chains.setdefault(source, []).append(node)
     lookups: dict[Expr, Call] = {}
     for source, outputs in chosen.items():
-        tables = _tables(order, sources, source, outputs)
+        tables = _tables(chains[source], source, outputs)
         if tables is None:
             continue
         low = codes_range(source)[0]
@@ -158,17 +162,16 @@ def _costly(node: Expr, source: Expr) -> bool:
     return cost >= MIN_COST
 
 
-def _tables(order: list[Expr], sources: dict[Expr, Expr], source: Expr,
+def _tables(chain: list[Expr], source: Expr,
             outputs: list[Expr]) -> list[np.ndarray] | None:
     """The values of ``outputs`` for NaN and each code of ``source``, by the operators'
-    references; None when a reference refuses them."""
+    references evaluated along ``chain`` (its nodes in order); None when a reference refuses
+    them."""
     low, high = codes_range(source)
     values: dict[Expr, np.ndarray] = {
         source: np.concatenate([[np.nan], np.arange(low, high + 1)]).astype(np.float32)}
     with np.errstate(all="ignore"):
-        for node in order:
-            if sources.get(node) is not source or node is source:
-                continue
+        for node in chain:
             args = [values[a] if a in values else a.data for a in node.args]
             try:
                 out = np.asarray(node.op.reference(*args, **node.attrs))
