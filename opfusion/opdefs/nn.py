@@ -737,6 +737,10 @@ class ByteWords(Op):
         return np.ascontiguousarray(codes).view("<i4").astype(np.int32)
 
 
+#: What an ``nn.code_lookup`` table may hold (a vector gather reads 4-byte elements).
+CODE_TABLE_DTYPES = ("float32", "int32")
+
+
 @register_op
 class CodeLookup(Op):
     name = "nn.code_lookup"
@@ -760,7 +764,7 @@ class CodeLookup(Op):
         if table.ndim != 1 or table.shape[0] < 2:
             raise self.type_error(f"input 'table' must be 1-D with at least 2 entries (NaN's "
                                   f"and one code's), got shape {table.shape}")
-        if table.dtype not in ("float32", "int32"):
+        if table.dtype not in CODE_TABLE_DTYPES:
             raise self.type_error(f"input 'table' must be float32 or int32, got {table.dtype}")
         return TensorType(codes.shape, table.dtype)
 

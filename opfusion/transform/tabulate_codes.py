@@ -28,6 +28,7 @@ from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
 from ..ir.visitor import ExprMutator, children, post_order
+from ..opdefs.nn import CODE_TABLE_DTYPES
 from .context import PassContext
 from .int8_products import codes_range
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
@@ -45,8 +46,8 @@ COSTS = {
                      "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
                      "atanh"), MIN_COST),
 }
-#: Dtypes a table may hold (a vector gather reads 4-byte elements).
-TABLE_DTYPES = ("float32", "int32")
+#: Dtypes a table may hold (nn.code_lookup's).
+TABLE_DTYPES = CODE_TABLE_DTYPES
 
 
 @pass_factory

@@ -8,6 +8,8 @@ Knob: ``vector_width``, the elements of the normalized axis per vectorized inner
 
 from __future__ import annotations
 
+from typing import Any
+
 from .... import te
 from ....target import Target
 from ....topi.nn_norm import NORM_EXP, NORM_MAX, NORM_MEAN, NORM_SUM
@@ -63,28 +65,28 @@ def normalized_rows(s: te.Schedule, anchor: te.Tensor, output: te.Tensor,
     axis = anchor.op.attrs["axis"]
     owner = owner_of(s, anchor, output)
     stage = s[owner]
-    axes = list(stage.op.axis)
-    inner = axes[axis]
-    rest = axes[:axis] + axes[axis + 1:]
-    stage.reorder(*rest, inner)
-    row = parallel_outer(stage, rest, tensor_size(owner))
-    if vector_width > 1 and inner.dom.extent % vector_width == 0:
-        _, lanes = stage.split(inner, factor=vector_width)
-        stage.vectorize(lanes)
+    row = _rows_in_parallel(stage, axis, tensor_size(owner), vector_width)
     first_stage = s[first]
     parallel_outer(first_stage, list(first.op.axis), tensor_size(anchor))
     sum_parts_at(s, first)
     exps = producer(anchor, NORM_EXP)
     if exps is not None:  # rows in parallel, as the result's, so each thread reuses its rows
-        exp_stage = s[exps]
-        exp_axes = list(exp_stage.op.axis)
-        exp_rest = exp_axes[:axis] + exp_axes[axis + 1:]
-        exp_stage.reorder(*exp_rest, exp_axes[axis])
-        parallel_outer(exp_stage, exp_rest, tensor_size(exps))
-        if vector_width > 1 and exp_axes[axis].dom.extent % vector_width == 0:
-            _, lanes = exp_stage.split(exp_axes[axis], factor=vector_width)
-            exp_stage.vectorize(lanes)
+        _rows_in_parallel(s[exps], axis, tensor_size(exps), vector_width)
     if row is not None:
         s[second].compute_at(stage, row)
     sum_parts_at(s, second)
     arrange_rest(s)
+
+
+def _rows_in_parallel(stage: te.Stage, axis: int, size: int, vector_width: int) -> Any:
+    """``stage``'s rows in parallel, the normalized ``axis`` innermost and vectorized by
+    ``vector_width`` where that divides it; the row loop (None when not parallel)."""
+    axes = list(stage.op.axis)
+    inner = axes[axis]
+    rest = axes[:axis] + axes[axis + 1:]
+    stage.reorder(*rest, inner)
+    row = parallel_outer(stage, rest, size)
+    if vector_width > 1 and inner.dom.extent % vector_width == 0:
+        _, lanes = stage.split(inner, factor=vector_width)
+        stage.vectorize(lanes)
+    return row
