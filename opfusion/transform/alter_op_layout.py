@@ -39,7 +39,10 @@ summing its own input channels into the output blocks its outputs touch (a block
 group boundary adds two groups' sums), or, where a group touches every output block, as a
 dense one with a block-diagonal weight (MAX_DENSIFIED_GROUPS).
 Convolutions stay NCHW when their channels have no power-of-two block of at least 4 (per
-group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. 3x3
+group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. Float
+convolutions are blocked, and int32 ones of bytes that WordConvolutions computes in words
+(QLinearConv's); the values between them follow the layout whatever their type (the bytes
+and int32 sums of quantized models). 3x3
 stride-1 convolutions with enough channels become ``nn.conv2d_winograd_nchwc`` of a weight
 transformed by ``nn.winograd_weight_transform``
 (folded at compile time like the layout transforms): see ``AlterOpLayout.winograd`` for
@@ -66,8 +69,9 @@ from ..ir.visitor import post_order
 from ..opdefs.nn import group_local_blocks, group_window_weight
 from ..target import Target, as_target
 from .context import PassContext, register_pass_config
+from .int8_products import word_values
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
-from .word_convolutions import quantized_convolution, takes_words
+from .word_convolutions import integer_convolution, quantized_convolution, takes_words
 
 PLAIN = 0
 
@@ -148,12 +152,17 @@ class _alter_op_layout_pass:  # noqa: N801 - a pass class, named like the others
         lanes = target.vector_lanes("float32")
         winograd = str(ctx.get_config(WINOGRAD))
         # (quantized 3x3 convolutions that will take words stay direct: see takes_words)
-        direct_quantized = takes_words(target) and "WordConvolutions" not in ctx.disabled_pass
+        words = "WordConvolutions" not in ctx.disabled_pass
+        direct_quantized = takes_words(target) and words
+        # int32 convolutions of bytes are blocked where they take words (of any width: the
+        # int32 multiplies they replace take ten cycles), and stay NCHW elsewhere
+        integer_words = words and word_values(target) > 0
         new = IRModule()
         for name, func in mod.functions.items():
             infer_type(func, mod)
             if lanes >= 4 and isinstance(func, Function):
-                func = _LayoutRewriter(lanes, winograd, direct_quantized).rewrite(func)
+                func = _LayoutRewriter(lanes, winograd, direct_quantized,
+                                       integer_words).rewrite(func)
             new[mod.get_global_var(name)] = func
         return new
 
@@ -165,6 +174,12 @@ def _tensor(expr: Expr) -> TensorType | None:
 
 def _is_nchw_float(ty: TensorType | None) -> bool:
     return ty is not None and ty.ndim == 4 and ty.dtype in ("float32", "float64")
+
+
+def _is_nchw(ty: TensorType | None) -> bool:
+    """Whether ``ty`` is 4-D: (N, C, H, W) data of any type (the bytes and int32 sums of
+    quantized convolutions follow the layout as floats do)."""
+    return ty is not None and ty.ndim == 4
 
 
 def power_of_two_block(channels: int, lanes: int) -> int:
@@ -241,10 +256,11 @@ class _LayoutRewriter:
     """One function's rewrite: every node's form, and the layout conversions made so far."""
 
     def __init__(self, lanes: int, winograd: str = "auto",
-                 direct_quantized: bool = False) -> None:
+                 direct_quantized: bool = False, integer_words: bool = False) -> None:
         self.lanes = lanes
         self.winograd = winograd
         self.direct_quantized = direct_quantized
+        self.integer_words = integer_words
         self.forms: dict[Expr, _Form] = {}
         self.converted: dict[tuple[Expr, int], Expr] = {}
         #: values a blocked convolution reads, directly or through operators that keep the
@@ -289,7 +305,8 @@ class _LayoutRewriter:
         MAX_DENSIFIED_GROUPS); None when it stays NCHW."""
         data, weight = call.args
         data_type, weight_type, out_type = _tensor(data), _tensor(weight), _tensor(call)
-        if (not _is_nchw_float(data_type) or weight_type is None or out_type is None
+        if (not (_is_nchw_float(data_type) or self._takes_integer_words(call))
+                or weight_type is None or out_type is None
                 or weight_type.dtype != data_type.dtype):
             return None
         assert data_type is not None
@@ -306,6 +323,14 @@ class _LayoutRewriter:
         if current == PLAIN and work < MIN_BLOCKED_MACS:
             return None
         return blocks, densify
+
+    def _takes_integer_words(self, conv: Call) -> bool:
+        """Whether ``conv`` is an int32 convolution of bytes of one group that
+        WordConvolutions will compute in words (:func:`integer_convolution`)."""
+        data_type = _tensor(conv.args[0])
+        return (self.integer_words and conv.attrs.groups == 1 and data_type is not None
+                and data_type.ndim == 4 and data_type.dtype == "int32"
+                and integer_convolution(conv.args[0], conv.args[1], 0) is not None)
 
     # -- values in a layout ------------------------------------------------------------------
 
@@ -586,7 +611,7 @@ class _LayoutRewriter:
 
     def _broadcast(self, call: Call, op: Op) -> _Form | None:
         out_type = _tensor(call)
-        if not _is_nchw_float(out_type):
+        if not _is_nchw(out_type):
             return None
         assert out_type is not None
         same_shape = [arg for arg in call.args
@@ -653,7 +678,7 @@ class _LayoutRewriter:
         block = self.forms[data].block
         data_type = _tensor(data)
         if (block == PLAIN and call in self.wanted and call.attrs.layout == "NCHW"
-                and _is_nchw_float(data_type)):
+                and _is_nchw(data_type)):
             assert data_type is not None
             block = power_of_two_block(data_type.shape[1], self.lanes)
         if block == PLAIN or call.attrs.layout != "NCHW":
@@ -704,7 +729,7 @@ class _LayoutRewriter:
         data = split.args[0]
         block = self.forms[data].block
         data_type = _tensor(data)
-        if block == PLAIN or not _is_nchw_float(data_type) or split.attrs.axis % 4 != 1:
+        if block == PLAIN or not _is_nchw(data_type) or split.attrs.axis % 4 != 1:
             return None
         sizes = [int(part.shape[1]) for part in split.checked_type.fields]
         if any(size % block for size in sizes):
@@ -718,7 +743,7 @@ class _LayoutRewriter:
     def _concatenate(self, call: Call) -> _Form | None:
         tup = call.args[0]
         out_type = _tensor(call)
-        if not isinstance(tup, Tuple) or not _is_nchw_float(out_type) \
+        if not isinstance(tup, Tuple) or not _is_nchw(out_type) \
                 or call.attrs.axis not in (1, -3):
             return None
         blocks = [self.forms[f].block for f in tup.fields if self.forms[f].block != PLAIN]

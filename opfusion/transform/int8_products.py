@@ -127,7 +127,7 @@ def quantized_operands(call: Call, dequantized: bool = True) -> QuantizedProduct
     None (the float ones only where ``dequantized``)."""
     values = _product_weight(call, "int32")
     if values is not None:
-        activations, zero_point = _widened_bytes(call.args[0])
+        activations, zero_point = widened_bytes(call.args[0])
         if activations is None or values.min() < -128 or values.max() > 127:
             return None
         return QuantizedProduct(activations, activations.checked_type.dtype, zero_point,
@@ -288,7 +288,7 @@ def _column_scale(values: np.ndarray, largest: np.float32
     return None if best is None else (best[1], best[2])
 
 
-def _widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
+def widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
     """(x, z) for ``cast(x, int32) - z`` or (x, None) for ``cast(x, int32)``, x 8-bit and z a
     scalar; (None, None) otherwise."""
     zero_point = None

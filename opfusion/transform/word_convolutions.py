@@ -27,8 +27,13 @@ weight is exactly an int8 tensor times a scale per output channel
 - sum (c - z) q = sum c q - z sum q: the zero point times each output channel's sum of the
   weight is subtracted in the epilogue, and the exact int32 sums are scaled once per channel.
 
-The result differs from the float convolution by the float one's rounding (about 1e-7 of its
-magnitude), as ONNX Runtime's and OpenVINO's integer kernels do on the same model.
+An int32 convolution of bytes (``cast(x, int32)`` less a constant zero point, by an int32
+constant whose values fit int8: QLinearConv's and ConvInteger's import,
+:func:`integer_convolution`) becomes the same convolution of words, whose int32 sums (less the
+zero point's) are its result, exactly; AlterOpLayout blocks it where the target has words.
+
+The float form's result differs from the float convolution by the float one's rounding (about
+1e-7 of its magnitude), as ONNX Runtime's and OpenVINO's integer kernels do on the same model.
 
 Only where words outrun float products (:func:`words_beat_float`: VNNI, AVX2); with VNNI
 the layout pass leaves such 3x3 convolutions direct rather than Winograd's (four
@@ -54,6 +59,7 @@ from .int8_products import (
     dequantized_codes,
     int8_columns,
     pack_words,
+    widened_bytes,
     word_values,
     words_beat_float,
 )
@@ -97,14 +103,16 @@ def takes_words(target: Target) -> bool:
 class QuantizedConvolution:
     """A convolution of quantized data by an int8 weight: the float ``codes`` (integers of
     ``dtype``'s range), their zero point and scale, the weight's int8 codes (as the
-    convolution's own weight) and each output channel's scale."""
+    convolution's own weight) and each output channel's scale. For an int32 convolution of
+    8-bit data, ``codes`` are those bytes and ``channel_scales`` None: the int32 sums are the
+    result."""
 
     codes: Expr
     dtype: str
     zero_point: int
     scale: float
     weight: np.ndarray
-    channel_scales: np.ndarray
+    channel_scales: np.ndarray | None
 
 
 def quantized_convolution(data: Expr, weight: Expr, out_axis: int) -> QuantizedConvolution | None:
@@ -132,6 +140,37 @@ def quantized_convolution(data: Expr, weight: Expr, out_axis: int) -> QuantizedC
     back = np.argsort([*rest, *axes])
     codes_weight = q.reshape(shape).transpose(*back)
     return QuantizedConvolution(codes, dtype, zero_point, scale, codes_weight, channel_scales)
+
+
+def integer_convolution(data: Expr, weight: Expr, out_axis: int | tuple[int, int]
+                        ) -> QuantizedConvolution | None:
+    """The parts of an int32 convolution of ``data`` = ``cast(x, int32)`` less a constant
+    zero point, ``x`` 8-bit (QLinearConv's and ConvInteger's import), by an int32 constant
+    ``weight`` whose values fit int8; else None. (``out_axis`` as for
+    :func:`quantized_convolution`.)"""
+    if not (isinstance(weight, Constant) and weight.data.dtype == np.int32):
+        return None
+    source, point = widened_bytes(data)
+    if source is None:
+        return None
+    zero_point = 0 if point is None else _integer_scalar(point)
+    values = weight.data
+    axes = (out_axis,) if isinstance(out_axis, int) else tuple(out_axis)
+    depth = values.size // int(np.prod([values.shape[a] for a in axes]) or 1)
+    if (zero_point is None or not 0 < depth <= MAX_DEPTH or values.min() < -128
+            or values.max() > 127):
+        return None
+    return QuantizedConvolution(source, source.checked_type.dtype, zero_point, 1.0,
+                                values.astype(np.int8), None)
+
+
+def _integer_scalar(expr: Expr) -> int | None:
+    """The value of an int32 scalar constant (or a reshape of one); else None."""
+    if isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == "reshape":
+        expr = expr.args[0]
+    if isinstance(expr, Constant) and expr.data.size == 1 and expr.data.dtype == np.int32:
+        return int(expr.data.reshape(()))
+    return None
 
 
 def word_weight(weight: np.ndarray, per_word: int) -> np.ndarray:
@@ -195,7 +234,7 @@ class _Rewriter(ExprMutator):
         codes = self.visit(parts.codes)
         key = (id(codes), *(id(t) for t in transforms))
         if key not in self.words:
-            data = self._bytes(codes, parts.dtype)
+            data = codes if parts.channel_scales is None else self._bytes(codes, parts.dtype)
             for transform in reversed(transforms):  # (the stem's NCHW -> NCHW3c)
                 data = Call(transform.op, [data], transform.attrs, transform.span)
             self.words[key] = (transforms, Call(get_op("nn.byte_words"), [data],
@@ -214,6 +253,8 @@ class _Rewriter(ExprMutator):
         if sums.any():
             conv = Call(get_op("subtract"), [conv, Constant(
                 sums.astype(np.int32).reshape(1, blocks, 1, 1, lanes))])
+        if parts.channel_scales is None:  # an int32 convolution: its sums are the result
+            return conv
         scales = (np.float32(parts.scale) * parts.channel_scales).astype(np.float32)
         return Call(get_op("multiply"), [Call(get_op("cast"), [conv], {"dtype": "float32"}),
                                          Constant(scales.reshape(1, blocks, 1, 1, lanes))])
@@ -227,12 +268,16 @@ def _quantized_blocked_convolution(call: Call
     if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"):
         return None
     attrs = call.attrs
-    if attrs.groups != 1 or attrs.group_window or attrs.words \
-            or attrs.out_dtype not in (None, "float32"):
+    if attrs.groups != 1 or attrs.group_window or attrs.words:
         return None
     data, transforms = _through_layout_transforms(call.args[0])
     # the weight's output channels: its blocks (axis 0) and lanes (axis 5)
-    parts = quantized_convolution(data, call.args[1], (0, 5))
+    if call.checked_type.dtype == "int32":
+        parts = integer_convolution(data, call.args[1], (0, 5))
+    elif attrs.out_dtype in (None, "float32"):
+        parts = quantized_convolution(data, call.args[1], (0, 5))
+    else:
+        parts = None
     return None if parts is None else (parts, transforms)
 
 
@@ -258,5 +303,5 @@ def _through_layout_transforms(data: Expr) -> tuple[Expr, list[Call]]:
 
 register_pass("WordConvolutions", WordConvolutions)
 
-__all__ = ["QuantizedConvolution", "WordConvolutions", "quantized_convolution", "takes_words",
-           "word_weight"]
+__all__ = ["QuantizedConvolution", "WordConvolutions", "integer_convolution",
+           "quantized_convolution", "takes_words", "word_weight"]

@@ -231,8 +231,8 @@ def test_any_converter_failure_names_the_node(monkeypatch, exception):
 
     real = onnx_frontend.lookup_converter
     monkeypatch.setattr(onnx_frontend, "lookup_converter",
-                        lambda op_type, opset: broken if op_type == "Neg" else real(op_type,
-                                                                                    opset))
+                        lambda op_type, *rest: broken if op_type == "Neg" else real(op_type,
+                                                                                    *rest))
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="first"),
                         helper.make_node("Neg", ["r"], ["y"], name="second")])
     error = import_error(model, rf"Neg \(node 'second', #1 in the graph\): importing it failed "
@@ -244,10 +244,10 @@ def test_failure_inside_a_function_body_names_the_model_node(monkeypatch):
     # Celu, without its converter, is expanded into its ONNX function body, whose nodes fail.
     real = onnx_frontend.lookup_converter
 
-    def lookup(op_type, opset):
+    def lookup(op_type, *rest):
         if op_type == "Celu":
             return None
-        fn = real(op_type, opset)
+        fn = real(op_type, *rest)
         return fn if op_type in ("Relu",) else (lambda node: 1 / 0)
 
     monkeypatch.setattr(onnx_frontend, "lookup_converter", lookup)
@@ -275,8 +275,8 @@ def test_function_body_of_an_earlier_opset_is_found(monkeypatch):
     # (asking by 13 returned none: "ONNX gives no function body at opset 13").
     real = onnx_frontend.lookup_converter
     monkeypatch.setattr(onnx_frontend, "lookup_converter",
-                        lambda op_type, opset: None if op_type == "Celu" else real(op_type,
-                                                                                   opset))
+                        lambda op_type, *rest: None if op_type == "Celu" else real(op_type,
+                                                                                   *rest))
     model = make_model([helper.make_node("Celu", ["x"], ["y"], name="celu", alpha=2.0)],
                        opset=13)
     x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)

@@ -230,3 +230,102 @@ def test_float_weights_and_codes_of_no_rounding_stay_float():
         conv = opf.op.nn.conv2d(data, opf.const(weight), padding=[1, 1, 1, 1])
         new = rewritten(module(conv), VNNI)
         assert any(c.attrs.words for c in calls(new, "nn.conv2d_nchwc")) == words
+
+
+#: The output scale of :func:`qlinear_conv_model`: one code of its result.
+OUT_STEP = 0.08
+
+
+def qlinear_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8",
+                       weight_type="int8", weight_point=0):
+    """x -> QuantizeLinear -> QLinearConv (per-channel weights, an int32 bias) -> QLinearConv
+    3x3 -> QLinearAdd (com.microsoft) of the first -> DequantizeLinear: ONNX Runtime's
+    QOperator format, whose convolutions import as int32 convolutions of the bytes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    channels = x_shape[1]
+    low = 0 if activation == "uint8" else -128
+    inits = []
+
+    def add(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def params(name, scale, point):
+        return [add(f"{name}s", np.float32(scale)), add(f"{name}z", np.array(point, activation))]
+
+    def conv(name, data, data_params, ins, size, out_params, **attrs):
+        weight = codes((outs, ins, size, size), weight_type)
+        scales = rng.uniform(0.002, 0.02, outs).astype(np.float32)
+        points = np.full(outs, weight_point, weight_type)
+        bias = rng.integers(-2000, 2000, outs).astype(np.int32)
+        return helper.make_node("QLinearConv", [data, *data_params, add(f"{name}w", weight),
+                                                add(f"{name}ws", scales),
+                                                add(f"{name}wz", points), *out_params,
+                                                add(f"{name}b", bias)], [name], **attrs)
+
+    x_params, a_params = params("x", 0.05, low + 7), params("a", 0.04, low + 5)
+    b_params, y_params = params("b", 0.06, low + 9), params("y", OUT_STEP, low + 3)
+    nodes = [helper.make_node("QuantizeLinear", ["x", *x_params], ["xq"]),
+             conv("a", "xq", x_params, channels, kernel, a_params, strides=[stride] * 2,
+                  pads=[pad] * 4),
+             conv("b", "a", a_params, outs, 3, b_params, pads=[1] * 4),
+             helper.make_node("QLinearAdd", ["b", *b_params, "a", *a_params, *y_params], ["s"],
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["s", *y_params], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, list(x_shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("x_shape,outs,kernel,stride,pad,activation,weight_type,point", [
+    ((1, 32, 12, 12), 32, 3, 1, 1, "uint8", "int8", 0),    # 3x3, then 3x3 and a residual
+    ((1, 3, 48, 48), 16, 7, 2, 3, "uint8", "int8", 0),     # a stem: its bytes blocked
+    ((1, 64, 40, 40), 64, 1, 2, 0, "int8", "int8", 0),     # signed bytes, a strided 1x1
+    ((1, 32, 15, 15), 32, 3, 1, 1, "uint8", "uint8", 128),  # uint8 weights about 128
+], ids=str)
+@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2), (SSE, 0)],
+                         ids=["vnni", "avx2", "sse"])
+def test_int32_convolutions_of_bytes_take_words_and_stay_exact(x_shape, outs, kernel, stride,
+                                                               pad, activation, weight_type,
+                                                               point, target, per_word):
+    """QLinearConv's int32 convolution becomes one of words where the target has them (any
+    width: the int32 multiplies they replace are ten times slower), blocked, with its
+    requantizing epilogue in the layout; the codes stay exactly those of the reference. The
+    compiled codes are within one of them: GCC contracts the residual add's products and sum
+    into a multiply-add, whose single rounding moves a value across a rounding boundary now
+    and then (as unfused kernels it is exact)."""
+    bound, mod = optimized(qlinear_conv_model(x_shape, outs, kernel, stride, pad, activation,
+                                              weight_type, point))
+    new = rewritten(mod, target)
+    convs = calls(new, "nn.conv2d_nchwc")
+    if per_word:
+        assert len(convs) == 2 and all(c.attrs.words == per_word for c in convs)
+        assert not calls(new, "nn.conv2d") and not calls(new, "nn.conv2d_winograd_nchwc")
+        # from the bytes to the last convolution's sums, nothing goes back to NCHW
+        assert len(calls(new, "layout_transform")) <= 2
+    else:
+        assert not convs and len(calls(new, "nn.conv2d")) == 2
+    x = rng.standard_normal(x_shape).astype(np.float32) * 3
+    x.reshape(-1)[:3] = [np.nan, np.inf, -1e9]
+    want = evaluate(bound, [x])
+    np.testing.assert_array_equal(evaluate(new, [x]), want)
+    if runs_here(target):
+        with opf.transform.PassContext(opt_level=3):
+            exe = opf.compile(mod, target=target)
+        np.testing.assert_allclose(exe(x), want, rtol=0, atol=OUT_STEP * 1.01)
+        with opf.transform.PassContext(opt_level=3):
+            unfused = opf.compile(mod, target=target, fusion="none")
+        np.testing.assert_array_equal(unfused(x), want)
+
+
+def test_int32_convolutions_of_weights_past_int8_stay_int32():
+    """uint8 weights about zero (values to 255) do not fit the words' int8: the int32
+    convolution stays, NCHW, and right."""
+    bound, mod = optimized(qlinear_conv_model((1, 16, 8, 8), 16, 3, 1, 1, "uint8", "uint8", 0))
+    new = rewritten(mod, VNNI)
+    assert not calls(new, "nn.conv2d_nchwc") and len(calls(new, "nn.conv2d")) == 2
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(new, [x]), evaluate(bound, [x]))

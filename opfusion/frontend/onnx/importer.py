@@ -31,7 +31,7 @@ from ...ir.types import TensorType
 from ...transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .functions import expand_function, has_function_body
-from .registry import OnnxNode, lookup_converter
+from .registry import ONNX_DOMAIN, OnnxNode, lookup_converter
 from .staged import OnnxStagedModel
 from .tensors import (
     ONNX_DTYPES,
@@ -275,7 +275,7 @@ class _Importer:
     def convert_node(self, node: Any, opset: int, index: int, pending: deque) -> None:
         """Convert one node, or put its function body's nodes in front of ``pending``."""
         with _converting(node, index):
-            standard = (node.domain or "") in ("", "ai.onnx")
+            standard = _domain(node) == ONNX_DOMAIN
             if lookup_converter(node.op_type, opset) is None and standard:
                 self.expand(node, opset, index, pending)
                 return
@@ -405,9 +405,9 @@ class _Importer:
     def check_supported(self) -> None:
         missing: list[str] = []
         for node in _nodes_with_bodies(self.graph):
-            domain = node.domain or "ai.onnx"
-            if domain != "ai.onnx" or (lookup_converter(node.op_type, self.opset) is None
-                                       and not has_function_body(node.op_type, self.opset)):
+            domain = _domain(node)
+            if lookup_converter(node.op_type, self.opset, domain) is None and (
+                    domain != ONNX_DOMAIN or not has_function_body(node.op_type, self.opset)):
                 where = f"{node.op_type} (node {node.name!r}, domain {domain}, opset {self.opset})"
                 missing.append(where)
         if missing:
@@ -437,11 +437,11 @@ class _Importer:
             requested -= 1
         view = OnnxNode(_node_name(node), node.op_type, inputs, attrs, opset, requested,
                         run_graph=self.run_subgraph)
-        fn = lookup_converter(node.op_type, opset)
+        fn = lookup_converter(node.op_type, opset, _domain(node))
         assert fn is not None
         result = fn(view)
         if result is NotImplemented:
-            if not has_function_body(node.op_type, opset):
+            if _domain(node) != ONNX_DOMAIN or not has_function_body(node.op_type, opset):
                 raise OnnxImportError(f"{node.op_type} (node {view.name!r}): this form of the "
                                       "operator is not supported")
             return False
@@ -505,6 +505,11 @@ def declared_outputs(graph: Any) -> list[SymbolicTensor]:
                          for d in tensor_type.shape.dim)
         outputs.append(SymbolicTensor(value.name, dims, ONNX_DTYPES.get(tensor_type.elem_type)))
     return outputs
+
+
+def _domain(node: Any) -> str:
+    """The domain of ``node``'s operator (ONNX's own for an empty one)."""
+    return node.domain or ONNX_DOMAIN
 
 
 def _model_opset(proto: Any) -> int:

@@ -11,8 +11,11 @@ op type and the first opset version it handles::
     def clip_11(node): ...
 
 The importer picks, for each node, the converter with the greatest ``since`` that is not newer
-than the model's opset. A converter may return ``NotImplemented`` for a form of its operator
-that it leaves to ONNX's function body (the importer then converts the body instead)."""
+than the model's opset. A converter of another domain's operator names it (``domain=
+"com.microsoft"``: ONNX Runtime's contrib operators); its ``since`` is compared with the
+model's version of ONNX's own domain too (no contrib operator has changed with it). A
+converter may return ``NotImplemented`` for a form of its operator that it leaves to ONNX's
+function body (the importer then converts the body instead)."""
 
 from __future__ import annotations
 
@@ -28,14 +31,19 @@ Converter = Callable[["OnnxNode"], "Expr | Sequence[Expr | None]"]
 # (graph proto, values bound to its inputs, a label for errors) -> its outputs
 GraphRunner = Callable[[Any, list[Expr], str], list[Expr]]
 
-_CONVERTERS: dict[str, list[tuple[int, Converter]]] = {}
+#: ONNX's own domain, as the importer names it ("" in a model means the same).
+ONNX_DOMAIN = "ai.onnx"
+
+_CONVERTERS: dict[tuple[str, str], list[tuple[int, Converter]]] = {}
 
 
-def converter(op_type: str, since: int = 1) -> Callable[[Converter], Converter]:
-    """Register ``fn`` as the converter of ``op_type`` from opset ``since`` on."""
+def converter(op_type: str, since: int = 1,
+              domain: str = ONNX_DOMAIN) -> Callable[[Converter], Converter]:
+    """Register ``fn`` as the converter of ``op_type`` (of ``domain``) from opset ``since``
+    on."""
 
     def register(fn: Converter) -> Converter:
-        versions = _CONVERTERS.setdefault(op_type, [])
+        versions = _CONVERTERS.setdefault((domain, op_type), [])
         assert all(v != since for v, _ in versions), f"{op_type} since {since} registered twice"
         versions.append((since, fn))
         versions.sort(key=lambda item: item[0])
@@ -44,10 +52,10 @@ def converter(op_type: str, since: int = 1) -> Callable[[Converter], Converter]:
     return register
 
 
-def lookup_converter(op_type: str, opset: int) -> Converter | None:
-    """The converter for ``op_type`` at ``opset``, or None if there is none."""
+def lookup_converter(op_type: str, opset: int, domain: str = ONNX_DOMAIN) -> Converter | None:
+    """The converter for ``op_type`` of ``domain`` at ``opset``, or None if there is none."""
     chosen = None
-    for since, fn in _CONVERTERS.get(op_type, ()):
+    for since, fn in _CONVERTERS.get((domain, op_type), ()):
         if since <= opset:
             chosen = fn
     return chosen

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     control,
     detection,
     elementwise,
+    microsoft,
     nn,
     normalization,
     quantize,

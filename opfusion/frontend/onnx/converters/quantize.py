@@ -1,7 +1,9 @@
 """Converters of ONNX's quantized operators, composed from integer and float IR operators so
 they fuse and compile like any others: QuantizeLinear and DequantizeLinear (per tensor, per
 axis and blocked), DynamicQuantizeLinear, MatMulInteger and ConvInteger (exact int32
-arithmetic), QLinearMatMul and QLinearConv (int32 accumulation, then requantized).
+arithmetic), QLinearMatMul and QLinearConv (int32 accumulation, then requantized); and the
+steps (:func:`dequantized`, :func:`quantized`) of the operators defined by them (ONNX
+Runtime's contrib operators: :mod:`.microsoft`).
 
 Rounding is half to even (``round``, as ONNX and ONNX Runtime's ``nearbyint``); values are
 saturated to the output type's range before the cast. Requantization multiplies the int32
@@ -73,6 +75,27 @@ def quantize_linear(node: OnnxNode) -> Expr:
         quantized = op.add(quantized, op.cast(_along_axis(node, zero_point, data),
                                               dtype=float_dtype))
     return _saturate(quantized, out_dtype)
+
+
+def dequantized(node: OnnxNode, data: Expr, scale: Expr, zero_point: Expr | None,
+                axis: int = 1) -> Expr:
+    """DequantizeLinear of ``data`` as ``node``'s part (an operator defined as dequantize,
+    compute in float, quantize): what :func:`dequantize_linear` makes of it."""
+    return dequantize_linear(_part(node, [data, scale, zero_point], axis))
+
+
+def quantized(node: OnnxNode, values: Expr, scale: Expr, zero_point: Expr | None,
+              dtype: str, axis: int = 1) -> Expr:
+    """QuantizeLinear of float ``values`` to ``dtype`` (the type of ``zero_point`` when there
+    is one) as ``node``'s part: what :func:`quantize_linear` makes of it."""
+    if zero_point is None:
+        zero_point = Constant(np.array(0, dtype=dtype))
+    return quantize_linear(_part(node, [values, scale, zero_point], axis))
+
+
+def _part(node: OnnxNode, inputs: list[Expr | None], axis: int) -> OnnxNode:
+    """``node`` seen as a quantize or dequantize step of ``inputs`` (errors name ``node``)."""
+    return OnnxNode(node.name, node.op_type, inputs, {"axis": axis}, node.opset, 1)
 
 
 def _output_dtype(node: OnnxNode, default: str) -> str:
