@@ -71,7 +71,12 @@ from ..target import Target, as_target
 from .context import PassContext, register_pass_config
 from .int8_products import word_values
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
-from .word_convolutions import integer_convolution, quantized_convolution, takes_words
+from .word_convolutions import (
+    float_exact_weight,
+    integer_convolution,
+    quantized_convolution,
+    takes_words,
+)
 
 PLAIN = 0
 
@@ -325,12 +330,17 @@ class _LayoutRewriter:
         return blocks, densify
 
     def _takes_integer_words(self, conv: Call) -> bool:
-        """Whether ``conv`` is an int32 convolution of bytes of one group that
-        WordConvolutions will compute in words (:func:`integer_convolution`)."""
-        data_type = _tensor(conv.args[0])
-        return (self.integer_words and conv.attrs.groups == 1 and data_type is not None
-                and data_type.ndim == 4 and data_type.dtype == "int32"
-                and integer_convolution(conv.args[0], conv.args[1], 0) is not None)
+        """Whether ``conv`` is an int32 convolution of bytes that WordConvolutions will
+        compute in words (one group: :func:`integer_convolution`) or in float32, exactly
+        (several: :func:`float_exact_weight`)."""
+        data, weight = conv.args
+        data_type, weight_type = _tensor(data), _tensor(weight)
+        if not (self.integer_words and data_type is not None and weight_type is not None
+                and data_type.ndim == 4 and data_type.dtype == "int32"):
+            return False
+        if conv.attrs.groups == 1:
+            return integer_convolution(data, weight, 0) is not None
+        return float_exact_weight(data, weight, weight_type.shape[0]) is not None
 
     # -- values in a layout ------------------------------------------------------------------
 

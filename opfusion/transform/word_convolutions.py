@@ -31,6 +31,8 @@ An int32 convolution of bytes (``cast(x, int32)`` less a constant zero point, by
 constant whose values fit int8: QLinearConv's and ConvInteger's import,
 :func:`integer_convolution`) becomes the same convolution of words, whose int32 sums (less the
 zero point's) are its result, exactly; AlterOpLayout blocks it where the target has words.
+Words take one group: a grouped (depthwise) one whose sums stay within 2^24, where float32
+is exact (:func:`float_exact_weight`), runs as a float convolution, cast back to int32.
 
 The float form's result differs from the float convolution by the float one's rounding (about
 1e-7 of its magnitude), as ONNX Runtime's and OpenVINO's integer kernels do on the same model.
@@ -80,13 +82,17 @@ class _word_convolutions_pass:  # noqa: N801 - a pass class, named like the othe
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         target = as_target(self.target)
-        if not words_beat_float(target):
+        per_word = word_values(target)
+        if not per_word:
             return mod
+        # (int32 convolutions of bytes take words wherever there are words; float ones of
+        # dequantized codes only where words outrun float products)
+        floats = words_beat_float(target)
         new = IRModule()
         for name, func in mod.functions.items():
             if isinstance(func, Function) and not func.is_primitive:
                 infer_type(func, mod)
-                func = _Rewriter(word_values(target)).find(func).visit(func)
+                func = _Rewriter(per_word, floats).find(func).visit(func)
             new[mod.get_global_var(name)] = func
         return new
 
@@ -164,6 +170,28 @@ def integer_convolution(data: Expr, weight: Expr, out_axis: int | tuple[int, int
                                 values.astype(np.int8), None)
 
 
+#: Integers of magnitude up to 2^24 are exact in float32, and so is every sum of them that
+#: stays inside: float multiply-adds compute such a convolution exactly, in any order.
+FLOAT_EXACT = 1 << 24
+
+
+def float_exact_weight(data: Expr, weight: Expr, outputs: int) -> np.ndarray | None:
+    """The float32 copy of ``weight`` when an int32 convolution of ``data`` = ``cast(x,
+    int32)`` less a zero point, ``x`` 8-bit, by the int32 constant ``weight`` (of ``outputs``
+    output channels) is exact in float32: each output sums ``weight.size / outputs``
+    products, each at most 255 (the bytes less their zero point) times the weight's largest
+    magnitude, and all of that stays within :data:`FLOAT_EXACT`; else None."""
+    if not (isinstance(weight, Constant) and weight.data.dtype == np.int32 and weight.data.size):
+        return None
+    source, point = widened_bytes(data)
+    if source is None or (point is not None and _integer_scalar(point) is None):
+        return None
+    depth = weight.data.size // outputs
+    if depth * 255 * int(np.abs(weight.data.astype(np.int64)).max()) > FLOAT_EXACT:
+        return None
+    return weight.data.astype(np.float32)
+
+
 def _integer_scalar(expr: Expr) -> int | None:
     """The value of an int32 scalar constant (or a reshape of one); else None."""
     if isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == "reshape":
@@ -185,9 +213,11 @@ class _Rewriter(ExprMutator):
     """One function's rewrite: its quantized convolutions found first (:meth:`find`), so that
     every other reader of their dequantized codes can read the same bytes."""
 
-    def __init__(self, per_word: int) -> None:
+    def __init__(self, per_word: int, floats: bool = True) -> None:
         super().__init__()
         self.per_word = per_word
+        #: whether float convolutions of dequantized codes take words too
+        self.floats = floats
         #: the parts of each convolution that takes words, by the call's id
         self.convolutions: dict[int, tuple[QuantizedConvolution, list[Call]]] = {}
         #: the codes those convolutions read, by id
@@ -203,7 +233,7 @@ class _Rewriter(ExprMutator):
     def find(self, func: Function) -> _Rewriter:
         for node in post_order(func.body, into_functions=False):
             if isinstance(node, Call):
-                found = _quantized_blocked_convolution(node)
+                found = _quantized_blocked_convolution(node, self.floats)
                 if found is not None:
                     self.convolutions[id(node)] = found
                     self.codes.add(id(found[0].codes))
@@ -216,6 +246,9 @@ class _Rewriter(ExprMutator):
         found = self.convolutions.get(id(call))
         if found is not None:
             return self._words(new, *found)
+        exact = _float_exact_convolution(new)
+        if exact is not None:
+            return exact
         kept = _kept_codes(call)
         if kept is not None and id(kept[0]) in self.codes:
             # where(isnan(c), 0, c) is the codes' bytes back in float, exactly (NaN casts to
@@ -260,11 +293,32 @@ class _Rewriter(ExprMutator):
                                          Constant(scales.reshape(1, blocks, 1, 1, lanes))])
 
 
-def _quantized_blocked_convolution(call: Call
+def _float_exact_convolution(call: Call) -> Expr | None:
+    """``call`` in float32, cast back to int32, when it is a blocked int32 convolution of
+    several groups (a depthwise one: words take one group) that float32 computes exactly
+    (:func:`float_exact_weight`); else None."""
+    if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"
+            and call.attrs.groups > 1 and not call.attrs.words
+            and call.checked_type.dtype == "int32"):
+        return None
+    data, weight = call.args
+    weight_type = weight.checked_type
+    floats = float_exact_weight(_through_layout_transforms(data)[0], weight,
+                                weight_type.shape[0] * weight_type.shape[-1])
+    if floats is None:
+        return None
+    attrs = dict(call.attrs.items())
+    attrs["out_dtype"] = "float32"
+    conv = Call(call.op, [Call(get_op("cast"), [data], {"dtype": "float32"}), Constant(floats)],
+                attrs, call.span)
+    return Call(get_op("cast"), [conv], {"dtype": "int32"})
+
+
+def _quantized_blocked_convolution(call: Call, floats: bool = True
                                    ) -> tuple[QuantizedConvolution, list[Call]] | None:
-    """The parts of ``call`` when it is a float blocked convolution of one group that takes
-    words (:func:`quantized_convolution`), and the layout transforms between its data and
-    the dequantized codes; else None."""
+    """The parts of ``call`` when it is a blocked convolution of one group that takes words
+    (:func:`integer_convolution`; with ``floats``, :func:`quantized_convolution` too), and
+    the layout transforms between its data and the dequantized codes; else None."""
     if not (isinstance(call.op, Op) and call.op.name == "nn.conv2d_nchwc"):
         return None
     attrs = call.attrs
@@ -274,7 +328,7 @@ def _quantized_blocked_convolution(call: Call
     # the weight's output channels: its blocks (axis 0) and lanes (axis 5)
     if call.checked_type.dtype == "int32":
         parts = integer_convolution(data, call.args[1], (0, 5))
-    elif attrs.out_dtype in (None, "float32"):
+    elif floats and attrs.out_dtype in (None, "float32"):
         parts = quantized_convolution(data, call.args[1], (0, 5))
     else:
         parts = None
@@ -303,5 +357,6 @@ def _through_layout_transforms(data: Expr) -> tuple[Expr, list[Call]]:
 
 register_pass("WordConvolutions", WordConvolutions)
 
-__all__ = ["QuantizedConvolution", "WordConvolutions", "integer_convolution",
+__all__ = ["FLOAT_EXACT", "QuantizedConvolution", "WordConvolutions", "float_exact_weight",
+           "integer_convolution",
            "quantized_convolution", "takes_words", "word_weight"]

@@ -237,7 +237,7 @@ OUT_STEP = 0.08
 
 
 def qlinear_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8",
-                       weight_type="int8", weight_point=0):
+                       weight_type="int8", weight_point=0, group=1):
     """x -> QuantizeLinear -> QLinearConv (per-channel weights, an int32 bias) -> QLinearConv
     3x3 -> QLinearAdd (com.microsoft) of the first -> DequantizeLinear: ONNX Runtime's
     QOperator format, whose convolutions import as int32 convolutions of the bytes."""
@@ -254,20 +254,21 @@ def qlinear_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8
     def params(name, scale, point):
         return [add(f"{name}s", np.float32(scale)), add(f"{name}z", np.array(point, activation))]
 
-    def conv(name, data, data_params, ins, size, out_params, **attrs):
-        weight = codes((outs, ins, size, size), weight_type)
+    def conv(name, data, data_params, ins, size, out_params, group=1, **attrs):
+        weight = codes((outs, ins // group, size, size), weight_type)
         scales = rng.uniform(0.002, 0.02, outs).astype(np.float32)
         points = np.full(outs, weight_point, weight_type)
         bias = rng.integers(-2000, 2000, outs).astype(np.int32)
         return helper.make_node("QLinearConv", [data, *data_params, add(f"{name}w", weight),
                                                 add(f"{name}ws", scales),
                                                 add(f"{name}wz", points), *out_params,
-                                                add(f"{name}b", bias)], [name], **attrs)
+                                                add(f"{name}b", bias)], [name], group=group,
+                                **attrs)
 
     x_params, a_params = params("x", 0.05, low + 7), params("a", 0.04, low + 5)
     b_params, y_params = params("b", 0.06, low + 9), params("y", OUT_STEP, low + 3)
     nodes = [helper.make_node("QuantizeLinear", ["x", *x_params], ["xq"]),
-             conv("a", "xq", x_params, channels, kernel, a_params, strides=[stride] * 2,
+             conv("a", "xq", x_params, channels, kernel, a_params, group, strides=[stride] * 2,
                   pads=[pad] * 4),
              conv("b", "a", a_params, outs, 3, b_params, pads=[1] * 4),
              helper.make_node("QLinearAdd", ["b", *b_params, "a", *a_params, *y_params], ["s"],
@@ -328,4 +329,34 @@ def test_int32_convolutions_of_weights_past_int8_stay_int32():
     new = rewritten(mod, VNNI)
     assert not calls(new, "nn.conv2d_nchwc") and len(calls(new, "nn.conv2d")) == 2
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(new, [x]), evaluate(bound, [x]))
+
+
+@pytest.mark.parametrize("target", [VNNI, AVX2], ids=["vnni", "avx2"])
+def test_grouped_int32_convolutions_of_bytes_run_in_float_where_that_is_exact(target):
+    """A depthwise QLinearConv (9 products of at most 255 x 128 an output) is exact in
+    float32: it runs as a blocked float convolution, cast back to int32, and the codes are
+    the reference's."""
+    bound, mod = optimized(qlinear_conv_model((1, 32, 64, 64), 32, 3, 1, 1, group=32))
+    new = rewritten(mod, target)
+    convs = calls(new, "nn.conv2d_nchwc")
+    depthwise = [c for c in convs if c.attrs.groups > 1]
+    assert len(depthwise) == 1 and depthwise[0].checked_type.dtype == "float32"
+    assert not calls(new, "nn.conv2d")
+    x = rng.standard_normal((1, 32, 64, 64)).astype(np.float32) * 3
+    want = evaluate(bound, [x])
+    np.testing.assert_array_equal(evaluate(new, [x]), want)
+    if runs_here(target):
+        with opf.transform.PassContext(opt_level=3):
+            unfused = opf.compile(mod, target=target, fusion="none")
+        np.testing.assert_array_equal(unfused(x), want)
+
+
+def test_grouped_int32_convolutions_past_float_exactness_stay_int32():
+    """Two groups of 64 channels, 3 x 3, weights to 127: 576 x 255 x 127 passes 2^24, so a
+    float sum could round; the convolution stays int32."""
+    bound, mod = optimized(qlinear_conv_model((1, 128, 16, 16), 128, 3, 1, 1, group=2))
+    new = rewritten(mod, VNNI)
+    assert [c.attrs.groups for c in calls(new, "nn.conv2d")] == [2]
+    x = rng.standard_normal((1, 128, 16, 16)).astype(np.float32)
     np.testing.assert_array_equal(evaluate(new, [x]), evaluate(bound, [x]))
