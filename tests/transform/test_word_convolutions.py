@@ -287,8 +287,8 @@ def qlinear_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8
     ((1, 64, 40, 40), 64, 1, 2, 0, "int8", "int8", 0),     # signed bytes, a strided 1x1
     ((1, 32, 15, 15), 32, 3, 1, 1, "uint8", "uint8", 128),  # uint8 weights about 128
 ], ids=str)
-@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2), (SSE, 0)],
-                         ids=["vnni", "avx2", "sse"])
+@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2), (AVX512, 2), (SSE, 0)],
+                         ids=["vnni", "avx2", "avx512", "sse"])
 def test_int32_convolutions_of_bytes_take_words_and_stay_exact(x_shape, outs, kernel, stride,
                                                                pad, activation, weight_type,
                                                                point, target, per_word):
