@@ -19,10 +19,12 @@ be NaN, as under ONNX Runtime's padding).
 
 Which values are padded: *regions* of values with the same channel count, joined by
 operators that keep each channel apart and map finite values to finite ones (relu, clip,
-sigmoid, tanh, leaky_relu, add, subtract, multiply, maximum, minimum, bias_add, pooling and
-depthwise convolution), each value made by an ungrouped convolution (whose filters are
-padded) or by such an operator of the region's values, per-channel constants (padded with
-zeros) and single values. A region is padded when
+sigmoid, tanh, leaky_relu, add, subtract, multiply, maximum, minimum, where, bias_add,
+pooling, depthwise convolution; cast, round, isnan and a division by a constant with no zero
+that is the same for every channel: the quantizing steps of quantized models, whose bytes
+and int32 sums pad as floats do), each value made by an ungrouped convolution (whose filters
+are padded; float or int32) or by such an operator of the region's values, per-channel
+constants (padded with zeros) and single values. A region is padded when
 
 * its channels round up to whole vectors at most MAX_PADDING_RATIO times (24 -> 32 on
   AVX-512, not 8 -> 16);
@@ -67,10 +69,16 @@ from .pass_infra import Pass, function_pass, pass_factory, register_pass
 MAX_PADDING_RATIO = 4 / 3
 
 #: Operators of one operand that keep each channel apart and map finite values to finite
-#: ones (exp would not: padded channels must stay finite, so that zero weights cancel them).
-_UNARY = ("nn.relu", "clip", "sigmoid", "tanh", "nn.leaky_relu", "negative", "abs", "copy")
-#: Broadcasting operators of that kind (divide is not: x / 0 on a zero channel).
-_BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
+#: ones (exp would not: padded channels must stay finite, so that zero weights cancel them);
+#: with cast, round and isnan, the quantizing and dequantizing steps of quantized models.
+_UNARY = ("nn.relu", "clip", "sigmoid", "tanh", "nn.leaky_relu", "negative", "abs", "copy",
+          "cast", "round", "isnan")
+#: Broadcasting operators of that kind (divide only by a constant with no zero that is the
+#: same for every channel: x / 0 on a zero channel would not be finite).
+_BINARY = ("add", "subtract", "multiply", "maximum", "minimum", "where")
+#: The types of the values this pass pads: floats, and the bytes, int32 sums and NaN tests
+#: between quantized convolutions.
+_PADDED_DTYPES = ("float32", "int32", "uint8", "int8", "bool")
 #: Pooling over pixels, channel by channel.
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
 
@@ -118,9 +126,9 @@ def pad_channel_blocks(func: Function, lanes: int) -> Function:
 
 
 def _channels(expr: Expr) -> int | None:
-    """The channel count of a 4-D float32 value, None for any other."""
+    """The channel count of a 4-D value of a padded type, None for any other."""
     ty = expr.checked_type
-    if (isinstance(ty, TensorType) and ty.ndim == 4 and ty.dtype == "float32"
+    if (isinstance(ty, TensorType) and ty.ndim == 4 and ty.dtype in _PADDED_DTYPES
             and all(isinstance(d, int) for d in ty.shape)):
         return int(ty.shape[1])
     return None
@@ -136,7 +144,7 @@ def _is_plain_conv(call: Call) -> bool:
     """An ``nn.conv2d`` of NCHW data with an OIHW weight, whose channels this pass knows."""
     return (call.op_name == "nn.conv2d" and call.attrs.data_layout == "NCHW"
             and call.attrs.kernel_layout == "OIHW"
-            and call.attrs.out_dtype in (None, "", "float32"))
+            and call.attrs.out_dtype in (None, "", "float32", "int32"))
 
 
 def _is_dense_conv(call: Call) -> bool:
@@ -149,6 +157,13 @@ def _is_depthwise(call: Call) -> bool:
     return (_is_plain_conv(call) and call.attrs.groups > 1
             and channels == call.attrs.groups == _channels(call)
             and _channels(call.args[1]) is not None and call.args[1].checked_type.shape[1] == 1)
+
+
+def _nonzero_over_channels(divisor: Expr) -> bool:
+    """Whether ``divisor`` is a constant with no zero that broadcasts over the channels (a
+    quantizing step's scale): a finite value divided by it stays finite."""
+    return (isinstance(divisor, Constant) and _channel_axis_of_operand(divisor) is None
+            and bool(np.all(divisor.data != 0)))
 
 
 def _channel_axis_of_operand(operand: Expr) -> int | None:
@@ -215,7 +230,8 @@ class _Regions:
             self._add(call)
             self.made.add(call)
             return
-        if _is_depthwise(call) or name in _UNARY or name in _POOLS:
+        if _is_depthwise(call) or name in _UNARY or name in _POOLS \
+                or (name == "divide" and _nonzero_over_channels(call.args[1])):
             operands = [call.args[0]]
         elif name == "nn.bias_add" and call.attrs.axis % 4 == 1 \
                 and isinstance(call.args[1], Constant):

@@ -231,3 +231,60 @@ def test_a_nan_in_the_input_gives_nan_where_the_reference_does():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     assert_close(got[finite], want[finite], 1e-5)
+
+
+def quantized_unit(channels=58, size=12, divisor=None):
+    """ShuffleNet v2's unit as ONNX Runtime's QOperator format imports it: an int32 1x1
+    convolution of bytes, requantized (multiply, round, add the zero point, clip, cast to
+    bytes), then a depthwise and a 1x1 convolution of the bytes less their zero point, and
+    a dequantize-quantize pair around the result (where(isnan), a division by the scale)."""
+    x = opf.var("x", shape=(1, 24, size, size), dtype="uint8")
+
+    def int_conv(data, cin, cout, seed, kernel=1, groups=1):
+        rng = np.random.default_rng(seed)
+        weight = opf.const(rng.integers(-127, 128, (cout, cin // groups, kernel, kernel))
+                           .astype(np.int32))
+        wide = opf.op.subtract(opf.op.cast(data, dtype="int32"), opf.const(np.int32(9)))
+        acc = opf.op.add(nn.conv2d(wide, weight, padding=kernel // 2, groups=groups),
+                         opf.const(rng.integers(-500, 500, (cout, 1, 1)).astype(np.int32)))
+        scaled = opf.op.multiply(opf.op.cast(acc, dtype="float32"), opf.const(
+            rng.uniform(1e-4, 1e-3, (1, cout, 1, 1)).astype(np.float32)))
+        codes = opf.op.clip(opf.op.add(opf.op.round(scaled), opf.const(np.float32(9))),
+                            a_min=0.0, a_max=255.0)
+        return codes
+
+    codes = int_conv(x, 24, channels, 1)
+    codes = int_conv(opf.op.cast(codes, dtype="uint8"), channels, channels, 2, kernel=3,
+                     groups=channels)
+    codes = int_conv(opf.op.cast(codes, dtype="uint8"), channels, channels, 3)
+    kept = opf.op.where(opf.op.isnan(codes), opf.const(np.float32(0)), codes)
+    values = opf.op.multiply(opf.op.subtract(kept, opf.const(np.float32(9))),
+                             opf.const(np.float32(0.05)))
+    scale = opf.const(np.float32(0.07) if divisor is None else divisor)
+    requantized = opf.op.clip(opf.op.round(opf.op.divide(values, scale)), a_min=0.0,
+                              a_max=255.0)
+    return x, int_conv(opf.op.cast(requantized, dtype="uint8"), channels, 32, 4)
+
+
+def test_quantized_regions_are_padded_through_their_quantizing_steps():
+    """Bytes, int32 sums and the (de)quantizing steps between int32 convolutions pad as
+    floats do (58 -> 64 channels): the added channels hold the zero point and zero sums,
+    which zero weights cancel; the codes are the same."""
+    x, out = quantized_unit()
+    mod = module(x, out)
+    new = padded(mod)
+    assert [c.checked_type.shape[1] for c in calls(new, "nn.conv2d")] == [64, 64, 64, 32]
+    assert calls(new, "nn.conv2d")[1].attrs.groups == 64
+    feed = np.random.default_rng(3).integers(0, 256, (1, 24, 12, 12)).astype(np.uint8)
+    want = evaluate(mod, [feed])
+    np.testing.assert_array_equal(evaluate(new, [feed]), want)
+    with opf.transform.PassContext(opt_level=3):
+        np.testing.assert_array_equal(opf.compile(mod)(feed), want)
+
+
+def test_a_division_by_a_per_channel_scale_keeps_a_quantized_region_unpadded():
+    """A per-channel divisor would be zero on an added channel: the region stays."""
+    divisor = np.full((1, 58, 1, 1), 0.07, np.float32)
+    x, out = quantized_unit(divisor=divisor)
+    new = padded(module(x, out))
+    assert calls(new, "nn.conv2d")[-1].args[1].checked_type.shape[1] == 58
