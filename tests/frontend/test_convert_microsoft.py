@@ -146,14 +146,22 @@ def test_average_pool(attrs):
                         **attrs), {"x": x})
 
 
-def test_concat_of_differently_scaled_parts():
-    parts = {"a": codes((1, 4, 3, 3)), "b": codes((1, 8, 3, 3)), "c": codes((1, 2, 3, 3))}
+def test_concat_requantizes_each_part_unless_it_has_the_outputs_quantization():
+    parts = {"a": codes((1, 4, 3, 3)), "b": codes((1, 8, 3, 3)), "c": codes((1, 2, 3, 3)),
+             "d": codes((1, 3, 3, 3))}
     consts = {"sy": scalar(0.05), "zy": scalar(10, "uint8")}
     names = ["sy", "zy"]
     for i, name in enumerate(parts):
-        consts |= {f"s{name}": scalar(0.02 * (i + 1)), f"z{name}": scalar(30 * i, "uint8")}
+        scale, point = (0.05, 10) if name == "d" else (0.02 * (i + 1), 30 * i)
+        consts |= {f"s{name}": scalar(scale), f"z{name}": scalar(point, "uint8")}
         names += [name, f"s{name}", f"z{name}"]
-    check(contrib_model("QLinearConcat", parts, names, consts, axis=1), parts)
+    model = contrib_model("QLinearConcat", parts, names, consts, axis=1)
+    check(model, parts)
+    mod, _ = from_onnx(model)
+    # the bytes of d are concatenated as they are: quantize(dequantize(d)) is d
+    joined = mod["main"].body.args[0]
+    assert joined.fields[3] is mod["main"].params[3]
+    assert all(field.checked_type.dtype == "uint8" for field in joined.fields)
 
 
 def test_where_chooses_between_requantized_values():

@@ -8,7 +8,9 @@ DequantizeLinear.
 ONNX Runtime's documentation defines each as its float operator between the dequantization of
 its inputs and the quantization of its result, and each imports so. Between two of them the
 pair is the QDQ form that the quantized passes already take (tables of codes for the
-sigmoid, products of words for the convolutions around). ONNX Runtime computes some of them
+sigmoid, products of words for the convolutions around). QLinearConcat requantizes each part
+(quantizing is elementwise) and concatenates the bytes; a part already in the output's scale
+and zero point is taken as it is. ONNX Runtime computes some of them
 with fixed-point arithmetic or tables, so its codes may differ from the definition's by one
 where a value lies within a rounding of a boundary. QGemm is an exact int32 product,
 requantized as QLinearMatMul is, or scaled to float when it has no output scale."""
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .... import op
-from ....ir.expr import Expr
+from ....ir.expr import Constant, Expr
 from ..registry import OnnxNode, converter
 from ._common import shape_of as _shape
 from ._common import tensor_type
@@ -147,15 +149,45 @@ def qlinear_concat(node: OnnxNode) -> Expr:
                          f"X_zero_point) of inputs; got {len(node.inputs)} inputs")
     if "axis" not in node.attrs:
         raise node.error("attribute 'axis' is required")
-    point = node.input(1)
-    values = [dequantized(node, node.input(2 + i), node.input(3 + i), node.optional_input(4 + i))
-              for i in range(0, len(parts), 3)]
+    scale, point = node.input(0), node.input(1)
+    dtype = tensor_type(point).dtype
+    codes = []
     for index in range(2, len(node.inputs), 3):
-        if tensor_type(node.input(index)).dtype != tensor_type(point).dtype:
-            raise node.error(f"input {index} ({tensor_type(node.input(index)).dtype}) must "
-                             f"have Y_zero_point's type {tensor_type(point).dtype}")
-    joined = op.concatenate(values, axis=int(node.attr("axis")))
-    return quantized(node, joined, node.input(0), point, tensor_type(point).dtype)
+        data, data_scale, data_point = (node.input(index), node.input(index + 1),
+                                        node.optional_input(index + 2))
+        if tensor_type(data).dtype != dtype:
+            raise node.error(f"input {index} ({tensor_type(data).dtype}) must have "
+                             f"Y_zero_point's type {dtype}")
+        # Quantizing is elementwise: each part is requantized on its own (in its producer's
+        # kernel), and the bytes are concatenated; a part already in the output's scale and
+        # zero point is its own requantization.
+        if _same_quantization(data_scale, data_point, scale, point):
+            codes.append(data)
+        else:
+            codes.append(quantized(node, dequantized(node, data, data_scale, data_point), scale,
+                                   point, dtype))
+    return op.concatenate(codes, axis=int(node.attr("axis")))
+
+
+#: Scales between which quantize(dequantize(q)) is q for bytes q: (q - z) * s / s rounds to
+#: within 2^-22 x 255 of q - z (no overflow, no subnormal), which round() makes q - z again.
+_EXACT_SCALES = (2.0 ** -100, 2.0 ** 100)
+
+
+def _same_quantization(scale: Expr, point: Expr | None, other_scale: Expr,
+                       other_point: Expr) -> bool:
+    """Whether two (scale, zero point) pairs are the same constants, a scale within
+    :data:`_EXACT_SCALES` (no zero point: 0)."""
+    values = []
+    for expr in (scale, other_scale, point, other_point):
+        if expr is None:
+            values.append(0.0)
+        elif isinstance(expr, Constant) and expr.data.size == 1:
+            values.append(float(expr.data.reshape(())))
+        else:
+            return False
+    low, high = _EXACT_SCALES
+    return values[0] == values[1] and values[2] == values[3] and low <= values[0] <= high
 
 
 @converter("QLinearWhere", domain=MICROSOFT)
