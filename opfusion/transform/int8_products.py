@@ -177,7 +177,9 @@ def dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
     """(the float codes, their 8-bit dtype, the zero point, the scale) of ``data`` =
     ``(where(isnan(c), 0, c) - z) * s`` (or without ``- z``, or without ``* s``: scale 1,
     where FoldScaleAxis moved ``s`` into the weight), ``c`` = ``clip(v, lo, hi)`` of whole
-    numbers ``v`` (:func:`_whole`) inside an 8-bit range; else None."""
+    numbers ``v`` (:func:`_whole`) inside an 8-bit range, or such codes moved or
+    concatenated (:func:`.simplify_expr.codes_bounds`; with no ``where`` where they are never
+    NaN); else None."""
     values, factor = data, 1.0
     product = _call(data, "multiply")
     if product is not None:
@@ -195,17 +197,23 @@ def dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
         if point is None or point != round(point):
             return None
         values, zero_point = shifted.args[0], point
+    from .simplify_expr import codes_bounds
+
     kept = _call(values, "where")
-    if kept is None:
+    if kept is not None:
+        test, zero, codes = kept.args
+        nan = _call(test, "isnan")
+        if nan is None or nan.args[0] is not codes or _scalar(zero) != 0.0:
+            return None
+        found = codes_bounds(codes)
+    else:  # codes that are never NaN need no where (SimplifyExpr drops it)
+        codes = values
+        found = codes_bounds(codes)
+        if found is not None and not found[2]:
+            return None
+    if found is None or codes.checked_type.dtype != "float32":
         return None
-    test, zero, codes = kept.args
-    nan = _call(test, "isnan")
-    if nan is None or nan.args[0] is not codes or _scalar(zero) != 0.0:
-        return None
-    bounds = codes_range(codes)
-    if bounds is None:
-        return None
-    low, high = bounds
+    low, high = found[0], found[1]
     for dtype, (lo, hi) in (("uint8", (0, 255)), ("int8", (-128, 127))):
         if lo <= low and high <= hi:
             return codes, dtype, int(zero_point), factor

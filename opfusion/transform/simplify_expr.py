@@ -11,7 +11,11 @@ moves before a transpose, and before a reshape that keeps the axis it takes (tor
 of ``nn.MultiheadAttention``'s projection into q, k and v then reads the projection, not a
 transposed copy of it); casts to the
 same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
-1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``.
+1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``; a quantize step (``clip(round(x
+/ s) + z)``) of dequantized codes (``(c - z) * s``) with the same scale and zero point gives
+the codes back (``c + 0.0``, through movement ops, items of a split and the parts of a
+concatenation: :func:`codes_bounds`), and ``where(isnan(c), 0, c)`` of codes that are never
+NaN is ``c``.
 
 Every rule keeps values bit for bit and the rewritten node's type exactly (the rewriter
 checks the type). Rules only look at a node and its operands; a merged chain whose inner
@@ -31,7 +35,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, Expr
+from ..ir.expr import Call, Constant, Expr, TupleGetItem
+from ..ir.expr import Tuple as TupleExpr
 from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
@@ -372,6 +377,195 @@ def _merge_casts() -> PatternCallback:
     return rule(is_op("cast")(inner), merge, "merge_casts")
 
 
+# -- rules: quantizing dequantized codes -------------------------------------------------------
+
+#: Operators that move values without changing them (one operand): a quantize step may look
+#: through them for the dequantize step it undoes.
+MOVEMENT_OPS = (*RESHAPE_OPS, "transpose", "strided_slice", "copy")
+#: Scales for which quantize(dequantize(q)) is q: (q - z) * s / s lies within 510 x 2^-23 of
+#: q - z (|q - z| <= 510 neither overflows nor turns subnormal), and round() gives q - z.
+EXACT_SCALES = (2.0 ** -100, 2.0 ** 100)
+
+
+def _call_of(expr: Expr, *names: str) -> Call | None:
+    if isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name in names:
+        return expr
+    return None
+
+
+def _scalar_value(expr: Expr) -> float | None:
+    if isinstance(expr, Constant) and expr.data.size == 1 and expr.data.dtype.kind == "f":
+        return float(expr.data.reshape(()))
+    return None
+
+
+def _moved(expr: Expr) -> tuple[Expr, list[Expr]]:
+    """``expr`` without the movement ops (and items of a split) above it, and those ops,
+    the outermost first."""
+    moves: list[Expr] = []
+    while True:
+        if _call_of(expr, *MOVEMENT_OPS):
+            moves.append(expr)
+            expr = expr.args[0]  # type: ignore[union-attr]
+        elif isinstance(expr, TupleGetItem) and _call_of(expr.tuple_value, "split"):
+            moves.append(expr)
+            expr = expr.tuple_value.args[0]  # type: ignore[union-attr]
+        else:
+            return expr, moves
+
+
+def _remade(value: Expr, moves: list[Expr]) -> Expr:
+    """``moves`` (outermost first) applied again to ``value``."""
+    for move in reversed(moves):
+        if isinstance(move, TupleGetItem):
+            split = move.tuple_value
+            value = TupleGetItem(Call(split.op, [value], split.attrs, split.span), move.index)
+        else:
+            value = Call(move.op, [value], move.attrs, move.span)
+    return value
+
+
+def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
+    """(low, high, NaN-free) when ``expr`` takes only whole numbers from low to high (or NaN,
+    unless NaN-free) by its form: a QuantizeLinear's codes (``codes_range``), their kept form
+    ``where(isnan(q), 0, q)``, 8-bit integers cast to float32, any of those moved, plus zero,
+    or concatenated; else None."""
+    from .int8_products import codes_range
+
+    low, high, nan_free = 0, 0, True
+    pending: list[tuple[Expr, bool]] = [(expr, False)]
+    while pending:
+        value, zero_kept = pending.pop()
+        value = _moved(value)[0]
+        shifted = _call_of(value, "add")
+        kept = _call_of(value, "where")
+        cast = _call_of(value, "cast")
+        joined = _call_of(value, "concatenate")
+        if shifted is not None and _scalar_value(shifted.args[1]) == 0.0:
+            pending.append((shifted.args[0], zero_kept))
+        elif kept is not None and _call_of(kept.args[0], "isnan") is not None \
+                and kept.args[0].args[0] is kept.args[2] and _scalar_value(kept.args[1]) == 0.0:
+            pending.append((kept.args[2], True))
+        elif joined is not None and isinstance(joined.args[0], TupleExpr):
+            pending.extend((field, zero_kept) for field in joined.args[0].fields)
+        elif cast is not None and value.checked_type.dtype == "float32" \
+                and cast.args[0].checked_type.dtype in ("uint8", "int8"):
+            info = np.iinfo(cast.args[0].checked_type.dtype)
+            low, high = min(low, int(info.min)), max(high, int(info.max))
+        else:
+            bounds = codes_range(value)
+            if bounds is None:
+                return None
+            # (a kept NaN is 0: the range holds 0 either way, as every 8-bit range does)
+            low, high = min(low, bounds[0]), max(high, bounds[1])
+            nan_free = nan_free and zero_kept
+    return low, high, nan_free
+
+
+def _kept_codes_without_nan() -> PatternCallback:
+    # where(isnan(c), 0, c) -> c    (c codes that are never NaN: codes_bounds)
+    codes = wildcard()
+    kept = is_op("where")(is_op("isnan")(codes), is_constant(), codes)
+
+    def drop(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        bounds = codes_bounds(m[codes])
+        if bounds is None or not bounds[2] or _scalar_value(post.args[1]) != 0.0 \
+                or not _same_type(post, m[codes]):
+            return None
+        return m[codes]
+
+    return rule(kept, drop, "kept_codes_without_nan")
+
+
+def _dequantized(expr: Expr) -> tuple[Expr, list[Expr], float, float, int, int] | None:
+    """(the codes, the movement ops above the dequantize step (outermost first), scale, zero
+    point, the codes' range) when ``expr`` is ``movement*((c - z) * s)`` (or ``c * s``) of
+    NaN-free codes ``c`` (:func:`codes_bounds`); else None."""
+    inner, moves = _moved(expr)
+    product = _call_of(inner, "multiply")
+    if product is None:
+        return None
+    values, scale = product.args
+    factor, point = _scalar_value(scale), 0.0
+    shifted = _call_of(values, "subtract")
+    if shifted is not None:
+        values, point = shifted.args[0], _scalar_value(shifted.args[1])  # type: ignore[assignment]
+    bounds = codes_bounds(values)
+    if factor is None or point is None or bounds is None or not bounds[2] \
+            or values.checked_type.dtype != "float32":
+        return None
+    return values, moves, factor, point, bounds[0], bounds[1]
+
+
+def _quantized_dequantized() -> PatternCallback:
+    # clip(round(movement*((c - z) * s) / s) + z, lo, hi) -> movement*(c + 0.0)
+    #     c NaN-free codes (the kept codes of a dequantize step, bytes cast to float) within
+    #     [lo, hi]; the same s and z; "+ 0.0" only where the quantize step adds its zero point
+    #     (which turns -0.0 into +0.0 as that does). A quantize step of a concatenation is one
+    #     of each part (it is elementwise): the parts so dequantized are their codes.
+    operand = wildcard()
+    rounded = is_op("round")(is_op("divide")(operand, is_constant()))
+    quantize = is_op("clip")(is_op("add")(rounded, is_constant()) | rounded)
+
+    def undo(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        steps = _quantize_steps(post)
+        if steps is None:
+            return None
+        data = m[operand]
+        joined = _call_of(data, "concatenate")
+        if joined is None or not isinstance(joined.args[0], TupleExpr):
+            return _undone(data, steps)
+        parts = [_undone(part, steps) for part in joined.args[0].fields]
+        if all(part is None for part in parts):
+            return None
+        fields = [part if part is not None else _requantized(field, post)
+                  for part, field in zip(parts, joined.args[0].fields)]
+        return Call(joined.op, [TupleExpr(fields)], joined.attrs, joined.span)
+
+    return rule(quantize, undo, "quantized_dequantized")
+
+
+def _quantize_steps(clip: Call) -> tuple[float, float, bool, float, float] | None:
+    """(scale, zero point, whether it adds the zero point, low, high) of a quantize step
+    ``clip(round(x / s) [+ z], low, high)``; None for a scale outside EXACT_SCALES."""
+    inner, point = clip.args[0], 0.0
+    adds = inner.op.name == "add"
+    if adds:
+        point, inner = _scalar_value(inner.args[1]), inner.args[0]
+    scale = _scalar_value(inner.args[0].args[1])
+    if point is None or scale is None or not EXACT_SCALES[0] <= scale <= EXACT_SCALES[1]:
+        return None
+    return scale, point, adds, clip.attrs.a_min, clip.attrs.a_max
+
+
+def _undone(data: Expr, steps: tuple[float, float, bool, float, float]) -> Expr | None:
+    """The codes that quantizing ``data`` with ``steps`` gives back, when ``data`` is their
+    dequantization (moved); else None."""
+    found = _dequantized(data)
+    if found is None:
+        return None
+    codes, moves, factor, zero, low, high = found
+    scale, point, adds, lo, hi = steps
+    if not (factor == scale and zero == point and lo <= low and high <= hi):
+        return None
+    if adds:
+        codes = Call(get_op("add"), [codes, Constant(np.array(0.0, np.float32))])
+    return _remade(codes, moves)
+
+
+def _requantized(part: Expr, clip: Call) -> Expr:
+    """The quantize step ``clip`` (``clip(round(x / s) [+ z])``) applied to ``part``."""
+    inner = clip.args[0]
+    adds = inner.op.name == "add"
+    rounded = inner.args[0] if adds else inner
+    divide = rounded.args[0]
+    out: Expr = Call(rounded.op, [Call(divide.op, [part, divide.args[1]], divide.attrs)],
+                     rounded.attrs)
+    if adds:
+        out = Call(inner.op, [out, inner.args[1]], inner.attrs)
+    return Call(clip.op, [out], clip.attrs, clip.span)
+
+
 # -- rules: arithmetic with a neutral constant -------------------------------------------------
 
 def _all_ones(const: Expr) -> bool:
@@ -425,6 +619,8 @@ def _rules() -> list[PatternCallback]:
         _take_before_movement(),
         _identity_cast(),
         _merge_casts(),
+        _quantized_dequantized(),
+        _kept_codes_without_nan(),
         # x * 1 -> x, 1 * x -> x
         _neutral_operand("multiply", is_constant().where(_all_ones), "multiply_by_one"),
         # x / 1 -> x    (floats)

@@ -484,3 +484,117 @@ def test_random_graphs_keep_their_values_and_simplify_to_a_fixed_point(mod):
     again = SimplifyExpr()(new)
     assert_structural_equal(again, new)
     assert again["main"] is new["main"]
+
+
+# -- quantizing dequantized codes --------------------------------------------------------------
+
+def _f32(value):
+    return opf.const(np.float32(value))
+
+
+def _quantize(x, scale, point=None, low=0.0, high=255.0):
+    """QuantizeLinear's import before its cast: clip(round(x / s) [+ z])."""
+    rounded = opf.op.round(opf.op.divide(x, _f32(scale)))
+    return opf.op.clip(rounded if point is None else opf.op.add(rounded, _f32(point)),
+                       a_min=low, a_max=high)
+
+
+def _dequantize(codes, scale, point=None):
+    """DequantizeLinear's import of codes: (where(isnan(c), 0, c) [- z]) * s."""
+    kept = opf.op.where(opf.op.isnan(codes), _f32(0), codes)
+    return opf.op.multiply(kept if point is None else opf.op.subtract(kept, _f32(point)),
+                           _f32(scale))
+
+
+def _quantized_values(mod, seed=0):
+    """Inputs that hit every code, halfway points, NaN, infinities and -0.0."""
+    x = np.random.default_rng(seed).standard_normal(mod["main"].params[0].type_annotation.shape)
+    x = (x * 8).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:6] = [np.nan, np.inf, -np.inf, -0.0, 0.5 * 0.05, -1e30]
+    return [x]
+
+
+def _same_bits(mod, new):
+    for inputs in (_quantized_values(mod), _quantized_values(mod, 1)):
+        want, got = evaluate(mod, inputs), evaluate(new, inputs)
+        assert want.tobytes() == got.tobytes()
+
+
+def _ops(mod):
+    return [n.op.name for n in post_order(mod["main"].body) if isinstance(n, Call)]
+
+
+@pytest.mark.parametrize("point", [None, 0.0, 128.0], ids=["no-point", "zero", "128"])
+def test_quantizing_dequantized_codes_again_gives_the_codes(point):
+    """quantize(dequantize(c)) with the same scale and zero point is c (+0.0 where the
+    quantize step adds its zero point), through a reshape and a transpose."""
+    x = opf.var("x", shape=(2, 6, 4))
+    codes = _quantize(x, 0.05, point)
+    moved = opf.op.transpose(opf.op.reshape(_dequantize(codes, 0.05, point), newshape=[2, 24]),
+                             axes=[1, 0])
+    mod = _module([x], opf.op.multiply(_quantize(moved, 0.05, point), _f32(2)))
+    new = SimplifyExpr()(mod)
+    assert _ops(new).count("round") == 1 and "divide" in _ops(new)
+    _same_bits(mod, new)
+
+
+def test_the_codes_of_a_concatenation_and_a_split_are_found_through_them():
+    """A quantize step of a concatenation is one of each part: the parts in its scale are
+    their codes, the others are requantized; items of a split are moved codes too."""
+    x = opf.var("x", shape=(1, 8, 3, 3))
+    a, b = _quantize(x, 0.05, 3.0), _quantize(x, 0.07, 3.0)
+    joined = opf.op.concatenate([_dequantize(a, 0.05, 3.0), _dequantize(b, 0.07, 3.0)], axis=1)
+    codes = _quantize(joined, 0.05, 3.0)
+    halves = opf.op.split(_dequantize(codes, 0.05, 3.0), indices_or_sections=2, axis=1)
+    mod = _module([x], opf.op.add(_quantize(opf.ir.TupleGetItem(halves, 0), 0.05, 3.0),
+                                  _quantize(opf.ir.TupleGetItem(halves, 1), 0.05, 3.0)))
+    new = SimplifyExpr()(mod)
+    # the quantize steps of a, b and b's part of the concatenation are left
+    assert _ops(new).count("round") == 3
+    _same_bits(mod, new)
+
+
+def test_kept_codes_that_are_never_nan_need_no_where():
+    x = opf.var("x", shape=(4, 6))
+    codes = _quantize(x, 0.05)
+    kept = opf.op.where(opf.op.isnan(codes), _f32(0), codes)
+    moved = opf.op.reshape(kept, newshape=[24])
+    mod = _module([x], opf.op.where(opf.op.isnan(moved), _f32(0), moved))
+    new = SimplifyExpr()(mod)
+    assert _ops(new).count("where") == 1
+    _same_bits(mod, new)
+
+
+@pytest.mark.parametrize("change", ["scale", "point", "huge-scale", "narrow-range"])
+def test_quantizing_with_other_parameters_is_kept(change):
+    x = opf.var("x", shape=(4, 5))
+    scale, point, high = 0.05, 3.0, 255.0
+    codes = _quantize(x, scale, point)
+    if change == "scale":
+        scale = 0.0500001
+    elif change == "point":
+        point = 4.0
+    elif change == "huge-scale":
+        codes = _quantize(x, 2.0 ** 110, point)
+        scale = 2.0 ** 110
+    else:
+        high = 100.0
+    values = _dequantize(codes, 0.05 if change == "scale" else scale,
+                         3.0 if change == "point" else point)
+    mod = _module([x], _quantize(values, scale, point, high=high))
+    new = SimplifyExpr()(mod)
+    assert _ops(new).count("round") == 2
+    _same_bits(mod, new)
+
+
+def test_bytes_cast_to_float_and_dequantized_are_their_own_requantization():
+    """QLinear operators' bytes: quantize(cast(q, float32) * s) with the same s is q as
+    floats."""
+    q = opf.var("q", shape=(3, 7), dtype="uint8")
+    values = opf.op.multiply(opf.op.cast(q, dtype="float32"), _f32(0.02))
+    mod = _module([q], opf.op.cast(_quantize(values, 0.02, 0.0), dtype="uint8"))
+    new = SimplifyExpr()(mod)
+    assert "round" not in _ops(new)
+    feed = np.arange(21, dtype=np.uint8).reshape(3, 7) * 12
+    assert (evaluate(new, [feed]) == feed).all()

@@ -360,3 +360,36 @@ def test_grouped_int32_convolutions_past_float_exactness_stay_int32():
     assert [c.attrs.groups for c in calls(new, "nn.conv2d")] == [2]
     x = rng.standard_normal((1, 128, 16, 16)).astype(np.float32)
     np.testing.assert_array_equal(evaluate(new, [x]), evaluate(bound, [x]))
+
+
+def test_codes_through_a_shuffle_of_quantize_dequantize_pairs_still_take_words():
+    """ONNX Runtime's QDQ ShuffleNet shuffles its channels between quantize/dequantize pairs
+    of one scale: SimplifyExpr makes them the codes moved, and the convolution reading them
+    takes words."""
+    x = opf.var("x", shape=(1, 32, 16, 16))
+
+    def quantize(v):
+        return opf.op.clip(opf.op.add(opf.op.round(opf.op.divide(v, opf.const(np.float32(0.05)))),
+                                      opf.const(np.float32(3))), a_min=0.0, a_max=255.0)
+
+    def dequantize(c):
+        kept = opf.op.where(opf.op.isnan(c), opf.const(np.float32(0)), c)
+        return opf.op.multiply(opf.op.subtract(kept, opf.const(np.float32(3))),
+                               opf.const(np.float32(0.05)))
+
+    shuffled = opf.op.reshape(opf.op.transpose(opf.op.reshape(dequantize(quantize(x)),
+                                                              newshape=[1, 2, 16, 16, 16]),
+                                               axes=[0, 2, 1, 3, 4]), newshape=[1, 32, 16, 16])
+    grid = rng.integers(-127, 128, (32, 32, 3, 3)).astype(np.float32)
+    grid[:, 0, 0, 0] = 127
+    weight = opf.const(grid * np.float32(0.01))
+    conv = opf.op.nn.conv2d(dequantize(quantize(shuffled)), weight, padding=[1, 1, 1, 1])
+    mod = module(conv)
+    with opf.transform.PassContext(opt_level=3):
+        simplified = opf.transform.optimize(mod)
+    new = rewritten(simplified, VNNI)
+    assert [c.attrs.words for c in calls(new, "nn.conv2d_nchwc")] == [4]
+    feed = rng.standard_normal((1, 32, 16, 16)).astype(np.float32) * 3
+    want = evaluate(mod, [feed])
+    np.testing.assert_allclose(evaluate(new, [feed]), want, rtol=0,
+                               atol=1e-5 * np.abs(want).max())
