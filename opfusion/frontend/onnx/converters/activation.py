@@ -25,7 +25,9 @@ from .elementwise import scalar
 # from 13 on the function runs along the single ``axis`` (default -1).
 
 
-def _coerced(node: OnnxNode, fn: Callable[[Expr, int], Expr]) -> Expr:
+def coerced_to_2d(node: OnnxNode, fn: Callable[[Expr, int], Expr]) -> Expr:
+    """``fn`` (a softmax-like function of (data, axis)) of the node's input coerced to 2-D at
+    its ``axis`` (default 1), as the family is defined before opset 13."""
     data = node.input(0)
     shape = _shape(data)
     axis = _axis(node, node.attr("axis", 1), max(len(shape), 1))
@@ -34,7 +36,8 @@ def _coerced(node: OnnxNode, fn: Callable[[Expr, int], Expr]) -> Expr:
     return op.reshape(fn(op.flatten(data, axis=axis), 1), newshape=list(shape))
 
 
-def _single_axis(node: OnnxNode, fn: Callable[[Expr, int], Expr]) -> Expr:
+def along_one_axis(node: OnnxNode, fn: Callable[[Expr, int], Expr]) -> Expr:
+    """``fn`` of the node's input along its ``axis`` (default -1), as from opset 13."""
     data = node.input(0)
     return fn(data, _axis(node, node.attr("axis", -1), len(_shape(data))))
 
@@ -57,8 +60,8 @@ _SOFTMAX_FAMILY: dict[str, Callable[[Expr, int], Expr]] = {
 
 
 def _register_softmax(op_type: str, fn: Callable[[Expr, int], Expr]) -> None:
-    converter(op_type)(lambda node: _coerced(node, fn))
-    converter(op_type, since=13)(lambda node: _single_axis(node, fn))
+    converter(op_type)(lambda node: coerced_to_2d(node, fn))
+    converter(op_type, since=13)(lambda node: along_one_axis(node, fn))
 
 
 for _op_type, _fn in _SOFTMAX_FAMILY.items():

@@ -24,16 +24,16 @@ from ....ir.expr import Constant, Expr
 from ..registry import OnnxNode, converter
 from ._common import shape_of as _shape
 from ._common import tensor_type
-from .activation import _coerced, _single_axis
+from .activation import along_one_axis, coerced_to_2d
 from .elementwise import scalar
 from .nn import avg_pool, global_avg_pool
 from .quantize import (
-    _integer_matmul,
-    _requantize,
     dequantize_linear,
     dequantized,
+    integer_matmul,
     quantize_linear,
     quantized,
+    requantize,
 )
 
 #: ONNX Runtime's domain of contrib operators.
@@ -104,7 +104,7 @@ def qlinear_softmax(node: OnnxNode) -> Expr:
 
     def softmax(values: Expr) -> Expr:
         view = _view(node, "Softmax", [values], **attrs)
-        return (_single_axis if single else _coerced)(
+        return (along_one_axis if single else coerced_to_2d)(
             view, lambda x, axis: op.nn.softmax(x, axis=axis))
 
     return _unary(node, softmax)
@@ -214,7 +214,7 @@ def qgemm(node: OnnxNode) -> Expr:
         a = op.transpose(a, axes=[1, 0])
     if node.attr("transB", 0):
         b = op.transpose(b, axes=[1, 0])
-    acc = _integer_matmul(node, a, node.input(2), b, node.input(5))
+    acc = integer_matmul(node, a, node.input(2), b, node.input(5))
     bias = node.optional_input(6)
     if bias is not None:
         if tensor_type(bias).dtype != "int32":
@@ -232,5 +232,5 @@ def qgemm(node: OnnxNode) -> Expr:
         return op.multiply(op.cast(acc, dtype=tensor_type(scale).dtype), scale)
     if node.optional_input(8) is None:
         raise node.error("y_zero_point is required with y_scale (its type is the output's)")
-    return _requantize(node, acc, a_scale, node.input(4), y_scale, node.input(8),
+    return requantize(node, acc, a_scale, node.input(4), y_scale, node.input(8),
                        channel_axis=None)

@@ -182,7 +182,7 @@ def dynamic_quantize_linear(node: OnnxNode) -> list[Expr]:
 # ---------------------------------------------------------------------------------------------
 @converter("MatMulInteger", since=10)
 def matmul_integer(node: OnnxNode) -> Expr:
-    return _integer_matmul(node, node.input(0), node.optional_input(2), node.input(1),
+    return integer_matmul(node, node.input(0), node.optional_input(2), node.input(1),
                            node.optional_input(3))
 
 
@@ -194,8 +194,8 @@ def conv_integer(node: OnnxNode) -> Expr:
 
 @converter("QLinearMatMul", since=10)
 def qlinear_matmul(node: OnnxNode) -> Expr:
-    acc = _integer_matmul(node, node.input(0), node.input(2), node.input(3), node.input(5))
-    return _requantize(node, acc, node.input(1), node.input(4), node.input(6), node.input(7),
+    acc = integer_matmul(node, node.input(0), node.input(2), node.input(3), node.input(5))
+    return requantize(node, acc, node.input(1), node.input(4), node.input(6), node.input(7),
                        channel_axis=None)
 
 
@@ -206,7 +206,7 @@ def qlinear_conv(node: OnnxNode) -> Expr:
     if bias is not None:
         acc = op.add(acc, op.reshape(op.cast(bias, dtype="int32"),
                                      newshape=[-1] + [1] * (tensor_type(acc).ndim - 2)))
-    return _requantize(node, acc, node.input(1), node.input(4), node.input(6), node.input(7),
+    return requantize(node, acc, node.input(1), node.input(4), node.input(6), node.input(7),
                        channel_axis=1)
 
 
@@ -223,8 +223,9 @@ def _widened(value: Expr, zero_point: Expr | None, shape: list[int] | None = Non
     return op.subtract(wide, point)
 
 
-def _integer_matmul(node: OnnxNode, a: Expr, a_zero: Expr | None, b: Expr,
-                    b_zero: Expr | None) -> Expr:
+def integer_matmul(node: OnnxNode, a: Expr, a_zero: Expr | None, b: Expr,
+                   b_zero: Expr | None) -> Expr:
+    """The exact int32 product (a - a_zero) (b - b_zero) of 8-bit operands."""
     # A's zero point may be per row ([M]), B's per column ([N]).
     a_shape = [-1, 1] if a_zero is not None and tensor_type(a_zero).size > 1 else None
     b_shape = [-1] if b_zero is not None and tensor_type(b_zero).size > 1 else None
@@ -242,7 +243,7 @@ def _integer_conv(node: OnnxNode, data: Expr, data_zero: Expr | None, weight: Ex
     return conv(inner)
 
 
-def _requantize(node: OnnxNode, acc: Expr, a_scale: Expr, b_scale: Expr, y_scale: Expr,
+def requantize(node: OnnxNode, acc: Expr, a_scale: Expr, b_scale: Expr, y_scale: Expr,
                 y_zero: Expr, channel_axis: int | None) -> Expr:
     """round(acc * a_scale * b_scale / y_scale) + y_zero, saturated to y_zero's type."""
     ndim = tensor_type(acc).ndim
