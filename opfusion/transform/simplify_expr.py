@@ -380,8 +380,9 @@ def _merge_casts() -> PatternCallback:
 # -- rules: quantizing dequantized codes -------------------------------------------------------
 
 #: Operators that move values without changing them (one operand): a quantize step may look
-#: through them for the dequantize step it undoes.
-MOVEMENT_OPS = (*RESHAPE_OPS, "transpose", "strided_slice", "copy")
+#: through them for the dequantize step it undoes (a layout transform's padding is zeros,
+#: which every 8-bit range holds).
+MOVEMENT_OPS = (*RESHAPE_OPS, "transpose", "strided_slice", "copy", "layout_transform")
 #: Scales for which quantize(dequantize(q)) is q: (q - z) * s / s lies within 510 x 2^-23 of
 #: q - z (|q - z| <= 510 neither overflows nor turns subnormal), and round() gives q - z.
 EXACT_SCALES = (2.0 ** -100, 2.0 ** 100)
