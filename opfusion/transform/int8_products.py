@@ -296,6 +296,45 @@ def _column_scale(values: np.ndarray, largest: np.float32
     return None if best is None else (best[1], best[2])
 
 
+#: Integers of magnitude up to 2^24 are exact in float32, and so is every sum of them that
+#: stays inside: float multiply-adds compute such a product exactly, in any order.
+FLOAT_EXACT = 1 << 24
+
+
+def widened_magnitude(data: Expr) -> int | None:
+    """The largest magnitude of ``data`` = ``cast(x, int32)`` less a constant scalar zero
+    point, ``x`` 8-bit (:func:`widened_bytes`); else None."""
+    source, point = widened_bytes(data)
+    if source is None:
+        return None
+    zero = 0
+    if point is not None:
+        if isinstance(point, Call) and isinstance(point.op, Op) and point.op.name == "reshape":
+            point = point.args[0]
+        if not (isinstance(point, Constant) and point.data.size == 1):
+            return None
+        zero = int(point.data.reshape(()))
+    info = np.iinfo(source.checked_type.dtype)
+    return max(abs(int(info.min) - zero), abs(int(info.max) - zero))
+
+
+def exact_in_float(call: Call) -> bool:
+    """Whether ``call`` is an int32 ``nn.matmul`` of two computed 8-bit operands, each
+    ``cast(x, int32)`` less a constant zero point (QLinearMatMul's and MatMulInteger's import
+    of an attention's products), whose every sum stays within :data:`FLOAT_EXACT`: the
+    contraction times both operands' largest magnitudes. Float32 computes such a product
+    exactly (an attention's 64-deep and 128-deep ones: 64 x 255 x 255 is 2^22)."""
+    if not (isinstance(call.op, Op) and call.op.name == "nn.matmul"
+            and call.checked_type.dtype == "int32" and not call.attrs.transpose_a):
+        return False
+    a, b = call.args
+    magnitudes = [widened_magnitude(a), widened_magnitude(b)]
+    if None in magnitudes or b.checked_type.ndim < 2:
+        return False
+    depth = a.checked_type.shape[-1]
+    return depth * magnitudes[0] * magnitudes[1] <= FLOAT_EXACT  # type: ignore[operator]
+
+
 def widened_bytes(data: Expr) -> tuple[Expr | None, Expr | None]:
     """(x, z) for ``cast(x, int32) - z`` or (x, None) for ``cast(x, int32)``, x 8-bit and z a
     scalar; (None, None) otherwise."""

@@ -57,6 +57,7 @@ from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
 from .context import PassContext
 from .int8_products import (
+    FLOAT_EXACT,
     MAX_DEPTH,
     dequantized_codes,
     int8_columns,
@@ -168,11 +169,6 @@ def integer_convolution(data: Expr, weight: Expr, out_axis: int | tuple[int, int
         return None
     return QuantizedConvolution(source, source.checked_type.dtype, zero_point, 1.0,
                                 values.astype(np.int8), None)
-
-
-#: Integers of magnitude up to 2^24 are exact in float32, and so is every sum of them that
-#: stays inside: float multiply-adds compute such a convolution exactly, in any order.
-FLOAT_EXACT = 1 << 24
 
 
 def float_exact_weight(data: Expr, weight: Expr, outputs: int) -> np.ndarray | None:

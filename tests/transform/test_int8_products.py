@@ -279,3 +279,38 @@ def test_a_float_weight_that_is_no_int8_grid_stays_a_float_product():
     product = opf.op.nn.matmul(values, opf.const(rng.standard_normal((32, 48)).astype(
         np.float32)))
     assert "nn.byte_words" not in op_names(rewritten(module(product), VNNI))
+
+
+def widened(var, zero_point):
+    return opf.op.subtract(opf.op.cast(var, dtype="int32"), opf.const(np.int32(zero_point)))
+
+
+@pytest.mark.parametrize("depth,points,exact", [
+    (64, (128, 3), True), (128, (128, 3), True),
+    (300, (128, 3), True),   # 300 x 128 x 252 = 9.7e6
+    (258, (0, 0), True),     # 258 x 255 x 255 = 16776450 < 2^24
+    (259, (0, 0), False),    # just past 2^24: a float sum could round
+], ids=str)
+def test_products_of_two_computed_byte_operands_run_in_float_where_that_is_exact(depth, points,
+                                                                                exact):
+    """An attention's int32 products of two computed 8-bit operands (QLinearMatMul's import):
+    float32 sums them exactly while the depth times both operands' largest magnitudes (the
+    bytes less their zero points) stays within 2^24, so they take the float products, cast
+    back to int32; others stay int32. The sums are the int32 product's, exactly."""
+    a = opf.var("a", shape=(2, 12, 9, depth), dtype="uint8")
+    b = opf.var("b", shape=(2, 12, depth, 7), dtype="uint8")
+    product = opf.op.nn.matmul(widened(a, points[0]), widened(b, points[1]))
+    mod = module(product)
+    new = rewritten(mod, AVX512)
+    floats = [c for c in post_order(new["main"].body)
+              if isinstance(c, Call) and c.op.name == "nn.matmul"
+              and c.checked_type.dtype == "float32"]
+    assert bool(floats) == exact
+    feeds = [codes((2, 12, 9, depth), "uint8"), codes((2, 12, depth, 7), "uint8")]
+    # a row and a column of the largest magnitudes: the largest sums
+    feeds[0].reshape(-1)[:depth] = 0 if points[0] >= 128 else 255
+    feeds[1][..., 0] = 255 if points[1] < 128 else 0
+    want = np.matmul(feeds[0].astype(np.int64) - points[0], feeds[1].astype(np.int64) - points[1])
+    np.testing.assert_array_equal(evaluate(new, feeds), want)
+    with opf.transform.PassContext(opt_level=3):
+        np.testing.assert_array_equal(opf.compile(mod)(*feeds), want)
