@@ -435,8 +435,13 @@ def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
 
     low, high, nan_free = 0, 0, True
     pending: list[tuple[Expr, bool]] = [(expr, False)]
+    seen: set[tuple[Expr, bool]] = set()  # (a value shared by parts is walked once)
     while pending:
-        value, zero_kept = pending.pop()
+        item = pending.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        value, zero_kept = item
         value = _moved(value)[0]
         shifted = _call_of(value, "add")
         kept = _call_of(value, "where")

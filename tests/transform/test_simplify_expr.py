@@ -598,3 +598,16 @@ def test_bytes_cast_to_float_and_dequantized_are_their_own_requantization():
     assert "round" not in _ops(new)
     feed = np.arange(21, dtype=np.uint8).reshape(3, 7) * 12
     assert (evaluate(new, [feed]) == feed).all()
+
+
+def test_codes_shared_by_nested_concatenations_are_walked_once():
+    """Concatenations of one value with itself, 50 deep: 2^50 paths, one walk each value."""
+    from opfusion.transform.simplify_expr import codes_bounds
+
+    x = opf.var("x", shape=(1, 4))
+    codes = _quantize(x, 0.05)
+    value = opf.op.where(opf.op.isnan(codes), _f32(0), codes)
+    for _ in range(50):
+        value = opf.op.concatenate([value, value], axis=1)
+    mod = opf.transform.InferType()(_module([x], opf.op.sum(value)))
+    assert codes_bounds(mod["main"].body.args[0]) == (0, 255, True)
