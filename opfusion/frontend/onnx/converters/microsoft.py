@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from .... import op
 from ....ir.expr import Constant, Expr
+from ....transform.simplify_expr import EXACT_SCALES
 from ..registry import OnnxNode, converter
 from ._common import shape_of as _shape
 from ._common import tensor_type
@@ -169,15 +170,10 @@ def qlinear_concat(node: OnnxNode) -> Expr:
     return op.concatenate(codes, axis=int(node.attr("axis")))
 
 
-#: Scales between which quantize(dequantize(q)) is q for bytes q: (q - z) * s / s rounds to
-#: within 2^-22 x 255 of q - z (no overflow, no subnormal), which round() makes q - z again.
-_EXACT_SCALES = (2.0 ** -100, 2.0 ** 100)
-
-
 def _same_quantization(scale: Expr, point: Expr | None, other_scale: Expr,
                        other_point: Expr) -> bool:
     """Whether two (scale, zero point) pairs are the same constants, a scale within
-    :data:`_EXACT_SCALES` (no zero point: 0)."""
+    ``EXACT_SCALES``, where quantize(dequantize(q)) is q (no zero point: 0)."""
     values = []
     for expr in (scale, other_scale, point, other_point):
         if expr is None:
@@ -186,7 +182,7 @@ def _same_quantization(scale: Expr, point: Expr | None, other_scale: Expr,
             values.append(float(expr.data.reshape(())))
         else:
             return False
-    low, high = _EXACT_SCALES
+    low, high = EXACT_SCALES
     return values[0] == values[1] and values[2] == values[3] and low <= values[0] <= high
 
 
