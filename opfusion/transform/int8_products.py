@@ -43,6 +43,7 @@ from ..ir.expr import Call, Constant, Expr
 from ..ir.op import Op, get_op
 from ..ir.types import TensorType
 from ..target import Target
+from .simplify_expr import codes_bounds
 
 #: Longest contraction whose sum of products of bytes (at most 255 * 128 each in magnitude)
 #: stays inside int32.
@@ -197,8 +198,6 @@ def dequantized_codes(data: Expr) -> tuple[Expr, str, int, float] | None:
         if point is None or point != round(point):
             return None
         values, zero_point = shifted.args[0], point
-    from .simplify_expr import codes_bounds
-
     kept = _call(values, "where")
     if kept is not None:
         test, zero, codes = kept.args
@@ -305,17 +304,21 @@ def widened_magnitude(data: Expr) -> int | None:
     """The largest magnitude of ``data`` = ``cast(x, int32)`` less a constant scalar zero
     point, ``x`` 8-bit (:func:`widened_bytes`); else None."""
     source, point = widened_bytes(data)
-    if source is None:
+    zero = 0 if point is None else zero_point_value(point)
+    if source is None or zero is None:
         return None
-    zero = 0
-    if point is not None:
-        if isinstance(point, Call) and isinstance(point.op, Op) and point.op.name == "reshape":
-            point = point.args[0]
-        if not (isinstance(point, Constant) and point.data.size == 1):
-            return None
-        zero = int(point.data.reshape(()))
     info = np.iinfo(source.checked_type.dtype)
     return max(abs(int(info.min) - zero), abs(int(info.max) - zero))
+
+
+def zero_point_value(point: Expr) -> int | None:
+    """The value of an int32 scalar constant zero point (or of a reshape of one, as
+    :func:`widened_bytes` gives it); else None."""
+    if isinstance(point, Call) and isinstance(point.op, Op) and point.op.name == "reshape":
+        point = point.args[0]
+    if isinstance(point, Constant) and point.data.size == 1 and point.data.dtype == np.int32:
+        return int(point.data.reshape(()))
+    return None
 
 
 def exact_in_float(call: Call) -> bool:

@@ -63,8 +63,10 @@ from .int8_products import (
     int8_columns,
     pack_words,
     widened_bytes,
+    widened_magnitude,
     word_values,
     words_beat_float,
+    zero_point_value,
 )
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
 
@@ -160,7 +162,7 @@ def integer_convolution(data: Expr, weight: Expr, out_axis: int | tuple[int, int
     source, point = widened_bytes(data)
     if source is None:
         return None
-    zero_point = 0 if point is None else _integer_scalar(point)
+    zero_point = 0 if point is None else zero_point_value(point)
     values = weight.data
     axes = (out_axis,) if isinstance(out_axis, int) else tuple(out_axis)
     depth = values.size // int(np.prod([values.shape[a] for a in axes]) or 1)
@@ -179,22 +181,12 @@ def float_exact_weight(data: Expr, weight: Expr, outputs: int) -> np.ndarray | N
     magnitude, and all of that stays within :data:`FLOAT_EXACT`; else None."""
     if not (isinstance(weight, Constant) and weight.data.dtype == np.int32 and weight.data.size):
         return None
-    source, point = widened_bytes(data)
-    if source is None or (point is not None and _integer_scalar(point) is None):
+    if widened_magnitude(data) is None:  # not bytes less a constant zero point
         return None
     depth = weight.data.size // outputs
     if depth * 255 * int(np.abs(weight.data.astype(np.int64)).max()) > FLOAT_EXACT:
         return None
     return weight.data.astype(np.float32)
-
-
-def _integer_scalar(expr: Expr) -> int | None:
-    """The value of an int32 scalar constant (or a reshape of one); else None."""
-    if isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == "reshape":
-        expr = expr.args[0]
-    if isinstance(expr, Constant) and expr.data.size == 1 and expr.data.dtype == np.int32:
-        return int(expr.data.reshape(()))
-    return None
 
 
 def word_weight(weight: np.ndarray, per_word: int) -> np.ndarray:
