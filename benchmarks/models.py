@@ -89,7 +89,9 @@ BATCH_SECONDS = 0.25
 SETTLE_SECONDS = 0.05
 NAME_WIDTH = 18  # shufflenet_v2_x1_0
 #: ``--isa``: the opfusion target and oneDNN's ``ONEDNN_MAX_CPU_ISA`` value for each ISA.
-ISA_CAPS = {"avx2": ("c -mattr=+avx2,+fma", "AVX2"), "sse4.2": ("c -mattr=+sse4.2", "SSE41")}
+ISA_CAPS = {"avx2": ("c -mattr=+avx2,+fma", "AVX2"),
+            "avx2_vnni": ("c -mattr=+avx2,+fma,+avxvnni", "AVX2_VNNI"),
+            "sse4.2": ("c -mattr=+sse4.2", "SSE41")}
 MAX_DIFF = 1e-3  # relative to max|output|; f32 engines agree to about 1e-5
 
 

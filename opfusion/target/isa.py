@@ -19,6 +19,9 @@ X86_IMPLIES: dict[str, tuple[str, ...]] = {
     "avx512f": ("avx2", "fma", "f16c"), "avx512cd": ("avx512f",), "avx512dq": ("avx512f",),
     "avx512bw": ("avx512f",), "avx512vl": ("avx512f",), "avx512vnni": ("avx512bw",),
     "avx512bf16": ("avx512bw",), "avx512ifma": ("avx512f",), "avx512vbmi": ("avx512bw",),
+    # AVX-VNNI: VNNI's byte products on VEX-encoded 32-byte vectors, for CPUs without AVX-512
+    # (Intel's client cores since Alder Lake) as well as with it
+    "avxvnni": ("avx2",),
 }
 
 #: Arm (AArch64) features: Advanced SIMD is part of the base architecture.
@@ -35,8 +38,8 @@ BASELINE = {"x86_64": ("sse2",), "aarch64": ("neon",)}
 _CPUINFO_NAMES = {
     "pni": "sse3", "sse4_1": "sse4.1", "sse4_2": "sse4.2", "abm": "lzcnt",
     "avx512_vnni": "avx512vnni", "avx512_bf16": "avx512bf16", "avx512_vbmi": "avx512vbmi",
-    "avx512vbmi": "avx512vbmi", "asimd": "neon", "asimddp": "dotprod", "asimdhp": "fp16",
-    "bmi1": "bmi",
+    "avx512vbmi": "avx512vbmi", "avx_vnni": "avxvnni", "asimd": "neon", "asimddp": "dotprod",
+    "asimdhp": "fp16", "bmi1": "bmi",
 }
 
 _V2 = ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt")
@@ -51,7 +54,8 @@ KNOWN_CPUS: dict[str, tuple[str, tuple[str, ...]]] = {
     "skylake-avx512": ("x86_64", _V4), "cascadelake": ("x86_64", (*_V4, "avx512vnni")),
     "icelake-server": ("x86_64", (*_V4, "avx512vnni", "avx512ifma", "avx512vbmi")),
     "sapphirerapids": ("x86_64", (*_V4, "avx512vnni", "avx512ifma", "avx512vbmi",
-                                  "avx512bf16")),
+                                  "avx512bf16", "avxvnni")),
+    "alderlake": ("x86_64", (*_V3, "avxvnni")),
     "znver1": ("x86_64", _V3), "znver2": ("x86_64", _V3), "znver3": ("x86_64", _V3),
     "znver4": ("x86_64", (*_V4, "avx512vnni", "avx512ifma", "avx512vbmi", "avx512bf16")),
     "armv8-a": ("aarch64", ()), "neoverse-n1": ("aarch64", ("fp16", "dotprod")),

@@ -382,7 +382,7 @@ def _real_block(o: Any, acc_blocks: int, out_blocks: int) -> Any:
     return o if acc_blocks == out_blocks else te.min(o, out_blocks - 1)
 
 
-def conv_accumulators(target: Any, pointwise: bool = False) -> int:
+def conv_accumulators(target: Any, pointwise: bool = False, words: int = 0) -> int:
     """Accumulator vectors of a blocked convolution's register tile: half the vector
     registers (8 with AVX2; AVX-512: see below), leaving the rest for the weight vectors and
     the broadcast inputs of one multiply-add row. ``pointwise`` (a 1x1 convolution) on a
@@ -400,9 +400,15 @@ def conv_accumulators(target: Any, pointwise: bool = False) -> int:
     0.933x the time, squeezenet 0.948x, resnet50 0.970x, shufflenet 0.982x, inception_v1 and
     v2 0.99x; then every convolution, vgg19 0.920x, inception_v1 0.940x, resnet50 0.959x,
     shufflenet 0.965x, zfnet512 0.977x (geomean of the nine light models 0.967x). Whether a
-    1x1 convolution takes it: :func:`pointwise_accumulators`."""
+    1x1 convolution takes it: :func:`pointwise_accumulators`.
+
+    ``words`` 4 (products of bytes by AVX-VNNI's ``vpdpbusd``, which adds into its sum) on
+    16 registers: 12 for every convolution, the 4 x 3 tile, whose weight vectors the
+    products then read from memory (:mod:`opfusion.backend.cpu.regtile`). Its latency of 5
+    cycles at 2 a cycle wants 10 independent sums: ResNet-18's 3x3 layers 1.45 -> 1.7
+    ``vpdpbusd`` a cycle (a Xeon's cores running AVX2 code with AVX-VNNI)."""
     registers = target.vector_registers
-    if registers == 32 or (pointwise and registers == 16):
+    if registers == 32 or (registers == 16 and (pointwise or words == 4)):
         return registers - 4  # the sums, the weight vectors (or broadcasts) of a row, one more
     return max(2, registers // 2)
 
@@ -412,7 +418,8 @@ def conv_accumulators(target: Any, pointwise: bool = False) -> int:
 LINE_TASKS_PER_CORE = 4
 
 
-def pointwise_accumulators(out_h: int, out_w: int, acc_blocks: int, target: Any) -> int:
+def pointwise_accumulators(out_h: int, out_w: int, acc_blocks: int, target: Any,
+                           words: int = 0) -> int:
     """The accumulator budget of a dense 1x1 convolution: :func:`conv_accumulators`'s
     pointwise one where its tiles cut the output well, else the general one. Columns of 3
     rarely divide a row, and a row's cropped last unit would need a padded copy of the whole
@@ -422,7 +429,7 @@ def pointwise_accumulators(out_h: int, out_w: int, acc_blocks: int, target: Any)
     pixel: 3 tasks on 2 cores ran Inception-v2's 96-channel 14 x 14 layers 1.41x slower than
     rows of 4 x 2 tiles), or on rows that the unit divides; else as before, 4 x 2."""
     wide = conv_accumulators(target, pointwise=True)
-    budget = conv_accumulators(target)
+    budget = conv_accumulators(target, words=words)
     if wide == budget:
         return budget
     if flatten_pixels(out_h, out_w, wide, acc_blocks):
@@ -461,12 +468,12 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     # one block, a grouped one stays inside its group.
     acc_blocks = padded_out_blocks(out_blocks) if attrs.groups == 1 else out_blocks
     pointwise = kh == kw == 1 and attrs.groups == 1
-    budget = pointwise_accumulators(out_h, out_w, acc_blocks, target) if pointwise \
-        else conv_accumulators(target)
+    words = int(attrs.words)
+    budget = pointwise_accumulators(out_h, out_w, acc_blocks, target, words) if pointwise \
+        else conv_accumulators(target, words=words)
     if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
     # (with words, the data's block holds words of its channels: ``in_block`` words)
-    words = int(attrs.words)
     fill = _pad_fill(data.dtype, words, attrs.pad_value)
     unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)

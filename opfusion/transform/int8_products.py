@@ -52,10 +52,12 @@ MAX_DEPTH = (2**31 - 1) // (255 * 128)
 
 def has_vnni(target: Target) -> bool:
     """Whether ``target`` multiplies bytes in int32 lanes with ``vpdpbusd`` at its vector
-    width: AVX512-VNNI on 64-byte vectors, or on 32-byte ones with AVX512-VL."""
+    width: AVX512-VNNI on 64-byte vectors, or on 32-byte ones with AVX512-VL or AVX-VNNI."""
+    width = target.vector_lanes("int32") * 4
+    if width == 32 and target.has("avxvnni"):
+        return True
     if not target.has("avx512vnni"):
         return False
-    width = target.vector_lanes("int32") * 4
     return width == 64 or (width == 32 and target.has("avx512vl"))
 
 

@@ -13,7 +13,7 @@ from opfusion.frontend import from_onnx
 from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
-from opfusion.target import host_target
+from opfusion.target import Target, host_target
 from opfusion.testing.targets import OTHER_TARGETS
 from opfusion.tir import expr as E
 from opfusion.tir import stmt as S
@@ -38,6 +38,33 @@ def test_float_to_narrow_casts_run_in_vectors_with_the_scalar_rule(dtype):
     mod, exe = compiled(opf.op.cast(opf.var("x", shape=(128,)), dtype=dtype))
     assert f"opf_satcast_float32_{dtype}x" in exe.source_code
     np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+@pytest.mark.parametrize("spec", ["c -mattr=+avx2,+fma", "c -mattr=+sse4.2"],
+                         ids=["avx2", "sse4.2"])
+def test_narrow_casts_without_vpmovdb_pack_the_halves(spec, dtype):
+    """Without AVX-512, int32 lanes inside the narrow type's range (after the saturating
+    cast's clamps, or a quantize step's clip) narrow by packs (vpackusdw, vpackuswb...),
+    not lane by lane: the reference's values, NaN, infinities and every edge included."""
+    target = Target(spec)
+    values = np.array(SPECIALS * 3, np.float32)[:64]
+    x = np.concatenate([values, np.random.default_rng(2).standard_normal(64).astype(
+        np.float32) * 300])
+    data = opf.var("x", shape=(128,))
+    info = np.iinfo(dtype)
+    kept = opf.op.where(opf.op.isnan(data), opf.const(np.float32(0)), data)
+    clipped = opf.op.clip(opf.op.round(kept), a_min=float(info.min), a_max=float(info.max))
+    for expr in (opf.op.cast(data, dtype=dtype), opf.op.cast(clipped, dtype=dtype)):
+        params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+        mod = IRModule.from_expr(Function(params, expr))
+        exe = opf.compile(mod, target=target)
+        assert f"opf_narrow_{dtype}x{target.vector_lanes('float32')}(" in exe.source_code
+        if target.features <= host_target().features:
+            np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+    # AVX-512's vpmovdb and its kin: GCC's own conversion
+    if "avx512vl" in host_target().features:
+        assert "opf_narrow_" not in opf.compile(mod).source_code
 
 
 def test_float_to_int32_casts_run_in_vectors_with_the_scalar_rule():

@@ -49,6 +49,22 @@ def test_features_are_closed_under_implication():
 
 
 @x86
+def test_avx_vnni_is_vnni_on_avx2_vectors():
+    """AVX-VNNI (Intel's client cores since Alder Lake): /proc/cpuinfo's avx_vnni, implying
+    AVX2, enabled by -mavxvnni; its byte products take words of 4 bytes on 32-byte vectors."""
+    from opfusion.target.isa import features_from_cpuinfo
+    from opfusion.transform.int8_products import has_vnni, word_values
+
+    assert "avxvnni" in features_from_cpuinfo("x86_64", ("avx", "avx2", "avx_vnni"))
+    alderlake = Target("c -mcpu=alderlake")
+    assert "avxvnni" in alderlake.features and "avx512f" not in alderlake.features
+    assert alderlake.vector_registers == 16 and has_vnni(alderlake)
+    assert word_values(alderlake) == 4 and word_values(Target("c -mattr=+avx2,+fma")) == 2
+    assert "-mavxvnni" in alderlake.compiler_flags()
+    assert "avxvnni" not in Target("c -mcpu=alderlake -mattr=-avx2").features
+
+
+@x86
 def test_compiler_flags_name_exactly_the_features():
     flags = Target("c -mattr=+avx2,+fma").compiler_flags()
     assert flags[0] == "-march=x86-64" and "-mavx2" in flags and "-mfma" in flags

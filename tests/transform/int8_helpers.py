@@ -12,6 +12,7 @@ from opfusion.target import Target, host_target
 VNNI = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni")
 AVX512 = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma")
 AVX2 = Target("c -mattr=+avx2,+fma")
+AVXVNNI = Target("c -mattr=+avx2,+fma,+avxvnni")  # Intel's client cores: VNNI without AVX-512
 SSE = Target("c -mattr=+sse4.2")
 
 

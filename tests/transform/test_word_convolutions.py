@@ -8,7 +8,7 @@ rounding."""
 
 import numpy as np
 import pytest
-from int8_helpers import AVX2, AVX512, SSE, VNNI, module, random_codes, runs_here
+from int8_helpers import AVX2, AVX512, AVXVNNI, SSE, VNNI, module, random_codes, runs_here
 
 import opfusion as opf
 from opfusion.compiler.compile import alter_layout
@@ -87,6 +87,37 @@ def test_a_convolution_of_words_computes_the_int32_convolution(channels, outs, s
     np.testing.assert_array_equal(opf.compile(mod)(feed), want)
     if runs_here(SSE):
         np.testing.assert_array_equal(opf.compile(mod, target=SSE)(feed), want)
+
+
+@pytest.mark.parametrize("size,kernel", [((7, 12), 3), ((6, 6), 1)], ids=str)
+def test_avx_vnni_tiles_of_twelve_sums_read_their_weights_from_memory(size, kernel):
+    """AVX-VNNI (no AVX-512: 16 registers) takes a register tile of 4 channel blocks x 3
+    columns, whose 12 sums and 3 broadcasts leave no register for the weight vectors: each
+    vpdpbusd reads its weight vector from memory (an asm operand). The sums are the int64
+    convolution's exactly."""
+    channels, outs, in_block, point = 32, 64, 8, 77
+    x = codes((1, channels, *size), "uint8")
+    weight = codes((outs, channels, kernel, kernel), "int8")
+    weight.reshape(-1)[:7] = -128
+    want = blocked(plain_convolution(x.astype(np.int64), weight, 1, kernel // 2, point), 8)
+    data = opf.var("x", shape=(1, channels // in_block, *size, in_block), dtype="uint8")
+    packed = Call(get_op("nn.byte_words"), [data], {"per_word": 4})
+    conv = Call(get_op("nn.conv2d_nchwc"), [packed, Constant(word_weight(
+        blocked_weight(weight, in_block, 8), 4))], {
+        "padding": [kernel // 2] * 4, "data_layout": f"NCHW{in_block}c",
+        "kernel_layout": f"OIHW{in_block}i8o", "out_layout": "NCHW8c", "words": 4,
+        "pad_value": point, "out_dtype": "int32"})
+    mod = module(conv)
+    exe = opf.compile(mod, target=AVXVNNI)
+    source = exe.source()
+    assert "opf_dot4_add_memory_u8s8_int32x8(" in source and "_mm256_dpbusd_avx_epi32" in source
+    assert "#pragma GCC unroll 1" in source  # (the taps' loops: see regtile)
+    feed = blocked(x, in_block)
+    np.testing.assert_array_equal(evaluate(mod, [feed]), want)
+    if runs_here(AVXVNNI):
+        np.testing.assert_array_equal(exe(feed), want)
+    # with VNNI on 32 registers, or AVX2's pairs, every operand stays in registers
+    assert "dot4_add_memory" not in opf.compile(mod, target=VNNI).source()
 
 
 def test_words_need_words_a_word_weight_and_one_group():
@@ -173,7 +204,8 @@ def rewritten(mod, target):
     ((1, 64, 40, 40), 64, 1, 2, 0, "int8", False),   # signed codes, a strided 1x1
     ((1, 64, 14, 14), 128, 1, 1, 0, "uint8", False),  # a 1x1 over its pixels
 ], ids=str)
-@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2)], ids=["vnni", "avx2"])
+@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVXVNNI, 4), (AVX2, 2)],
+                         ids=["vnni", "avxvnni", "avx2"])
 def test_quantized_convolutions_become_convolutions_of_words(x_shape, outs, kernel, stride, pad,
                                                              activation, chained, target,
                                                              per_word):
@@ -204,7 +236,8 @@ def test_avx2_keeps_winograd_and_avx512_without_vnni_keeps_floats():
     """AVX2's pairs do a float multiply-add's work: Winograd's 3x3 stays; AVX-512 without VNNI
     runs 64-byte pairs on one port: every convolution stays float."""
     _, mod = optimized(qdq_conv_model((1, 32, 12, 12), 32, 3, 1, 1))
-    assert takes_words(VNNI) and not takes_words(AVX2) and not takes_words(AVX512)
+    assert takes_words(VNNI) and takes_words(AVXVNNI)
+    assert not takes_words(AVX2) and not takes_words(AVX512)
     assert calls(rewritten(mod, AVX2), "nn.conv2d_winograd_nchwc")
     new = rewritten(mod, AVX512)
     assert all(not c.attrs.words for c in calls(new, "nn.conv2d_nchwc"))
@@ -287,8 +320,9 @@ def qlinear_conv_model(x_shape, outs, kernel, stride=1, pad=0, activation="uint8
     ((1, 64, 40, 40), 64, 1, 2, 0, "int8", "int8", 0),     # signed bytes, a strided 1x1
     ((1, 32, 15, 15), 32, 3, 1, 1, "uint8", "uint8", 128),  # uint8 weights about 128
 ], ids=str)
-@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVX2, 2), (AVX512, 2), (SSE, 0)],
-                         ids=["vnni", "avx2", "avx512", "sse"])
+@pytest.mark.parametrize("target,per_word", [(VNNI, 4), (AVXVNNI, 4), (AVX2, 2), (AVX512, 2),
+                                              (SSE, 0)],
+                         ids=["vnni", "avxvnni", "avx2", "avx512", "sse"])
 def test_int32_convolutions_of_bytes_take_words_and_stay_exact(x_shape, outs, kernel, stride,
                                                                pad, activation, weight_type,
                                                                point, target, per_word):

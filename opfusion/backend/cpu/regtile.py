@@ -131,12 +131,17 @@ class RegisterTileEmitter:
             address = self._address(plan.store.buffer, plan.store.indices, point)
             start = zero if plan.partial_sum else f"{load}({address})"
             c.line(indent, f"{vt} {c.bind_var(register)} = {start};")
+        from_memory = self._weights_from_memory(points)
         for at, loop in enumerate(plan.reduce_loops):
+            if from_memory and at < len(plan.reduce_loops) - 1 and c.loop_pragma(loop) is None:
+                # (unrolled, GCC keeps the broadcasts one kernel tap shares with the next
+                # live across taps, and spills the sums)
+                c.line(indent, "#pragma GCC unroll 1")
             c.open_loop(loop, indent)
             indent += 1
             for hint in plan.prefetches[at] if plan.prefetches else ():
                 c.emit_prefetch(hint, indent)
-        temps = self._emit_products(points, registers, indent)
+        temps = self._emit_products(points, registers, indent, from_memory)
         for loop in reversed(plan.reduce_loops):
             indent -= 1
             c.line(indent, "}")
@@ -152,10 +157,46 @@ class RegisterTileEmitter:
             c.unbind_var(register)
         c.line(indent - 1, "}")
 
+    def _weights_from_memory(self, points: list[dict[E.Var, int]]) -> bool:
+        """Whether the tile's products of words read their weight vectors from memory (a
+        ``vpdpbusd`` operand), not from registers: with AVX-VNNI alone (16 registers, see
+        :func:`opfusion.backend.cpu.vector_math.vector_dot4_memory_helper`), where the sums,
+        the broadcasts of one weight vector's row and the weight vectors would not all fit.
+        A 3x3 convolution's tile of 4 channel blocks x 3 columns keeps its 12 sums and 3
+        broadcasts in registers so, 1.7 ``vpdpbusd`` a cycle where 4 x 2 (8 sums, every
+        operand in a register) does 1.45."""
+        target = self.vector.target
+        if not (target.has("avxvnni") and not target.has("avx512vl")
+                and _is_dot4_update(self.plan.store.value)):
+            return False
+        analysis = VectorAnalysis(self.plan.vector_loop)
+        analysis.value(self.plan.store.value)
+        operands = [n for n in value_nodes(self.plan.store.value)
+                    if isinstance(n, E.BufferLoad) and n is not self.plan.self_load]
+        weight = self.plan.store.value.b.args[1]
+        if any(analysis.kinds[id(n)] != SCALAR and n is not weight for n in operands):
+            return False  # (a vector operand other than the product's weight: in registers)
+        # (the operands by their offsets' constant parts, as _offset writes them; the loops
+        # are not open yet, so not by their text)
+        distinct: dict[bool, set[tuple[int, ...]]] = {True: set(), False: set()}
+        for at, point in enumerate(points):
+            for node in operands:
+                offset = self.c.offset(node.buffer, node.indices)
+                coefs = tile_coefficients(offset, list(point))
+                delta = (at,) if coefs is None else (
+                    sum(coefs.get(id(v), 0) * value for v, value in point.items()),)
+                distinct[analysis.kinds[id(node)] != SCALAR].add(
+                    (id(node.buffer), *(id(i) for i in node.indices), *delta))
+        weights, broadcasts = len(distinct[True]), len(distinct[False])
+        row = broadcasts if weights >= broadcasts else 1  # (the order of _scalar_major)
+        return len(points) + row + weights > target.vector_registers
+
     def _emit_products(self, points: list[dict[E.Var, int]], registers: list[E.Var],
-                       indent: int) -> list[E.Var]:
+                       indent: int, from_memory: bool = False) -> list[E.Var]:
         """The body of the reduction loops: the operand loads (each distinct one once), then one
-        update per accumulator. Returns the temporaries it bound."""
+        update per accumulator. Returns the temporaries it bound. ``from_memory``: the vector
+        operands of the products of words are their addresses, read by each product itself
+        (see :meth:`_weights_from_memory`)."""
         c, plan = self.c, self.plan
         vector = self.vector
         analysis = VectorAnalysis(plan.vector_loop)
@@ -180,7 +221,8 @@ class RegisterTileEmitter:
                 texts.setdefault(key, (at, is_vector))
             per_point.append(keys)
         points, per_point, registers = _scalar_major(points, per_point, registers)
-        pinned = any(is_vector and uses[key] > 1 for key, (_, is_vector) in texts.items())
+        pinned = not from_memory and any(is_vector and uses[key] > 1
+                                         for key, (_, is_vector) in texts.items())
         if pinned:
             c.need_helper("0_opf_pin", pin_helper(vector.target))
         bound: list[E.Var] = []
@@ -197,7 +239,11 @@ class RegisterTileEmitter:
                     temp = E.Var("vec" if is_vector else "scalar", node.dtype)
                     temp_of[key] = temp
                     bound.append(temp)
-                    if is_vector:
+                    if is_vector and from_memory:
+                        name = c.bind_var(temp)
+                        vector.memory_operands.add(id(temp))
+                        c.line(indent, f"const {c_type(node.dtype)}* {name} = &{at};")
+                    elif is_vector:
                         value = f"{vector.helper('load', node.dtype, self.lanes)}(&{at})"
                         name = c.bind_var(temp)
                         tile_analysis.vector_lets.add(id(temp))
@@ -219,8 +265,15 @@ class RegisterTileEmitter:
                 if var is not plan.vector_loop.loop_var})
             text = vector.value(update, tile_analysis, self.lanes)
             c.line(indent, f"{c.var_name(register)} = {text};")
+        vector.memory_operands.clear()
         return bound
 
+
+
+def _is_dot4_update(value: E.PrimExpr) -> bool:
+    """Whether a tile's update is ``acc + dot4_u8s8(a, b)`` (one ``vpdpbusd``)."""
+    return (isinstance(value, E.Add) and isinstance(value.b, E.Call)
+            and value.b.name == "dot4_u8s8")
 
 
 def _scalar_major(points: list[dict[E.Var, int]], per_point: list[list[str]],

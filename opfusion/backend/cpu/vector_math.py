@@ -407,26 +407,54 @@ def scalar_dot4_helper() -> str:
             "}")
 
 
-#: VNNI's ``vpdpbusd`` by the width of its vectors in bytes: (preprocessor guard, intrinsic,
-#: integer vector type, the zero of that type).
+#: VNNI's ``vpdpbusd`` by the width of its vectors in bytes: its forms, each a (target features
+#: it needs, preprocessor guard, intrinsic, integer vector type, the zero of that type), the
+#: first the target has taken.
 _DPBUSD = {
-    64: ("defined(__AVX512VNNI__)", "_mm512_dpbusd_epi32", "__m512i", "_mm512_setzero_si512()"),
-    32: ("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm256_dpbusd_epi32", "__m256i",
-         "_mm256_setzero_si256()"),
+    64: ((("avx512vnni",), "defined(__AVX512VNNI__)", "_mm512_dpbusd_epi32", "__m512i",
+          "_mm512_setzero_si512()"),),
+    32: ((("avx512vnni", "avx512vl"), "defined(__AVX512VNNI__) && defined(__AVX512VL__)",
+          "_mm256_dpbusd_epi32", "__m256i", "_mm256_setzero_si256()"),
+         # AVX-VNNI: the same instruction, VEX-encoded, on CPUs without AVX-512
+         (("avxvnni",), "defined(__AVXVNNI__)", "_mm256_dpbusd_avx_epi32", "__m256i",
+          "_mm256_setzero_si256()")),
 }
 
 
-def vector_dot4_helper(name: str, vt: str, lanes: int, vnni: bool, accumulate: bool) -> str:
+def vector_dot4_helper(name: str, vt: str, lanes: int, has: Callable[[str], bool],
+                       accumulate: bool) -> str:
     """``name(acc, a, b)`` (``accumulate``) or ``name(a, b)``: :func:`scalar_dot4_helper` lane by
-    lane on int32 vectors of ``lanes``, added to ``acc``: one ``vpdpbusd`` where ``vnni`` (the
-    target has AVX512-VNNI) and the width has one, else a loop over the lanes."""
-    found = _DPBUSD.get(lanes * 4) if vnni else None
+    lane on int32 vectors of ``lanes``, added to ``acc``: one ``vpdpbusd`` where the target
+    (``has``: whether it has a feature) has a VNNI form at that width, else a loop over the
+    lanes."""
+    found = next((form[1:] for form in _DPBUSD.get(lanes * 4, ())
+                  if all(has(feature) for feature in form[0])), None)
     body = None
     if found is not None:
         guard, intrinsic, itype, zero = found
         start = f"({itype})acc" if accumulate else zero
         body = (guard, f"({vt}){intrinsic}({start}, ({itype})a, ({itype})b)")
     return _word_dot_helper(name, vt, lanes, "opf_dot4_u8s8", body, accumulate)
+
+
+def vector_dot4_memory_helper(name: str, vt: str, lanes: int, registers: str) -> str:
+    """``name(acc, a, b)``: ``registers(acc, a, *b)`` (the accumulating dot4 helper) for
+    ``b`` the address of an int32 vector of ``lanes``, which AVX-VNNI's ``vpdpbusd`` reads as
+    its memory operand. Written as ``asm`` because GCC loads a vector that several products
+    read into one register (its common subexpressions), which a register tile on 16
+    registers then spills; elsewhere the load and the register helper."""
+    if lanes != 8:  # pragma: no cover - AVX-VNNI's vectors are 32 bytes
+        raise ValueError(f"no memory form of vpdpbusd for {lanes} int32 lanes")
+    return "\n".join([
+        f"static inline {vt} {name}({vt} acc, {vt} a, const int32_t* b) {{",
+        "#if defined(__GNUC__) && defined(__AVXVNNI__) && !defined(__AVX512VL__)",
+        f'  __asm__("%{{vex%}} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "m"(*(const {vt}*)b));',
+        "  return acc;",
+        "#else",
+        f"  {vt} v; memcpy(&v, b, sizeof v);",
+        f"  return {registers}(acc, a, v);",
+        "#endif",
+        "}"])
 
 
 def _word_dot_helper(name: str, vt: str, lanes: int, scalar: str,

@@ -164,8 +164,10 @@ class Conv2dNCHWcRule(ScheduleRule):
         stem = _stem_tile(space, acc, target)
         if stem is not None:
             return stem
-        budget = pointwise_accumulators(height, int(anchor.shape[3]), int(acc.shape[1]),
-                                        target) if is_pointwise(acc) else conv_accumulators(target)
+        words = int(acc.op.attrs.get("words") or 0)
+        budget = pointwise_accumulators(height, int(anchor.shape[3]), int(acc.shape[1]), target,
+                                        words) if is_pointwise(acc) \
+            else conv_accumulators(target, words=words)
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has); all of them when the pixels are one line
