@@ -2,6 +2,8 @@
 
     python benchmarks/int8_models.py [--model resnet18|resnet50|...|bert_layer|gpt_block]
                                      [--format qdq|qoperator|dynamic] [--repeat 200]
+    python benchmarks/int8_models.py --model resnet18 --save resnet18_qdq.onnx
+
 
 The int8 model is made by ONNX Runtime's quantization tool from a random-weight float model:
 a vision model (:func:`opfusion.testing.vision_model`, or a light model of
@@ -14,13 +16,16 @@ Runtime's documentation recommends for each. Prints the engines' median times fo
 and the int8 model (batch 1, one thread per core, in alternating batches as
 ``benchmarks/models.py`` times them), the int8/float ratios, opfusion's ratios to the others,
 and how far each int8 output is from the float model's (relative to its largest magnitude).
-OpenVINO is left out where it is not installed or cannot read the model. Check ``uptime``
+OpenVINO is left out where it is not installed or cannot read the model. ``--save PATH``
+writes the int8 model to PATH and times nothing (for ``benchmarks/models.py PATH --isa
+avx2_vnni``, say: other ISAs' code against OpenVINO held to them). Check ``uptime``
 first: ONNX Runtime's spinning threads make busy-machine ratios meaningless. Needs the test
 extra (onnxruntime)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -89,6 +94,8 @@ def main() -> None:
     parser.add_argument("--format", choices=["qdq", "qoperator", "dynamic"], default=None,
                         help="qdq for vision models, dynamic for transformer blocks")
     parser.add_argument("--repeat", type=int, default=200, help="calls per engine at least")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="write the int8 model here and time nothing")
     args = parser.parse_args()
 
     transformer = args.model in TRANSFORMER_MODEL_NAMES
@@ -100,6 +107,10 @@ def main() -> None:
     else:
         float_path = vision_model(args.model)
     int8_path = quantized(float_path, Path(tempfile.mkdtemp()) / "int8.onnx", fmt)
+    if args.save is not None:
+        shutil.copyfile(int8_path, args.save)
+        print(f"wrote {args.save}")
+        return
     value = onnx.load(str(float_path), load_external_data=False).graph.input[0]
     shape = tuple(d.dim_value or 1 for d in value.type.tensor_type.shape.dim)
     x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
