@@ -403,12 +403,17 @@ def conv_accumulators(target: Any, pointwise: bool = False, words: int = 0) -> i
     1x1 convolution takes it: :func:`pointwise_accumulators`.
 
     ``words`` 4 (products of bytes by AVX-VNNI's ``vpdpbusd``, which adds into its sum) on
-    16 registers: 12 for every convolution, the 4 x 3 tile, whose weight vectors the
-    products then read from memory (:mod:`opfusion.backend.cpu.regtile`). Its latency of 5
-    cycles at 2 a cycle wants 10 independent sums: ResNet-18's 3x3 layers 1.45 -> 1.7
-    ``vpdpbusd`` a cycle (a Xeon's cores running AVX2 code with AVX-VNNI)."""
+    16 registers: 14, whose tiles (2 blocks x 7 columns on rows of 7s, else 2 x 6, 4 x 3...)
+    read their weight vectors from memory (:mod:`opfusion.backend.cpu.regtile`): 14 sums and
+    one broadcast in registers. Its latency of 5 cycles at 2 a cycle wants 10 independent
+    sums: ResNet-18's 3x3 layers 1.45 -> 1.7 ``vpdpbusd`` a cycle as 4 x 3 tiles (12 sums),
+    then the model 0.955x the time, ResNet-50 0.97x and MobileNetV3 0.96x as 2 x 7 (its last
+    stage's rows of 7, which no 3 or 4 columns divide, 0.49 -> 0.39 ms a layer; a Xeon's
+    cores running AVX2 code with AVX-VNNI)."""
     registers = target.vector_registers
-    if registers == 32 or (registers == 16 and (pointwise or words == 4)):
+    if registers == 16 and words == 4:
+        return registers - 2
+    if registers == 32 or (registers == 16 and pointwise):
         return registers - 4  # the sums, the weight vectors (or broadcasts) of a row, one more
     return max(2, registers // 2)
 

@@ -89,11 +89,11 @@ def test_a_convolution_of_words_computes_the_int32_convolution(channels, outs, s
         np.testing.assert_array_equal(opf.compile(mod, target=SSE)(feed), want)
 
 
-@pytest.mark.parametrize("size,kernel", [((7, 12), 3), ((6, 6), 1)], ids=str)
-def test_avx_vnni_tiles_of_twelve_sums_read_their_weights_from_memory(size, kernel):
-    """AVX-VNNI (no AVX-512: 16 registers) takes a register tile of 4 channel blocks x 3
-    columns, whose 12 sums and 3 broadcasts leave no register for the weight vectors: each
-    vpdpbusd reads its weight vector from memory (an asm operand). The sums are the int64
+@pytest.mark.parametrize("size,kernel", [((7, 12), 3), ((5, 14), 3), ((7, 7), 1)], ids=str)
+def test_avx_vnni_tiles_of_many_sums_read_their_weights_from_memory(size, kernel):
+    """AVX-VNNI (no AVX-512: 16 registers) takes register tiles of up to 14 sums (2 channel
+    blocks x 6 or 7 columns), which leave no register for the weight vectors: each vpdpbusd
+    reads its weight vector from memory (an asm operand). The sums are the int64
     convolution's exactly."""
     channels, outs, in_block, point = 32, 64, 8, 77
     x = codes((1, channels, *size), "uint8")
