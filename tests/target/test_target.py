@@ -62,6 +62,8 @@ def test_avx_vnni_is_vnni_on_avx2_vectors():
     assert word_values(alderlake) == 4 and word_values(Target("c -mattr=+avx2,+fma")) == 2
     assert "-mavxvnni" in alderlake.compiler_flags()
     assert "avxvnni" not in Target("c -mcpu=alderlake -mattr=-avx2").features
+    for cpu in ("raptorlake", "meteorlake", "znver5", "sapphirerapids"):
+        assert "avxvnni" in Target(f"c -mcpu={cpu}").features
 
 
 @x86
