@@ -11,7 +11,7 @@ import os
 import platform
 from pathlib import Path
 
-from .isa import features_from_cpuinfo, normalize_arch
+from .isa import compiler_feature_flags, features_from_cpuinfo, normalize_arch, without
 
 #: Data-cache sizes assumed where the OS does not report them (level -> bytes).
 DEFAULT_CACHE_BYTES = {1: 32 * 1024, 2: 512 * 1024, 3: 8 * 1024 * 1024}
@@ -44,6 +44,32 @@ def host_cpuinfo_flags() -> tuple[str, ...]:
 def host_features() -> frozenset[str]:
     """The host's ISA features that opfusion knows (see :mod:`opfusion.target.isa`)."""
     return features_from_cpuinfo(host_arch(), host_cpuinfo_flags())
+
+
+def compilable_host_features() -> frozenset[str]:
+    """:func:`host_features` less those the C compiler cannot generate code for (with
+    whatever needs them): the host target's features. A CPU newer than its compiler (GCC 10
+    does not know ``-mavxvnni``) gets code for what both know, not a compiler error on every
+    kernel. Unchanged where no compiler is found (building reports that)."""
+    return _compilable(os.environ.get("CC", ""), host_arch(), host_features())
+
+
+@functools.lru_cache(maxsize=8)
+def _compilable(cc: str, arch: str, features: frozenset[str]) -> frozenset[str]:
+    # (cc: the memo's key, so that a different $CC is asked again)
+    from ..backend.cpu.toolchain import find_compiler, rejected_feature_flags
+    from ..errors import CompilerNotFoundError
+
+    if arch != "x86_64":
+        return features
+    try:
+        argv = find_compiler()
+    except CompilerNotFoundError:
+        return features
+    for flag in rejected_feature_flags(argv, compiler_feature_flags(arch, features)):
+        if flag.startswith("-m") and flag[2:] in features:
+            features = without(arch, features, flag[2:])
+    return features
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import BuildError
 from . import isa
 from .host import (
+    compilable_host_features,
     format_size,
     host_arch,
     host_cache_bytes,
@@ -130,7 +131,7 @@ class Target:
         mcpu = self.options.get("mcpu")
         mattr = self.options.get("mattr")
         if mcpu in (None, "native") and (mattr is None or mcpu == "native"):
-            arch, features = host_arch(), host_features()
+            arch, features = host_arch(), compilable_host_features()
         elif mcpu is None:  # -mattr alone: the baseline of the architecture it names
             arch = _arch_of_features(_split_mattr(mattr or ""))
             features = isa.closure(arch, ())

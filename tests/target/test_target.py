@@ -67,6 +67,38 @@ def test_avx_vnni_is_vnni_on_avx2_vectors():
 
 
 @x86
+@needs_cc
+@pytest.mark.parametrize("refused, lost", [("avxvnni", {"avxvnni"}),
+                                           ("avx512f", {"avx512f", "avx512vnni", "avx512bw"})])
+def test_the_host_target_leaves_out_what_its_compiler_does_not_know(tmp_path, monkeypatch,
+                                                                     refused, lost):
+    """A CPU newer than its compiler (GCC 10 and -mavxvnni on an Alder Lake): the host target
+    drops the features whose flags the compiler refuses, and what needs them, so that its
+    kernels build; the CPU's own features (what an artifact may use here) stay."""
+    from opfusion.backend.cpu.toolchain import find_compiler
+    from opfusion.target import host_target
+
+    host_target()  # (made once per process: with the real compiler, for the other tests)
+    real = " ".join(find_compiler())
+    wrapper = tmp_path / "oldcc"
+    wrapper.write_text("#!/bin/sh\n"
+                       f'for a in "$@"; do [ "$a" = "-m{refused}" ] && exit 1; done\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    host = Target("c")
+    assert not host.features & {refused, *lost}
+    assert host.features <= host_features()
+    assert host_features() - host.features <= {refused, *lost, *(
+        f for f in host_features() if f.startswith("avx512"))}
+    assert f"-m{refused}" not in host.compiler_flags()
+    x = opf.var("x", shape=(4, 37))
+    mod = opf.IRModule.from_expr(opf.Function([x], opf.op.exp(opf.op.add(x, x))))
+    data = np.linspace(-3, 3, 4 * 37, dtype=np.float32).reshape(4, 37)
+    assert_close(opf.compile(mod, target=host)(data), np.exp(data + data))
+
+
+@x86
 def test_compiler_flags_name_exactly_the_features():
     flags = Target("c -mattr=+avx2,+fma").compiler_flags()
     assert flags[0] == "-march=x86-64" and "-mavx2" in flags and "-mfma" in flags

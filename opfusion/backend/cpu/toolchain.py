@@ -184,6 +184,35 @@ def compiler_version(argv: list[str]) -> str:
     return _compiler_version(tuple(argv), mtime_ns)
 
 
+@functools.lru_cache(maxsize=16)
+def _rejected_flags(argv: tuple[str, ...], mtime_ns: int, flags: tuple[str, ...]
+                    ) -> tuple[str, ...]:
+    def accepted(tried: tuple[str, ...]) -> bool:
+        try:
+            result = subprocess.run([*argv, *tried, "-x", "c", "-E", "-o", os.devnull, "-"],
+                                    input="", capture_output=True, text=True, timeout=60,
+                                    check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return True  # (a compiler that cannot run fails on its kernels, with its words)
+        return result.returncode == 0
+
+    if accepted(flags):
+        return ()
+    return tuple(flag for flag in flags[1:] if not accepted((flags[0], flag)))
+
+
+def rejected_feature_flags(argv: list[str], flags: tuple[str, ...]) -> tuple[str, ...]:
+    """The ISA flags among ``flags`` (``-march=...`` first, then ``-m<feature>`` ones) that the
+    C compiler ``argv`` does not know: one preprocessing run with all of them, then one per
+    flag only when that fails (memoized per compiler binary). An older GCC than the CPU
+    (GCC 10 and ``-mavxvnni`` on an Alder Lake) would otherwise fail on every kernel."""
+    try:
+        mtime_ns = os.stat(argv[0]).st_mtime_ns
+    except OSError:
+        mtime_ns = 0
+    return _rejected_flags(tuple(argv), mtime_ns, tuple(flags))
+
+
 def host_cpu_features() -> str:
     """Every flag the host CPU reports, for the cache key: a library tuned for this CPU
     (``-mtune=native``) is not reused by a different one sharing the cache."""
