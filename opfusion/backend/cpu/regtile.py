@@ -80,8 +80,9 @@ class RegisterTileEmitter:
         self.plan = plan
         self.lanes = plan.vector.lanes
         self.dtype = plan.store.buffer.dtype
-        #: per accessed (buffer, indices): the offset, its tile coefficients, its base text
-        self._linear: dict[tuple[int, ...], tuple[E.PrimExpr, dict[int, int] | None, str]] = {}
+        #: per accessed (buffer, indices): the offset and its tile coefficients; its base text
+        self._linear: dict[tuple[int, ...], tuple[E.PrimExpr, dict[int, int] | None]] = {}
+        self._bases: dict[tuple[int, ...], str] = {}
 
     def _at(self, expr: E.PrimExpr, point: dict[E.Var, int]) -> E.PrimExpr:
         vector_loop = self.plan.vector_loop
@@ -93,21 +94,32 @@ class RegisterTileEmitter:
                 mapping[var] = E.IntImm(value, var.dtype)
         return simplify(E.substitute(expr, mapping))
 
-    def _offset(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
-                point: dict[E.Var, int]) -> str:
-        """C text of the flat offset of ``buffer[indices]`` at a tile point: the offset at the
-        tile's first point plus a constant, when it is linear in the tile's variables."""
+    def _linear_form(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
+                     point: dict[E.Var, int]
+                     ) -> tuple[tuple[int, ...], E.PrimExpr, int | None]:
+        """(the access's key, its flat offset, the constant the tile point adds to the
+        offset at the tile's first point; None when the offset is not linear in the tile's
+        variables)."""
         key = (id(buffer), *(id(i) for i in indices))
         entry = self._linear.get(key)
         if entry is None:
             offset = self.c.offset(buffer, indices)
-            coefs = tile_coefficients(offset, list(point))
-            base = self.c.expr(self._at(offset, dict.fromkeys(point, 0)))
-            entry = self._linear[key] = (offset, coefs, base)
-        offset, coefs, base = entry
+            entry = self._linear[key] = (offset, tile_coefficients(offset, list(point)))
+        offset, coefs = entry
         if coefs is None:
+            return key, offset, None
+        return key, offset, sum(coefs.get(id(v), 0) * value for v, value in point.items())
+
+    def _offset(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
+                point: dict[E.Var, int]) -> str:
+        """C text of the flat offset of ``buffer[indices]`` at a tile point: the offset at the
+        tile's first point plus a constant, when it is linear in the tile's variables."""
+        key, offset, delta = self._linear_form(buffer, indices, point)
+        if delta is None:
             return self.c.expr(self._at(offset, point))
-        delta = sum(coefs.get(id(v), 0) * value for v, value in point.items())
+        base = self._bases.get(key)
+        if base is None:
+            base = self._bases[key] = self.c.expr(self._at(offset, dict.fromkeys(point, 0)))
         return base if delta == 0 else f"({base} + {delta})"
 
     def _address(self, buffer: E.Buffer, indices: tuple[E.PrimExpr, ...],
@@ -179,29 +191,26 @@ class RegisterTileEmitter:
             return False  # (a vector operand other than the product's weight: in registers)
         # (the operands by their offsets' constant parts, as _offset writes them; the loops
         # are not open yet, so not by their text)
-        distinct: dict[bool, set[tuple[int, ...]]] = {True: set(), False: set()}
+        distinct: dict[bool, set[tuple[object, ...]]] = {True: set(), False: set()}
         for at, point in enumerate(points):
             for node in operands:
-                offset = self.c.offset(node.buffer, node.indices)
-                coefs = tile_coefficients(offset, list(point))
-                delta = (at,) if coefs is None else (
-                    sum(coefs.get(id(v), 0) * value for v, value in point.items()),)
+                key, _, delta = self._linear_form(node.buffer, node.indices, point)
                 distinct[analysis.kinds[id(node)] != SCALAR].add(
-                    (id(node.buffer), *(id(i) for i in node.indices), *delta))
+                    (*key, ("point", at) if delta is None else delta))
         weights, broadcasts = len(distinct[True]), len(distinct[False])
         row = broadcasts if weights >= broadcasts else 1  # (the order of _scalar_major)
         # (where a broadcast of one kernel tap is another tap's too, two registers spare:
         # GCC keeps such broadcasts live across the unrolled taps, and 2 x 6 tiles, 15
         # registers with their operands, spilled; a product's tiles in 16 measured 2% faster
         # with their weights in registers)
-        spare = 2 if any(self._taps_overlap(n) for n in operands
+        spare = 2 if any(self._taps_overlap(n, points[0]) for n in operands
                          if analysis.kinds[id(n)] == SCALAR) else 0
         return len(points) + row + weights > target.vector_registers - spare
 
-    def _taps_overlap(self, load: E.BufferLoad) -> bool:
+    def _taps_overlap(self, load: E.BufferLoad, point: dict[E.Var, int]) -> bool:
         """Whether ``load``'s offset moves with a reduction loop (a kernel tap) as it moves
         with a tile variable (a column): a convolution's input, whose windows overlap."""
-        offset = self.c.offset(load.buffer, load.indices)
+        _, offset, _ = self._linear_form(load.buffer, load.indices, point)
         tile_vars = [loop.loop_var for loop in self.plan.tile_loops]
         reduce_vars = [loop.loop_var for loop in self.plan.reduce_loops]
         tile = tile_coefficients(offset, tile_vars) or {}

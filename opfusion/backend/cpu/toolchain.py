@@ -175,13 +175,18 @@ def _compiler_version(argv: tuple[str, ...], mtime_ns: int) -> str:
     return result.stdout + result.stderr
 
 
+def _binary_mtime_ns(argv: list[str]) -> int:
+    """The compiler binary's modification time, part of the memos' keys so that an upgraded
+    compiler is asked again (0 where it cannot be read)."""
+    try:
+        return os.stat(argv[0]).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def compiler_version(argv: list[str]) -> str:
     """Return the output of ``<compiler> --version`` (memoized per compiler binary)."""
-    try:
-        mtime_ns = os.stat(argv[0]).st_mtime_ns
-    except OSError:
-        mtime_ns = 0
-    return _compiler_version(tuple(argv), mtime_ns)
+    return _compiler_version(tuple(argv), _binary_mtime_ns(argv))
 
 
 @functools.lru_cache(maxsize=16)
@@ -206,11 +211,7 @@ def rejected_feature_flags(argv: list[str], flags: tuple[str, ...]) -> tuple[str
     C compiler ``argv`` does not know: one preprocessing run with all of them, then one per
     flag only when that fails (memoized per compiler binary). An older GCC than the CPU
     (GCC 10 and ``-mavxvnni`` on an Alder Lake) would otherwise fail on every kernel."""
-    try:
-        mtime_ns = os.stat(argv[0]).st_mtime_ns
-    except OSError:
-        mtime_ns = 0
-    return _rejected_flags(tuple(argv), mtime_ns, tuple(flags))
+    return _rejected_flags(tuple(argv), _binary_mtime_ns(argv), tuple(flags))
 
 
 def host_cpu_features() -> str:
