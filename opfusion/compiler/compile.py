@@ -48,6 +48,7 @@ from ..transform.fusion_strategy import get_fusion_strategy
 from ..transform.infer_type import InferType
 from ..transform.legalize_checked_indices import LegalizeCheckedIndices
 from ..transform.merge_parallel_products import MergeParallelProducts
+from ..transform.narrow_group_outputs import NarrowGroupOutputs
 from ..transform.optimize import optimize
 from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pad_channel_blocks import PadChannelBlocks
@@ -226,9 +227,12 @@ def fuse(mod: IRModule, strategy: str, opt_level: int) -> IRModule:
 
     Checked gathers are legalized first, whatever the strategy and level (a pass list cannot
     turn this off): the groups must hold the ``check_indices`` steps, since a kernel clamps
-    an out-of-range index that the reference refuses."""
+    an out-of-range index that the reference refuses. A group that ends in a dequantize
+    then writes its 8-bit codes for its readers to dequantize (NarrowGroupOutputs, at
+    opt_level 3)."""
     pipeline = get_fusion_strategy(strategy).pipeline
-    return pipeline(LegalizeCheckedIndices()(mod), opt_level)
+    fused = pipeline(LegalizeCheckedIndices()(mod), opt_level)
+    return Sequential([NarrowGroupOutputs()], name="NarrowGroups")(fused)
 
 
 def build_executor(mod: IRModule, backend: Backend | None = None,
