@@ -114,6 +114,37 @@ def test_quantize_linear_divides_by_a_corrected_reciprocal_with_the_divisions_va
     np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32"])
+@pytest.mark.parametrize("spec", [None, "c -mattr=+avx2,+fma", "c -mattr=+sse4.2"],
+                         ids=["host", "avx2", "sse4.2"])
+def test_a_cast_of_a_clipped_round_rounds_in_the_conversion(spec, dtype):
+    """cast(clip(round(x / s) + z, lo, hi)) of a value the NaN facts bound (a quantize step
+    after a product): no round of its own, the clip of the unrounded value converted by the
+    rounding vcvtps2dq (round commutes with a clip to whole bounds); the reference's values
+    at the halfway points, which round to even, at the clip's edges and past them."""
+    target = Target(spec) if spec else host_target()
+    data = opf.var("x", shape=(256,))
+    kept = opf.op.where(opf.op.isnan(data), opf.const(np.float32(0)), data)
+    bounded = opf.op.clip(kept, a_min=-1e6, a_max=1e6)
+    scale = np.float32(0.0322368)
+    low, high = (0.0, 255.0) if dtype == "uint8" else (-128.0, 127.0)
+    shifted = opf.op.add(opf.op.round(opf.op.divide(bounded, opf.const(scale))),
+                         opf.const(np.float32(3)))
+    expr = opf.op.cast(opf.op.clip(shifted, a_min=low, a_max=high), dtype=dtype)
+    params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    exe = opf.compile(mod, target=target)
+    lanes = target.vector_lanes("float32")
+    kernel = exe.source_code.split("//@opfusion-section kernel")[1]
+    assert f"opf_round_int32_float32x{lanes}(" in kernel
+    assert "opf_round_float32x" not in kernel
+    halves = (np.arange(-140, 260, dtype=np.float32) + 0.5) * scale
+    x = np.concatenate([halves, np.array(SPECIALS, np.float32)])
+    x = np.resize(x, 256).astype(np.float32)
+    if target.features <= host_target().features:
+        np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
+
+
 _EXHAUSTIVE_CHECK = r"""
 #include <stdio.h>
 #include <string.h>

@@ -171,6 +171,8 @@ class VectorEmitter:
                     f" }}")
         elif kind == "quotient":
             text = self._quotient_helper(name, vt, lanes)
+        elif kind == "round_int32":
+            text = self._round_int32_helper(name, vt, lanes)
         elif kind.startswith("widen_"):
             text = self._widen_helper(name, kind.removeprefix("widen_"), lanes)
         elif kind == "narrow":
@@ -255,6 +257,77 @@ class VectorEmitter:
         helper = self.helper("quotient", "float32", lanes)
         return (f"{helper}({dividend}, {float_literal(float(divisor), 'float32')}, "
                 f"{float_literal(float(reciprocal), 'float32')})")
+
+    def _rounding_conversion(self, node: E.PrimExpr, text: dict[int, str],
+                             lanes: int) -> str | None:
+        """The int32 conversion of ``node`` = ``clip(round(x), lo, hi)`` (a ``min`` of a ``max``
+        or the other way round, whole bounds) as the machine's rounding conversion of
+        ``clip(x, lo, hi)``: ``vcvtps2dq`` rounds to nearest even, as ``round`` does (both in
+        the current rounding mode), and rounding commutes with a clip to whole bounds, NaN
+        included (the clamps' ``vmaxps`` / ``vminps`` give the bound, either way). The round's
+        ``vrndscaleps`` (two micro-ops with AVX-512) is gone from every quantize step. None
+        where ``node`` is not of that form, or the target has no such conversion at this
+        width (``round`` and the truncating conversion stay)."""
+        form = self._cvtps_form(lanes)
+        if form is None or not isinstance(node, (E.Min, E.Max)):
+            return None
+        outer, inner = node, node.children()[0]
+        if type(inner) is type(outer) or not isinstance(inner, (E.Min, E.Max)):
+            return None
+        rounded, point = inner.children()[0], 0.0
+        if isinstance(rounded, E.Add) and isinstance(rounded.b, E.FloatImm):
+            rounded, point = rounded.a, float(rounded.b.value)  # round(x) + z: a zero point
+        bounds = [float(b.value) for b in (inner.children()[1], outer.children()[1])
+                  if isinstance(b, E.FloatImm)]
+        if not (isinstance(rounded, E.Call) and rounded.name == "round"
+                and rounded.dtype == "float32" and len(bounds) == 2
+                and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))):
+            return None
+        value = rounded.children()[0]
+        clipped = self._rounded_quotient(value, text, lanes) or text.get(id(value))
+        if clipped is None:
+            return None
+        # clip(round(x) + z, lo, hi) = clip(round(x), lo - z, hi - z) + z, exactly: the sum
+        # is exact below 2^24, and anything larger is clipped either way
+        for clamp, bound in zip((inner, outer), bounds):
+            kind = "max" if isinstance(clamp, E.Max) else "min"
+            if all(self.facts.nan_free(k) for k in clamp.children()):
+                kind = f"{kind}_not_nan"
+            splat = self._operand(E.FloatImm(bound - point, "float32"), None, lanes)
+            clipped = f"{self.helper(kind, 'float32', lanes)}({clipped}, {splat})"
+        converted = f"{self.helper('round_int32', 'float32', lanes)}({clipped})"
+        if point:
+            converted = f"({converted} + {self.helper('splat', 'int32', lanes)}({int(point)}))"
+        return converted
+
+    def _cvtps_form(self, lanes: int) -> tuple[str, str, str, str] | None:
+        """(feature, guard, intrinsic, argument type) of the rounding float32 -> int32
+        conversion of ``lanes`` lanes, where the target has it; else None."""
+        forms = {16: ("avx512f", "__AVX512F__", "_mm512_cvtps_epi32", "__m512"),
+                 8: ("avx", "__AVX__", "_mm256_cvtps_epi32", "__m256"),
+                 4: ("sse2", "__SSE2__", "_mm_cvtps_epi32", "__m128")}
+        if lanes not in forms or not self.target.has(forms[lanes][0]):
+            return None
+        return forms[lanes]
+
+    def _round_int32_helper(self, name: str, vt: str, lanes: int) -> str:
+        """``name(x)``: the int32 vector of float32 ``x`` rounded to nearest even (in the
+        current rounding mode, as ``nearbyintf``), for lanes already inside int32's range."""
+        form = self._cvtps_form(lanes)
+        assert form is not None
+        _, guard, intrinsic, mtype = form
+        self._include_intrinsics()
+        self.c.includes.add("math.h")
+        it = self.vtype("int32", lanes)
+        return "\n".join([
+            f"static inline {it} {name}({vt} x) {{",
+            f"#if defined({guard})",
+            f"  return ({it}){intrinsic}(({mtype})x);",
+            "#else",
+            f"  {it} r; for (int i = 0; i < {lanes}; ++i) r[i] = (int32_t)nearbyintf(x[i]); "
+            "return r;",
+            "#endif",
+            "}"])
 
     def _fma_width(self, lanes: int) -> bool:
         """Whether the target has vector fused multiply-adds of ``lanes`` float32."""
@@ -558,6 +631,9 @@ class VectorEmitter:
             if node.dtype == "int32" and E.is_float(node.value.dtype):  # (float32 only)
                 fact = self.facts.fact(kids[0])
                 if not fact.nan and INT32_LOW <= fact.low and fact.high < INT32_HIGH:
+                    rounded = self._rounding_conversion(kids[0], text, lanes)
+                    if rounded is not None:
+                        return rounded
                     return f"__builtin_convertvector({args[0]}, {self.vtype('int32', lanes)})"
                 return f"{self.helper('satcast_float32', 'int32', lanes)}({args[0]})"
             if node.dtype in NARROW_DTYPES:  # (planned from float32 only)
@@ -567,7 +643,8 @@ class VectorEmitter:
                     # already clipped into the range (QuantizeLinear's clip): the conversions
                     # alone (vcvttps2dq, vpmovdb), no clamps
                     it = self.vtype("int32", lanes)
-                    return self.narrowed(f"__builtin_convertvector({args[0]}, {it})",
+                    rounded = self._rounding_conversion(kids[0], text, lanes)
+                    return self.narrowed(rounded or f"__builtin_convertvector({args[0]}, {it})",
                                          node.dtype, lanes)
                 kind = "satcast_" + node.value.dtype
                 if not fact.nan:
