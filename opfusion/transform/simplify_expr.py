@@ -13,9 +13,11 @@ transposed copy of it); casts to the
 same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``; a quantize step (``clip(round(x
 / s) + z)``) of dequantized codes (``(c - z) * s``) with the same scale and zero point gives
-the codes back (``c + 0.0``, through movement ops, items of a split and the parts of a
-concatenation: :func:`codes_bounds`), and ``where(isnan(c), 0, c)`` of codes that are never
-NaN is ``c``.
+the codes back (``c + 0.0``, through movement ops, items of a split, the parts of a
+concatenation and max pools: :func:`codes_bounds`), and ``where(isnan(c), 0, c)`` of codes
+that are never NaN is ``c``; a max pool of ``x * s`` (``s`` > 0) or ``x - z`` pools ``x``
+first, since both steps are non-decreasing and keep -inf and NaN (so a DequantizeLinear
+before a pool moves after it, where the QuantizeLinear after the pool undoes it).
 
 Every rule keeps values bit for bit and the rewritten node's type exactly (the rewriter
 checks the type). Rules only look at a node and its operands; a merged chain whose inner
@@ -430,7 +432,7 @@ def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
     """(low, high, NaN-free) when ``expr`` takes only whole numbers from low to high (or NaN,
     unless NaN-free) by its form: a QuantizeLinear's codes (``codes_range``), their kept form
     ``where(isnan(q), 0, q)``, 8-bit integers cast to float32, any of those moved, plus zero,
-    or concatenated; else None."""
+    concatenated or max-pooled; else None."""
     from .int8_products import codes_range
 
     low, high, nan_free = 0, 0, True
@@ -447,7 +449,10 @@ def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
         kept = _call_of(value, "where")
         cast = _call_of(value, "cast")
         joined = _call_of(value, "concatenate")
-        if shifted is not None and _scalar_value(shifted.args[1]) == 0.0:
+        pooled = _call_of(value, "nn.max_pool2d")
+        if pooled is not None and windows_hold_input(pooled):
+            pending.append((pooled.args[0], zero_kept))  # (a maximum of codes is a code)
+        elif shifted is not None and _scalar_value(shifted.args[1]) == 0.0:
             pending.append((shifted.args[0], zero_kept))
         elif kept is not None and _call_of(kept.args[0], "isnan") is not None \
                 and kept.args[0].args[0] is kept.args[2] and _scalar_value(kept.args[1]) == 0.0:
@@ -466,6 +471,39 @@ def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
             low, high = min(low, bounds[0]), max(high, bounds[1])
             nan_free = nan_free and zero_kept
     return low, high, nan_free
+
+
+def windows_hold_input(pool: Call) -> bool:
+    """Whether every window of the max pool ``pool`` holds at least one input value (no
+    dilation, no ceil_mode overhang, padding narrower than the window), so that its maximum
+    is one of its input's values, never the padding's -inf."""
+    attrs = pool.attrs
+    return (all(d == 1 for d in attrs.dilation) and not attrs.ceil_mode
+            and all(pad < attrs.pool_size[i % 2] for i, pad in enumerate(attrs.padding)))
+
+
+def _max_pool_of_monotone() -> PatternCallback:
+    # max_pool(x * s) -> max_pool(x) * s,  max_pool(x - z) -> max_pool(x) - z
+    #     s a positive and z a finite float scalar: both are non-decreasing in x, rounding
+    #     too, and keep -inf (the padding) and NaN, so the maximum commutes with them. A
+    #     DequantizeLinear before a max pool then follows it, where the QuantizeLinear after
+    #     the pool undoes it (quantized_dequantized): the pool reads the codes.
+    x = wildcard()
+    step = is_op("multiply")(x, is_constant()) | is_op("subtract")(x, is_constant())
+    pool = is_op("nn.max_pool2d")(step)
+
+    def move(pre: Expr, post: Expr, m: Bindings) -> Expr | None:
+        inner = post.args[0]
+        value = _scalar_value(inner.args[1])
+        if value is None or not math.isfinite(value) or m[x].checked_type.dtype != "float32" \
+                or (inner.op.name == "multiply" and value <= 0) \
+                or inner.args[1].checked_type.dtype != "float32" \
+                or not _same_type(inner, m[x]):
+            return None
+        pooled = Call(post.op, [m[x]], post.attrs, post.span)
+        return Call(inner.op, [pooled, inner.args[1]], inner.attrs, inner.span)
+
+    return rule(pool, move, "max_pool_of_monotone")
 
 
 def _kept_codes_without_nan() -> PatternCallback:
@@ -625,6 +663,7 @@ def _rules() -> list[PatternCallback]:
         _take_before_movement(),
         _identity_cast(),
         _merge_casts(),
+        _max_pool_of_monotone(),
         _quantized_dequantized(),
         _kept_codes_without_nan(),
         # x * 1 -> x, 1 * x -> x

@@ -52,7 +52,7 @@ import numpy as np
 from ..ir.expr import Call, Constant, Expr, Function
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
-from ..ir.op import Op, get_op
+from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.visitor import ExprMutator, post_order
 from ..target import Target, as_target
 from .context import PassContext
@@ -69,6 +69,7 @@ from .int8_products import (
     zero_point_value,
 )
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
+from .simplify_expr import codes_bounds
 
 
 @pass_factory
@@ -209,7 +210,7 @@ class _Rewriter(ExprMutator):
         #: the parts of each convolution that takes words, by the call's id
         self.convolutions: dict[int, tuple[QuantizedConvolution, list[Call]]] = {}
         #: the codes those convolutions read, by id
-        self.codes: set[int] = set()
+        self.codes: dict[int, str] = {}  # (their 8-bit dtype)
         #: the bytes of each quantized value (by the rewritten codes' id, kept alive in the
         #: value): the convolutions and the other readers of one input share its cast
         self.bytes: dict[int, tuple[Expr, Expr]] = {}
@@ -224,7 +225,7 @@ class _Rewriter(ExprMutator):
                 found = _quantized_blocked_convolution(node, self.floats)
                 if found is not None:
                     self.convolutions[id(node)] = found
-                    self.codes.add(id(found[0].codes))
+                    self.codes[id(found[0].codes)] = found[0].dtype
         return self
 
     def visit_call(self, call: Call) -> Expr:
@@ -244,7 +245,29 @@ class _Rewriter(ExprMutator):
             # that quantizes writes the bytes alone
             data = self._bytes(self.visit(kept[0]), kept[1])
             return Call(get_op("cast"), [data], {"dtype": call.checked_type.dtype})
-        return new
+        return self._reading_bytes(call, new)
+
+    def _reading_bytes(self, call: Call, new: Call) -> Call:
+        """``new`` reading the bytes of the convolutions' codes, cast back to float, where
+        ``call`` is an elementwise operator that reads NaN-free codes themselves (a residual
+        add reads max-pooled codes so): the same values, and the codes' kernel writes bytes
+        alone."""
+        if not (isinstance(call.op, Op) and call.op.pattern <= OpPatternKind.kBroadcast
+                and call.op.name not in ("isnan", "where", "cast")):
+            return new
+        args = list(new.args)
+        for index, arg in enumerate(call.args):
+            dtype = self.codes.get(id(arg))
+            if dtype is None or arg.checked_type.dtype != "float32":
+                continue
+            bounds = codes_bounds(arg)
+            if bounds is None or not bounds[2]:
+                continue  # (a NaN code casts to 0)
+            data = self._bytes(self.visit(arg), dtype)
+            args[index] = Call(get_op("cast"), [data], {"dtype": "float32"})
+        if all(a is b for a, b in zip(args, new.args)):
+            return new
+        return Call(new.op, args, new.attrs, new.span)
 
     def _bytes(self, codes: Expr, dtype: str) -> Expr:
         if id(codes) not in self.bytes:

@@ -18,10 +18,12 @@ from opfusion.transform.fold_constant import BindParams
 rng = np.random.default_rng(5)
 
 
-def residual_block(channels=32, size=10, shortcut="uint8", reader="add", output=False):
+def residual_block(channels=32, size=10, shortcut="uint8", reader="add", output=False,
+                   pool=None):
     """x -> QuantizeLinear -> DequantizeLinear -> two 1x1 convolutions (int8 weights per
     channel), each quantized and dequantized (the shortcut's codes ``shortcut``), summed
-    (``reader="add"``) or the shortcut max-pooled into the sum (``"pool"``), Relu, quantized
+    (``reader="add"``) or the shortcut pooled into the sum (``"pool"``: ``pool`` the
+    pooling node's op and attributes, a 3x3 max pool by default), Relu, quantized
     and dequantized: ResNet's block with a projection shortcut, as ONNX Runtime's
     quantize_static writes it. ``output``: the shortcut's dequantized value is an output too."""
     from onnx import TensorProto, helper, numpy_helper
@@ -54,8 +56,8 @@ def residual_block(channels=32, size=10, shortcut="uint8", reader="add", output=
     nodes += [weight("s"), helper.make_node("Conv", ["xd", "sw", "sb"], ["s"])]
     nodes += qdq("s", "sd", 0.07, -5 if shortcut == "int8" else 127, np.dtype(shortcut))
     if reader == "pool":
-        nodes.append(helper.make_node("MaxPool", ["sd"], ["sp"], kernel_shape=[3, 3],
-                                      pads=[1] * 4))
+        op, attrs = pool or ("MaxPool", {"kernel_shape": [3, 3], "pads": [1] * 4})
+        nodes.append(helper.make_node(op, ["sd"], ["sp"], **attrs))
     nodes += [helper.make_node("Add", ["ad", "sp" if reader == "pool" else "sd"], ["sum"]),
               helper.make_node("Relu", ["sum"], ["r"])]
     nodes += qdq("r", "y", 0.04, 0, np.uint8)
@@ -85,19 +87,18 @@ def groups(mod):
 
 
 def narrow_results(mod):
-    """The dtypes of the groups' results that are 8-bit and read by another group as a
-    parameter that the reader casts to float32 first."""
+    """The dtypes of the groups' 8-bit results that another group reads as a parameter it
+    casts to float32 (or max-pools) first."""
     found = []
     for call in groups(mod):
         for arg, param in zip(call.args, call.op.params):
             if not (isinstance(arg, Call) and isinstance(arg.op, Function)):
                 continue
-            casts = [n for n in post_order(call.op.body) if isinstance(n, Call)
-                     and n.op.name == "cast" and n.args[0] is param
-                     and n.attrs.dtype == "float32"]
-            if arg.checked_type.dtype in ("uint8", "int8") and casts \
-                    and "nn.byte_words" not in [n.op.name for n in post_order(call.op.body)
-                                                if isinstance(n, Call)]:
+            readers = [n for n in post_order(call.op.body) if isinstance(n, Call)
+                       and n.args and n.args[0] is param]
+            if arg.checked_type.dtype in ("uint8", "int8") and readers and all(
+                    (n.op.name == "cast" and n.attrs.dtype == "float32")
+                    or n.op.name == "nn.max_pool2d" for n in readers):
                 found.append(arg.checked_type.dtype)
     return found
 
@@ -133,18 +134,47 @@ def test_a_shortcut_that_ends_in_a_dequantize_writes_its_codes(shortcut):
         assert np.mean(got != want) < 0.02
 
 
-def test_codes_read_by_a_pool_or_given_out_stay_float():
-    """A max pool reads each value at every tap of its window, so the shortcut's floats
-    stay; so do the floats that are a model output."""
-    for model in (residual_block(reader="pool"), residual_block(output=True)):
-        mod = imported(model)
-        assert not narrow_results(fused(mod))
-        x = inputs()
-        want = evaluate(mod, [x])
-        got = compiled(mod)(x)
-        for g, w in zip(got if isinstance(got, list) else [got],
-                        want if isinstance(want, list) else [want]):
-            np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * float(np.abs(w).max()))
+@pytest.mark.parametrize("shortcut", ["uint8", "int8"])
+def test_a_max_pool_of_narrowed_codes_pools_the_bytes(shortcut):
+    """max_pool(dequantize(c)) = dequantize(max_pool(c)): the dequantize is non-decreasing,
+    and every window of the pool holds an input value, so the bytes' padding (their lowest
+    value) never wins where -inf did."""
+    mod = imported(residual_block(reader="pool", shortcut=shortcut))
+    new = fused(mod)
+    assert shortcut in narrow_results(new)
+    pools = [n for call in groups(new) for n in post_order(call.op.body)
+             if isinstance(n, Call) and n.op.name == "nn.max_pool2d"]
+    assert [p.args[0].checked_type.dtype for p in pools] == [shortcut]
+    x = inputs()
+    np.testing.assert_array_equal(evaluate(new, [x]), evaluate(fused(
+        mod, disabled=["NarrowGroupOutputs"]), [x]))
+    want = evaluate(mod, [x])
+    got = compiled(mod)(x)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.02 * float(np.abs(want).max()))
+    assert np.mean(got != want) < 0.02
+
+
+@pytest.mark.parametrize("pool", [
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1] * 4}),
+    ("MaxPool", {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2] * 4}),  # taps on pads
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1] * 4, "ceil_mode": 1}),  # may overhang
+], ids=["average", "dilated", "ceil_mode"])
+def test_codes_read_by_other_pools_stay_float(pool):
+    """An average pool reads each value at every tap of its window, and a max pool whose
+    windows may hold padding alone must see -inf there: the shortcut's floats stay."""
+    mod = imported(residual_block(reader="pool", pool=pool))
+    assert not narrow_results(fused(mod))
+
+
+def test_codes_given_out_stay_float():
+    """Floats that are a model output stay floats."""
+    mod = imported(residual_block(output=True))
+    assert not narrow_results(fused(mod))
+    x = inputs()
+    for got, want in zip(compiled(mod)(x), evaluate(mod, [x]), strict=True):
+        # (a code may flip where the C compiler contracts a product and an add)
+        np.testing.assert_allclose(got, want, rtol=0, atol=0.02 * float(np.abs(want).max()))
+        assert np.mean(got != want) < 0.02
 
 
 def test_a_dequantize_of_a_parameter_stays_where_it_is():

@@ -611,3 +611,40 @@ def test_codes_shared_by_nested_concatenations_are_walked_once():
         value = opf.op.concatenate([value, value], axis=1)
     mod = opf.transform.InferType()(_module([x], opf.op.sum(value)))
     assert codes_bounds(mod["main"].body.args[0]) == (0, 255, True)
+
+
+@pytest.mark.parametrize("point", [None, 0.0, 128.0], ids=["no-point", "zero", "128"])
+def test_a_max_pool_of_dequantized_codes_pools_the_codes(point):
+    """max_pool(dequantize(c)) is dequantize(max_pool(c)) (a positive scale and a zero point
+    are non-decreasing and keep -inf and NaN), and quantizing it with the same parameters
+    gives the pooled codes: QDQ ResNet's stem pool reads codes, bit for bit."""
+    x = opf.var("x", shape=(1, 3, 6, 6))
+    codes = _quantize(x, 0.05, point)
+    pooled = opf.op.nn.max_pool2d(_dequantize(codes, 0.05, point), pool_size=(3, 3),
+                                  strides=(2, 2), padding=(1, 1, 1, 1))
+    mod = _module([x], _quantize(pooled, 0.05, point))
+    new = SimplifyExpr()(mod)
+    assert "round" not in _ops(new)[_ops(new).index("nn.max_pool2d"):]
+    _same_bits(mod, new)
+
+
+@pytest.mark.parametrize("scale,pool", [
+    (-0.05, {}),                                  # a negative scale reverses the order
+    (0.05, {"dilation": (2, 2), "padding": (2, 2, 2, 2)}),  # windows of padding alone
+    (0.05, {"ceil_mode": True}),                  # an overhang past the input
+], ids=["negative", "dilated", "ceil_mode"])
+def test_other_max_pools_of_dequantized_codes_are_not_codes(scale, pool):
+    from opfusion.transform.simplify_expr import codes_bounds
+
+    x = opf.var("x", shape=(1, 3, 7, 7))
+    attrs = {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), **pool}
+    codes = _quantize(x, 0.05)
+    pooled = opf.op.nn.max_pool2d(_dequantize(codes, scale), **attrs)
+    mod = _module([x], _quantize(pooled, 0.05))
+    new = SimplifyExpr()(mod)
+    assert "round" in _ops(new)[_ops(new).index("nn.max_pool2d"):]
+    _same_bits(mod, new)
+    kept = opf.op.where(opf.op.isnan(codes), _f32(0), codes)
+    typed = opf.transform.InferType()(_module([x], opf.op.nn.max_pool2d(kept, **attrs)))
+    if scale > 0:
+        assert codes_bounds(typed["main"].body) is None
