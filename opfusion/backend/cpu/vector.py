@@ -260,14 +260,15 @@ class VectorEmitter:
 
     def _rounding_conversion(self, node: E.PrimExpr, text: dict[int, str],
                              lanes: int) -> str | None:
-        """The int32 conversion of ``node`` = ``clip(round(x), lo, hi)`` (a ``min`` of a ``max``
-        or the other way round, whole bounds) as the machine's rounding conversion of
-        ``clip(x, lo, hi)``: ``vcvtps2dq`` rounds to nearest even, as ``round`` does (both in
-        the current rounding mode), and rounding commutes with a clip to whole bounds, NaN
-        included (the clamps' ``vmaxps`` / ``vminps`` give the bound, either way). The round's
-        ``vrndscaleps`` (two micro-ops with AVX-512) is gone from every quantize step. None
-        where ``node`` is not of that form, or the target has no such conversion at this
-        width (``round`` and the truncating conversion stay)."""
+        """The int32 conversion of ``node`` = ``clip(round(x) [+ z], lo, hi)`` (a ``min`` of a
+        ``max`` or the other way round; whole bounds and zero point) as the machine's rounding
+        conversion of ``clip(x, lo - z, hi - z)``, plus ``z`` in int32: ``vcvtps2dq`` rounds
+        to nearest even, as ``round`` does (both in the current rounding mode), and rounding
+        commutes with a clip to whole bounds, NaN included (the clamps' ``vmaxps`` /
+        ``vminps`` give the bound, either way). The round's ``vrndscaleps`` (two micro-ops
+        with AVX-512) and the float add are gone from every quantize step. None where
+        ``node`` is not of that form, or the target has no such conversion at this width
+        (``round`` and the truncating conversion stay)."""
         form = self._cvtps_form(lanes)
         if form is None or not isinstance(node, (E.Min, E.Max)):
             return None
