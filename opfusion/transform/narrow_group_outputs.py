@@ -41,12 +41,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ..ir.expr import Call, Constant, Expr, Function, Var
 from ..ir.infer import infer_type
 from ..ir.module import IRModule
 from ..ir.op import Op, OpPatternKind, get_op
 from ..ir.types import TensorType
-from ..ir.visitor import ExprMutator, post_order
+from ..ir.visitor import ExprMutator, children, post_order
 from .context import PassContext
 from .int8_products import dequantized_codes
 from .pass_infra import Pass, function_pass, pass_factory, register_pass
@@ -140,7 +140,7 @@ def _one_value(expr: Expr) -> bool:
     return isinstance(expr, Constant) and expr.data.size == 1
 
 
-def _reads_once(group: Function, param: Var, tail: _Dequantize) -> bool:
+def _reads_once(group: Function, param: Var) -> bool:
     """Whether every operator of ``group`` that reads ``param`` reads each of its values once
     (so that dequantizing there costs one conversion a value), or is a max pool that can
     pool the codes themselves (:func:`_pools_codes`)."""
@@ -151,35 +151,20 @@ def _reads_once(group: Function, param: Var, tail: _Dequantize) -> bool:
             continue
         if not isinstance(node.op, Op):
             return False
-        if _pools_codes(node, tail):
+        if _pools_codes(node):
             continue
         if node.op.pattern > _MOST_READER and node.op.name not in _MOVES:
             return False
     return True
 
 
-def _pools_codes(node: Call, tail: _Dequantize) -> bool:
-    """Whether ``node`` is a max pool that may pool the codes before ``tail`` dequantizes
-    them: the tail is non-decreasing (a positive scale, a zero point) and every window
-    holds an input value (the bytes' padding is their lowest value, not -inf)."""
-    if not (isinstance(node.op, Op) and node.op.name == "nn.max_pool2d"
-            and _windows_hold_input(node)):
-        return False
-    for call, _ in tail.tail:
-        if call.op.name == "multiply" and not any(
-                _one_value(arg) and float(arg.data.reshape(())) > 0 for arg in call.args):
-            return False
-    return True
-
-
-def _operands(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
-        return tuple(node.args)
-    if isinstance(node, Tuple):
-        return tuple(node.fields)
-    if isinstance(node, TupleGetItem):
-        return (node.tuple_value,)
-    return ()
+def _pools_codes(node: Call) -> bool:
+    """Whether ``node`` is a max pool that may pool the codes before their tail dequantizes
+    them: every window holds an input value (the bytes' padding is their lowest value, not
+    -inf). The tail is non-decreasing already: ``dequantized_codes`` takes positive scales
+    only, and a zero point."""
+    return (isinstance(node.op, Op) and node.op.name == "nn.max_pool2d"
+            and _windows_hold_input(node))
 
 
 def _narrowed_groups(func: Function) -> dict[Call, _Dequantize]:
@@ -189,7 +174,7 @@ def _narrowed_groups(func: Function) -> dict[Call, _Dequantize]:
     elsewhere: set[Call] = {func.body} if _group(func.body) is not None else set()
     for node in post_order(func.body, into_functions=False):
         reader = _group(node)
-        for index, arg in enumerate(_operands(node)):
+        for index, arg in enumerate(children(node, into_functions=False)):
             if _group(arg) is None:
                 continue
             if reader is None:
@@ -201,7 +186,7 @@ def _narrowed_groups(func: Function) -> dict[Call, _Dequantize]:
         if call in elsewhere:
             continue
         tail = _dequantize_tail(call.op)
-        if tail is not None and all(_reads_once(group, group.params[index], tail)
+        if tail is not None and all(_reads_once(group, group.params[index])
                                     for group, index in uses):
             narrowed[call] = tail
     return narrowed
@@ -263,6 +248,6 @@ class _Substitute(ExprMutator):
         if len(call.args) == 1 and isinstance(call.args[0], Var) \
                 and call.args[0] in self.replace:
             codes, tail = self.replace[call.args[0]]
-            if _pools_codes(call, tail):
+            if _pools_codes(call):
                 return tail.applied(Call(call.op, [codes], call.attrs, call.span))
         return super().visit_call(call)

@@ -474,12 +474,12 @@ def codes_bounds(expr: Expr) -> tuple[int, int, bool] | None:
 
 
 def windows_hold_input(pool: Call) -> bool:
-    """Whether every window of the max pool ``pool`` holds at least one input value (no
-    dilation, no ceil_mode overhang, padding narrower than the window), so that its maximum
-    is one of its input's values, never the padding's -inf."""
+    """Whether every window of the max pool ``pool`` holds at least one input value, so that
+    its maximum is one of its input's values, never the padding's -inf: no dilation (whose
+    taps may all fall on padding) and no ceil_mode overhang (the op already refuses padding
+    as wide as its window)."""
     attrs = pool.attrs
-    return (all(d == 1 for d in attrs.dilation) and not attrs.ceil_mode
-            and all(pad < attrs.pool_size[i % 2] for i, pad in enumerate(attrs.padding)))
+    return all(d == 1 for d in attrs.dilation) and not attrs.ceil_mode
 
 
 def _max_pool_of_monotone() -> PatternCallback:
