@@ -42,8 +42,37 @@ def host_cpuinfo_flags() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def host_features() -> frozenset[str]:
-    """The host's ISA features that opfusion knows (see :mod:`opfusion.target.isa`)."""
-    return features_from_cpuinfo(host_arch(), host_cpuinfo_flags())
+    """The host's ISA features that opfusion knows (see :mod:`opfusion.target.isa`); AMX's
+    only where the OS lets this process use its tiles (:func:`os_grants_amx`)."""
+    features = features_from_cpuinfo(host_arch(), host_cpuinfo_flags())
+    if "amx-tile" in features and not os_grants_amx():
+        features = without(host_arch(), features, "amx-tile")
+    return features
+
+
+#: Linux's ``arch_prctl`` request for an extended state component, and AMX's tile data
+#: component (``asm/prctl.h``, ``XFEATURE_XTILEDATA``).
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+_SYS_ARCH_PRCTL = 158  # x86-64
+
+
+@functools.lru_cache(maxsize=1)
+def os_grants_amx() -> bool:
+    """Whether this process may use AMX's tiles. Linux (5.16 and later) enables their 8 KiB
+    of register state per process, on request; a tile instruction without it faults. The
+    request is made here, once, for the whole process (every thread, every kernel library it
+    loads): a CPU with AMX on an older kernel, or a VM that hides the state, gets no AMX
+    code."""
+    if host_arch() != "x86_64" or platform.system() != "Linux":
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def compilable_host_features() -> frozenset[str]:

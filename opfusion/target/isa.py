@@ -22,6 +22,11 @@ X86_IMPLIES: dict[str, tuple[str, ...]] = {
     # AVX-VNNI: VNNI's byte products on VEX-encoded 32-byte vectors, for CPUs without AVX-512
     # (Intel's client cores since Alder Lake) as well as with it
     "avxvnni": ("avx2",),
+    # AMX: eight tile registers of up to 16 rows x 64 bytes and a matrix unit whose
+    # ``tdpbusd`` multiplies a 16 x 64 tile of unsigned bytes by a 64 x 16 one of signed bytes
+    # into 16 x 16 int32 sums (Sapphire Rapids and later Xeons). Linux hands the tiles' state
+    # to a process only when asked (see :func:`opfusion.target.host.os_grants_amx`).
+    "amx-tile": (), "amx-int8": ("amx-tile",),
 }
 
 #: Arm (AArch64) features: Advanced SIMD is part of the base architecture.
@@ -39,7 +44,7 @@ _CPUINFO_NAMES = {
     "pni": "sse3", "sse4_1": "sse4.1", "sse4_2": "sse4.2", "abm": "lzcnt",
     "avx512_vnni": "avx512vnni", "avx512_bf16": "avx512bf16", "avx512_vbmi": "avx512vbmi",
     "avx512vbmi": "avx512vbmi", "avx_vnni": "avxvnni", "asimd": "neon", "asimddp": "dotprod",
-    "asimdhp": "fp16", "bmi1": "bmi",
+    "asimdhp": "fp16", "bmi1": "bmi", "amx_tile": "amx-tile", "amx_int8": "amx-int8",
 }
 
 _V2 = ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt")
@@ -54,7 +59,7 @@ KNOWN_CPUS: dict[str, tuple[str, tuple[str, ...]]] = {
     "skylake-avx512": ("x86_64", _V4), "cascadelake": ("x86_64", (*_V4, "avx512vnni")),
     "icelake-server": ("x86_64", (*_V4, "avx512vnni", "avx512ifma", "avx512vbmi")),
     "sapphirerapids": ("x86_64", (*_V4, "avx512vnni", "avx512ifma", "avx512vbmi",
-                                  "avx512bf16", "avxvnni")),
+                                  "avx512bf16", "avxvnni", "amx-int8")),
     "alderlake": ("x86_64", (*_V3, "avxvnni")), "raptorlake": ("x86_64", (*_V3, "avxvnni")),
     "meteorlake": ("x86_64", (*_V3, "avxvnni")),
     "znver1": ("x86_64", _V3), "znver2": ("x86_64", _V3), "znver3": ("x86_64", _V3),

@@ -258,6 +258,25 @@ class Target:
         return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
 
     @property
+    def matrix_tiles(self) -> int:
+        """Tile registers of the target's matrix unit for products of bytes: AMX's 8 (each
+        up to :attr:`matrix_tile_rows` rows of :attr:`matrix_tile_bytes` bytes), 0 without
+        one."""
+        return 8 if self.has("amx-int8") else 0
+
+    @property
+    def matrix_tile_rows(self) -> int:
+        """Rows of one matrix tile (AMX: 16): the outputs one tile of sums holds in a
+        column, and the most a product of tiles multiplies at once."""
+        return 16
+
+    @property
+    def matrix_tile_bytes(self) -> int:
+        """Bytes of one matrix tile's row (AMX: 64): 16 int32 sums, or the 64 bytes of one
+        output's contraction that a product of tiles takes."""
+        return 64
+
+    @property
     def cache_line_bytes(self) -> int:
         """Bytes of one cache line, the unit a prefetch fetches: 64 on x86-64 and on the Arm
         cores this target models."""

@@ -418,6 +418,65 @@ def conv_accumulators(target: Any, pointwise: bool = False, words: int = 0) -> i
     return max(2, registers // 2)
 
 
+def takes_matrix_tiles(target: Any, words: int, groups: int, depthwise: bool) -> bool:
+    """Whether a blocked convolution of ``words`` runs its products on the target's matrix
+    tiles (AMX, :attr:`opfusion.target.Target.matrix_tiles`): a dense one (one group) of
+    4-byte words. One ``tdpbusd`` multiplies up to 16 outputs' words (a tile's rows: output
+    columns) by 16 output channels' (a vector's lanes), as many words as a row of 64 bytes
+    holds, in the time of about 16 ``vpdpbusd``: 16 x 16 x 4 multiply-adds of VNNI each at
+    the least (a 16-byte row, one block of 16 channels), three times that where the taps of a
+    row of the kernel read consecutive bytes (see :mod:`opfusion.backend.cpu.matrix_tiles`).
+    On a Xeon (one core, in a loop): 0.69 million million multiply-adds a second with
+    16-byte rows, 1.65-1.8 with 48-byte ones, against VNNI's 0.31."""
+    return words == 4 and groups == 1 and not depthwise and target.matrix_tiles > 0
+
+
+def matrix_width_unit(out_width: int, rows: int) -> int:
+    """Output columns of a unit of a convolution on matrix tiles (:func:`takes_matrix_tiles`):
+    the row itself up to ``rows`` (a tile's rows) columns, else its largest divisor from half
+    of ``rows`` to ``rows`` (56 columns: 14), else ``rows`` (the last unit cropped). A tile's
+    product takes the same time for any number of rows: fewer rows do less work."""
+    if out_width <= rows:
+        return out_width
+    for unit in range(rows, rows // 2 - 1, -1):
+        if out_width % unit == 0:
+            return unit
+    return rows
+
+
+def matrix_tile_runs(columns: int, rows: int) -> int:
+    """Tiles of sums that ``columns`` consecutive output columns take: equal runs of at most
+    ``rows`` each (0: no such equal split)."""
+    runs = -(-columns // rows)
+    return runs if columns % runs == 0 else 0
+
+
+def matrix_tile_fits(blocks: int, columns: int, target: Any) -> bool:
+    """Whether a register tile of ``blocks`` channel blocks x ``columns`` columns fits the
+    matrix tiles: its tiles of sums (blocks x runs of columns) and one tile of each operand
+    (see :mod:`opfusion.backend.cpu.matrix_tiles`)."""
+    runs = matrix_tile_runs(columns, target.matrix_tile_rows)
+    return runs > 0 and blocks * runs + 2 <= target.matrix_tiles
+
+
+def matrix_tile(blocks: int, units: int, unit: int, target: Any) -> tuple[int, int]:
+    """(channel blocks, units of columns) of a convolution's register tile on matrix tiles:
+    the most tiles of sums up to 4 (each operand tile loaded once a step and used by two
+    products, 2 x 2, where the tiles allow), then with every operand tile resident (sums,
+    inputs and weights within the tiles), then the most channel blocks."""
+    rows = target.matrix_tile_rows
+    best: tuple[tuple[int, bool, int], tuple[int, int]] | None = None
+    for tile in (b for b in range(1, 5) if blocks % b == 0):
+        for cols in (u for u in range(1, 5) if units % u == 0):
+            runs = matrix_tile_runs(cols * unit, rows)
+            if not matrix_tile_fits(tile, cols * unit, target) or tile * runs > 4:
+                continue
+            key = (tile * runs, tile + runs + tile * runs <= target.matrix_tiles, tile)
+            if best is None or key > best[0]:
+                best = (key, (tile, cols))
+    return best[1] if best is not None else (1, 1)
+
+
 #: Parallel tasks per core a dense 1x1 convolution's pixel line needs from its channel
 #: tiles alone (a task of a line has every pixel, see :func:`pointwise_accumulators`).
 LINE_TASKS_PER_CORE = 4
@@ -476,11 +535,13 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     words = int(attrs.words)
     budget = pointwise_accumulators(out_h, out_w, acc_blocks, target, words) if pointwise \
         else conv_accumulators(target, words=words)
-    if pointwise and flatten_pixels(out_h, out_w, budget, acc_blocks):
+    matrix = takes_matrix_tiles(target, words, attrs.groups, depthwise)
+    if pointwise and not matrix and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
     # (with words, the data's block holds words of its channels: ``in_block`` words)
     fill = _pad_fill(data.dtype, words, attrs.pad_value)
-    unit = nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
+    unit = matrix_width_unit(out_w, target.matrix_tile_rows) if matrix else \
+        nchwc_width_unit(out_w, budget, acc_blocks if attrs.groups == 1 else 0)
     units = -(-out_w // unit)
     rows = (out_h - 1) * sh + (kh - 1) * dh + 1
     cols = (units * unit - 1) * sw + (kw - 1) * dw + 1
@@ -1024,7 +1085,7 @@ def _contract(out_shape: Sequence[int], a_at: Callable[[Index, Any], te.PrimExpr
         return te.compute(out_shape, lambda *i: _zero(out_dtype), name=name, tag=MATMUL)
     k = te.reduce_axis((0, depth), name="k")
     res = te.compute(out_shape, lambda *i: te.sum(product(i, k), axis=k), name=name,
-                      tag=MATMUL)
+                      tag=MATMUL, attrs={"words": words} if words else None)
     if final_dtype == out_dtype:
         return res
     return te.compute(out_shape, lambda *i: te.cast(res[i], final_dtype), name=name + "_cast")
@@ -1357,6 +1418,8 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "few_rows_panel_width", "flatten_pixels", "group_window_tile", "nchwc_width_unit",
+           "matrix_tile", "matrix_tile_fits", "matrix_tile_runs", "matrix_width_unit",
+           "takes_matrix_tiles",
            "normalize_axis_of",
            "MAX_PANEL_PADDING", "padded_out_blocks", "padded_panel_width", "panel_vectors",
            "panel_width", "pointwise_accumulators",

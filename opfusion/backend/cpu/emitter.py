@@ -54,7 +54,7 @@ from .module import (
     KERNEL_TABLE_VERSION,
     KernelParam,
 )
-from .regtile import RegisterTileEmitter
+from .regtile import MatrixTileEmitter, RegisterTileEmitter
 from .units import SECTION_MARKER
 from .vector import VectorEmitter
 from .vector_math import (
@@ -193,6 +193,8 @@ class CPUEmitter(CFamilyEmitter):
         assert self.plans is not None
         if self.plans.fence_at_end:
             self._fence(1)
+        if self.plans.matrix_tiles:
+            self.line(1, "opf_tiles_release();")
 
     def function_text(self, declarations: list[str], body: list[str]) -> list[str]:
         """``int32_t name(...)``: returns 0, or the status a heap allocation or a cancel set."""
@@ -225,7 +227,8 @@ class CPUEmitter(CFamilyEmitter):
             return
         tile = self.plans.tile(loop)
         if tile is not None:
-            RegisterTileEmitter(self, self.vector, tile).emit(indent)
+            emitter = MatrixTileEmitter if tile.matrix is not None else RegisterTileEmitter
+            emitter(self, self.vector, tile).emit(indent)
             return
         plan = self.plans.vector(loop)
         if plan is not None:
@@ -235,6 +238,9 @@ class CPUEmitter(CFamilyEmitter):
         if (loop.kind is S.ForKind.PARALLEL or self.loop_depth == 0) and has_inner_loop(loop):
             self._emit_cancel_check(indent + 1)
         self.push_loop_close(loop, indent, stack)
+        if loop.kind is S.ForKind.PARALLEL and self.plans.matrix_tiles:
+            # (each task leaves the tiles released: see .matrix_tiles)
+            stack.append(lambda: self.line(indent + 1, "opf_tiles_release();"))
         if self.plans.fences(loop):
             stack.append(lambda: self._fence(indent + 1))
         stack.append((loop.body, indent + 1))

@@ -47,6 +47,7 @@ from ...tir.shared_values import evaluated_on_every_path
 from ...tir.simplify import linear_form, simplify, structural_key
 from ...tir.stmt import read_buffers, written_buffers
 from ..c_family import walk_stmts
+from .matrix_tiles import MatrixTilePlan, plan_matrix_tile
 from .vector_math import VECTOR_INTRINSICS
 
 #: Element types a vector may hold, with their size in bytes.
@@ -105,6 +106,8 @@ class RegisterTilePlan:
     #: a partial-sum tile whose accumulator the statement just before it only set to zero:
     #: that statement is skipped and the tile stores its sum (see :func:`fresh_tiles`)
     fresh: bool = False
+    #: products of bytes run on the target's matrix tiles (see :mod:`.matrix_tiles`)
+    matrix: MatrixTilePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,11 @@ class LoopPlans:
     def vector(self, loop: S.For) -> VectorPlan | None:
         """The vector plan of ``loop`` (None: a plain loop)."""
         return self.vectors.get(id(loop))
+
+    @property
+    def matrix_tiles(self) -> bool:
+        """Whether a register tile runs on matrix tiles (the kernel then releases them)."""
+        return any(tile.matrix is not None for tile in self.tiles.values())
 
     def tile(self, loop: S.For) -> RegisterTilePlan | None:
         """The register tile whose outermost reduction loop is ``loop`` (None: not one)."""
@@ -719,14 +727,17 @@ def plan_register_tile(loop: S.For, target: Target,
     if vector is None or vector.streams:
         return None
     points = tile_points(tile_loops, vector_loop, vector.lanes)
-    if len(points) > max_tile_vectors(target):
+    matrix = plan_matrix_tile(reduce_loops, tile_loops, vector_loop, vector.lanes, points,
+                              store, self_load, target)
+    if matrix is None and len(points) > max_tile_vectors(target):
         return None
     tile_vars = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
     if not _disjoint_vectors(offset, tile_vars, points, vector.lanes):
         return None
     return RegisterTilePlan(tuple(reduce_loops), tuple(tile_loops), vector_loop, vector, store,
                             self_load, partial_sum_update(store, self_load),
-                            tuple(_leading_prefetches(r.body)[0] for r in reduce_loops))
+                            tuple(_leading_prefetches(r.body)[0] for r in reduce_loops),
+                            matrix=matrix)
 
 
 def partial_sum_update(store: S.BufferStore, self_load: E.BufferLoad) -> bool:

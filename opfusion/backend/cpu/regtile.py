@@ -38,6 +38,14 @@ from .loop_planning import (
     tile_points,
     value_nodes,
 )
+from .matrix_tiles import (
+    TILES_HELPER,
+    TILES_HELPER_KEY,
+    config_helper,
+    resident_operands,
+    tile_config,
+    tile_registers,
+)
 from .vector import VectorEmitter
 
 _PIN_AVX = (
@@ -327,3 +335,69 @@ def _scalar_major(points: list[dict[E.Var, int]], per_point: list[list[str]],
     ranked = [index for _, index in sorted(order)]
     return ([points[i] for i in ranked], [per_point[i] for i in ranked],
             [registers[i] for i in ranked])
+
+
+class MatrixTileEmitter(RegisterTileEmitter):
+    """Writes a register tile whose products run on matrix tiles (a :class:`RegisterTilePlan`
+    with ``matrix``; see :mod:`.matrix_tiles`): each tile of sums loaded from the
+    accumulator, the remaining reduction loops, in each step the data's and the weight's
+    tiles and one ``tdpbusd`` per tile of sums, then the sums stored."""
+
+    def emit(self, indent: int) -> None:
+        c, plan = self.c, self.plan
+        matrix = plan.matrix
+        assert matrix is not None
+        target = self.vector.target
+        c.includes.update(("immintrin.h", "unistd.h", "sys/syscall.h", "stdint.h"))
+        c.need_helper(TILES_HELPER_KEY, TILES_HELPER)
+        key, config, text = config_helper(tile_config(matrix, target))
+        c.need_helper(key, text)
+        sums, data_regs, weight_regs = tile_registers(matrix, target)
+        resident = resident_operands(matrix, target)
+        points = tile_points(plan.tile_loops, plan.vector_loop, self.lanes)
+        starts = {loop.loop_var: loop.min.value for loop in matrix.k_loops}
+        # (every address at a point of the tile, the contraction's loops at their start)
+        at = [{**point, **starts} for point in points]
+        c.line(indent, "{")
+        indent += 1
+        c.line(indent, f"opf_tiles_configure(&{config});")
+        for register, rows in zip(sums, matrix.sums):
+            address = self._address(plan.store.buffer, plan.store.indices, at[rows[0]])
+            c.line(indent, f"_tile_loadd({register}, {address}, {matrix.sum_stride});")
+        for depth, loop in enumerate(matrix.loops):
+            c.open_loop(loop, indent)
+            indent += 1
+            for hint in plan.prefetches[depth] if plan.prefetches else ():
+                c.emit_prefetch(hint, indent)
+        first_of_run = {run: rows[0] for rows, run in zip(matrix.sums, matrix.runs)}
+        first_of_block = {block: rows[0] for rows, block in zip(matrix.sums, matrix.blocks)}
+        loaded_weights: set[int] = set()
+        turn = 0
+        for run in range(matrix.run_count):
+            data_reg = data_regs[run] if resident else data_regs[0]
+            address = self._address(matrix.data.buffer, matrix.data.indices,
+                                    at[first_of_run[run]])
+            c.line(indent, f"_tile_loadd({data_reg}, {address}, {matrix.data_stride});")
+            for register, r, block in zip(sums, matrix.runs, matrix.blocks):
+                if r != run:
+                    continue
+                if resident:
+                    weight_reg = weight_regs[block]
+                else:
+                    weight_reg = weight_regs[turn % len(weight_regs)]
+                    turn += 1
+                if not (resident and block in loaded_weights):
+                    address = self._address(matrix.weight.buffer, matrix.weight.indices,
+                                            at[first_of_block[block]])
+                    c.line(indent, f"_tile_loadd({weight_reg}, {address}, "
+                                   f"{matrix.weight_stride});")
+                    loaded_weights.add(block)
+                c.line(indent, f"_tile_dpbusd({register}, {data_reg}, {weight_reg});")
+        for loop in reversed(matrix.loops):
+            indent -= 1
+            c.line(indent, "}")
+            c.unbind_var(loop.loop_var)
+        for register, rows in zip(sums, matrix.sums):
+            address = self._address(plan.store.buffer, plan.store.indices, at[rows[0]])
+            c.line(indent, f"_tile_stored({register}, {address}, {matrix.sum_stride});")
+        c.line(indent - 1, "}")

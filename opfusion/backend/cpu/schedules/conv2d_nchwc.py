@@ -44,7 +44,10 @@ from ....topi.nn import (
     channel_tile,
     conv_accumulators,
     group_window_tile,
+    matrix_tile,
+    matrix_tile_fits,
     pointwise_accumulators,
+    takes_matrix_tiles,
 )
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
@@ -93,6 +96,18 @@ def is_pointwise(acc: te.Tensor) -> bool:
     return ry == rx == 1 and rc == int(source.shape[1]) * int(source.shape[4])
 
 
+def on_matrix_tiles(acc: te.Tensor, target: Target) -> bool:
+    """Whether the accumulator's products run on the target's matrix tiles (see
+    :func:`opfusion.topi.nn.takes_matrix_tiles`): a dense convolution of 4-byte words (its
+    sum runs over every input channel) where the target has AMX."""
+    if is_depthwise(acc):
+        return False
+    source = acc.op.input_tensors[0]
+    dense = int(acc.op.reduce_axis[0].dom.extent) == int(source.shape[1]) * int(source.shape[4])
+    return takes_matrix_tiles(target, int(acc.op.attrs.get("words") or 0), 1 if dense else 2,
+                              False)
+
+
 class Conv2dNCHWcRule(ScheduleRule):
     """Blocked direct convolution: per-task accumulators, register tiles of broadcasts."""
 
@@ -111,13 +126,19 @@ class Conv2dNCHWcRule(ScheduleRule):
         registers = target.vector_registers
 
         one_line = is_pixel_line(acc, height)
+        matrix = on_matrix_tiles(acc, target)
+
+        def tile_fits(tile: int, columns: int) -> bool:
+            if matrix:
+                return matrix_tile_fits(tile, columns, target)
+            return tile * columns <= registers
 
         def fits(config: Mapping[str, Any]) -> bool:
-            """the register tile fits the vector registers, a task is whole tiles, and a
-            pixel line's sums at a task (no line chunks) are at a task of every row: the
-            units of some rows are bounded loosely, and each such task computed most of the
-            line (6.5x the multiply-adds of a 7 x 7 line)"""
-            return (config["channel_tile"] * config["col_units"] * unit <= registers
+            """the register tile fits the vector registers (the matrix tiles), a task is
+            whole tiles, and a pixel line's sums at a task (no line chunks) are at a task of
+            every row: the units of some rows are bounded loosely, and each such task
+            computed most of the line (6.5x the multiply-adds of a 7 x 7 line)"""
+            return (tile_fits(config["channel_tile"], config["col_units"] * unit)
                     and config["task_blocks"] % config["channel_tile"] == 0
                     and not (one_line and config["line_chunks"] == 1
                              and config["row_block"] < height))
@@ -169,6 +190,9 @@ class Conv2dNCHWcRule(ScheduleRule):
                                         words) if is_pointwise(acc) \
             else conv_accumulators(target, words=words)
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
+        col_units = 1
+        if on_matrix_tiles(acc, target):
+            tile, col_units = matrix_tile(blocks, int(acc.shape[3]), unit, target)
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has); all of them when the pixels are one line
         # (a task of some rows would compute the units across its edges twice).
@@ -177,10 +201,12 @@ class Conv2dNCHWcRule(ScheduleRule):
         row_block = height if is_pixel_line(acc, height) and chunks == 1 \
             else task_rows(height, channel_tasks, target)
         k_blocks = reduction_blocks(acc, tile, target)
+        if on_matrix_tiles(acc, target):
+            k_blocks = _input_blocks(acc)
         first = rows_first(acc, target)
         if not first and whole_height_task(acc, tile, channel_tasks, k_blocks, target):
             row_block = height
-        return space.config(channel_tile=tile, col_units=1, task_blocks=tile,
+        return space.config(channel_tile=tile, col_units=col_units, task_blocks=tile,
                             row_block=row_block, k_blocks=k_blocks, line_chunks=chunks,
                             rows_first=first, prefetch=space.knob("prefetch").values[-1])
 

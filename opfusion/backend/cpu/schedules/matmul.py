@@ -20,7 +20,14 @@ from typing import Any
 
 from .... import te
 from ....target import Target
-from ....topi.nn import MATMUL, MATMUL_CROP, MATMUL_DOT, MATMUL_PACK, MATMUL_PARTIAL
+from ....topi.nn import (
+    MATMUL,
+    MATMUL_CROP,
+    MATMUL_DOT,
+    MATMUL_PACK,
+    MATMUL_PARTIAL,
+    matrix_tile_runs,
+)
 from ...schedule_rule import Config, ConfigSpace, Knob, ScheduleRule
 from .common import (
     accumulators,
@@ -154,14 +161,22 @@ class MatmulPlainRule(ScheduleRule):
             # Packed panels fix the tile's columns (a tile reads one panel).
             cols = (panels,) if panels else divisors(n, registers * lanes)
 
+        matrix = on_matrix_tiles(anchor, target)
+
         def fits(config: Mapping[str, Any]) -> bool:
-            """rows x cols result vectors fit the vector registers"""
-            return config["rows"] * -(-config["cols"] // lanes) <= registers
+            """rows x cols result vectors fit the vector registers (on matrix tiles: its
+            tiles of sums, with one tile of each operand, fit the tiles)"""
+            vectors = -(-config["cols"] // lanes)
+            if matrix:
+                runs = matrix_tile_runs(config["rows"], target.matrix_tile_rows)
+                return runs > 0 and runs * vectors + 2 <= target.matrix_tiles
+            return config["rows"] * vectors <= registers
 
         return ConfigSpace(self.name, [
             Knob("rows", rows, "result rows of a tile (unrolled)"),
             Knob("cols", cols, "result columns of a tile (vectorized)"),
-            Knob("k_unroll", (1, 2, 4, 8), "steps of the reduction unrolled"),
+            Knob("k_unroll", (1, 2, 4, 8, 16) if matrix else (1, 2, 4, 8),
+                 "steps of the reduction unrolled (on matrix tiles: words a product takes)"),
             _block_knob(n, self._defaults(anchor, target)[2]),
             Knob("prefetch", (0, 1) if _constant_panels(anchor) is not None else (0,),
                  "prefetch the next block of weight panels into L2 while this one runs"),
@@ -212,7 +227,14 @@ class MatmulPlainRule(ScheduleRule):
             # timed in the models (Xeon, AVX-512): vit_b_16 0.964x, bert_layer 0.951x,
             # gpt_block 0.914x the time of the L2-sized blocks.
             block = 1
-        return space.config(rows=rows, cols=cols, k_unroll=8 if rows >= 8 else 4, block=block,
+        k_unroll = 8 if rows >= 8 else 4
+        if on_matrix_tiles(anchor, target):
+            # A tile of 16 rows (the matrix tiles' own), each product over 16 words (a tile
+            # row's 64 bytes).
+            m, _ = _rows_cols(product_of(anchor))
+            rows = divisor(m, target.matrix_tile_rows) if m is not None else 1
+            k_unroll = 16
+        return space.config(rows=rows, cols=cols, k_unroll=k_unroll, block=block,
                             prefetch=prefetch)
 
     def apply(self, s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target: Target,
@@ -221,6 +243,13 @@ class MatmulPlainRule(ScheduleRule):
                     int(config["block"]), int(config["k_unroll"]),
                     target if config["prefetch"] else None)
         arrange_rest(s)
+
+
+def on_matrix_tiles(anchor: te.Tensor, target: Target) -> bool:
+    """Whether a product's register tiles run on the target's matrix tiles (AMX): a product
+    of 4-byte words (see :mod:`opfusion.backend.cpu.matrix_tiles`)."""
+    product = product_of(anchor)
+    return target.matrix_tiles > 0 and int(product.op.attrs.get("words") or 0) == 4
 
 
 def product_of(anchor: te.Tensor) -> te.Tensor:

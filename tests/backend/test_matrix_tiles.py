@@ -1,0 +1,153 @@
+"""Convolutions of words on AMX's matrix tiles (opfusion.backend.cpu.matrix_tiles): a dense
+blocked convolution of 4-byte words, on a target with ``amx-int8``, runs its register tiles as
+tiles of 16 int32 sums a row, one ``tdpbusd`` per tile of sums and step. The sums are the int64
+convolution's exactly, for every shape and schedule config; without AMX on the host, the code
+is generated and built, and the numbers are checked where the host runs it."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "transform"))
+
+from int8_helpers import VNNI, module, random_codes, runs_here  # noqa: E402
+from test_word_convolutions import blocked, blocked_weight, plain_convolution  # noqa: E402
+
+import opfusion as opf  # noqa: E402
+from opfusion.ir.evaluate import evaluate  # noqa: E402
+from opfusion.ir.expr import Call, Constant  # noqa: E402
+from opfusion.ir.op import get_op  # noqa: E402
+from opfusion.target import Target, isa  # noqa: E402
+from opfusion.target import host as host_module  # noqa: E402
+from opfusion.topi.nn import matrix_tile, matrix_width_unit  # noqa: E402
+from opfusion.transform.word_convolutions import word_weight  # noqa: E402
+
+AMX = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512vnni,"
+             "+amx-int8")
+rng = np.random.default_rng(23)
+
+
+def word_convolution(x, weight, stride, pad, point, in_block=16):
+    """A module of one nn.conv2d_nchwc of ``x``'s bytes (uint8, NCHW) by ``weight`` (int8,
+    OIHW) in 4-byte words, and the int64 result it must give (blocked NCHW16c)."""
+    channels, size = x.shape[1], x.shape[2:]
+    kernel = weight.shape[2]
+    want = blocked(plain_convolution(x.astype(np.int64), weight, stride, pad, point), 16)
+    data = opf.var("x", shape=(1, channels // in_block, *size, in_block), dtype="uint8")
+    packed = Call(get_op("nn.byte_words"), [data], {"per_word": 4})
+    conv = Call(get_op("nn.conv2d_nchwc"), [packed, Constant(word_weight(
+        blocked_weight(weight, in_block, 16), 4))], {
+        "strides": [stride, stride], "padding": [pad] * 4, "data_layout": f"NCHW{in_block}c",
+        "kernel_layout": f"OIHW{in_block}i16o", "out_layout": "NCHW16c", "words": 4,
+        "pad_value": point, "out_dtype": "int32", "kernel_size": [kernel, kernel]})
+    return module(conv), blocked(x, in_block), want
+
+
+def extreme_codes(shape, dtype):
+    values = random_codes(rng, shape, dtype)
+    values.reshape(-1)[:9] = np.iinfo(dtype).max if dtype == "uint8" else -128
+    return values
+
+
+@pytest.mark.parametrize("channels,outs,size,kernel,stride,pad", [
+    (64, 64, (56, 56), 3, 1, 1),     # ResNet's first stage: rows of 14, taps folded (48 bytes)
+    (32, 48, (13, 17), 3, 1, 1),     # no divisor of 17 from 8 to 16: units of 16, cropped
+    (32, 32, (7, 7), 3, 1, 1),       # rows of 7
+    (16, 112, (9, 9), 3, 2, 1),      # 7 output blocks (padded to 8), strided
+    (64, 32, (14, 14), 1, 1, 0),     # 1x1: one block's 16 bytes a product
+    (32, 64, (16, 16), 1, 2, 0),     # strided 1x1 (its compact copy)
+    (3, 16, (23, 23), 7, 2, 3),      # a stem: one word a pixel, the 7 column taps folded
+], ids=str)
+def test_convolutions_of_words_on_matrix_tiles_are_exact(channels, outs, size, kernel, stride,
+                                                          pad):
+    in_block = min(channels, 16)
+    x = extreme_codes((1, channels, *size), "uint8")
+    weight = extreme_codes((outs, channels, kernel, kernel), "int8")
+    mod, feed, want = word_convolution(x, weight, stride, pad, 201, in_block)
+    np.testing.assert_array_equal(evaluate(mod, [feed]), want)
+    exe = opf.compile(mod, target=AMX)
+    source = exe.source()
+    assert "_tile_dpbusd(" in source and "opf_tiles_release();" in source
+    if runs_here(AMX):
+        np.testing.assert_array_equal(exe(feed), want)
+        # and the VNNI build's sums, to the bit
+        np.testing.assert_array_equal(opf.compile(mod, target=VNNI)(feed), want)
+
+
+def test_a_3x3_convolution_folds_its_column_taps_into_each_product():
+    """A 3x3 stride-1 convolution's products take the 12 words of three neighbouring pixels
+    (48-byte rows of data, 12 rows of weights); rows of 14 columns, 2 x 2 tiles of sums."""
+    x = extreme_codes((1, 32, 28, 28), "uint8")
+    weight = extreme_codes((32, 32, 3, 3), "int8")
+    mod, feed, want = word_convolution(x, weight, 1, 1, 7)
+    source = opf.compile(mod, target=AMX).source()
+    config = next(line for line in source.splitlines() if "static const opf_tile_config" in line)
+    # 4 tiles of sums (14 rows of 64 bytes), 2 data tiles (14 x 48), 2 weight tiles (12 x 64)
+    assert "{64, 64, 64, 64, 48, 48, 64, 64}, {14, 14, 14, 14, 14, 14, 12, 12}" in config
+    assert source.count("_tile_dpbusd(") == 4
+    if runs_here(AMX):
+        np.testing.assert_array_equal(opf.compile(mod, target=AMX)(feed), want)
+
+
+def test_every_config_of_a_matrix_convolution_computes_the_same_sums():
+    """The tuner's knobs on matrix tiles (channel blocks x units of columns within the tiles,
+    K-blocking, task shapes): each sampled config builds a kernel on the tiles, and where the
+    host runs it, the runner finds its numbers the reference's."""
+    from opfusion.autotune.measure import MeasureOptions, build_candidates, task_data
+    from opfusion.autotune.runner import LocalRunner
+    from opfusion.autotune.task import extract_tasks
+
+    x = extreme_codes((1, 32, 14, 28), "uint8")
+    weight = extreme_codes((64, 32, 3, 3), "int8")
+    mod, _, _ = word_convolution(x, weight, 1, 1, 99)
+    (task,) = [t for t in extract_tasks(mod, target=AMX) if t.rule == "conv2d_nchwc"]
+    points = list(task.space)
+    configs = [task.default, *task.space.sample(4, seed=0), points[0], points[-1]]
+    assert len({(c["channel_tile"], c["col_units"], c["k_blocks"]) for c in configs}) >= 3
+    candidates = build_candidates(task, configs)
+    for candidate in candidates:
+        assert candidate.error is None, candidate.error
+        assert "_tile_dpbusd(" in candidate.source
+    if runs_here(AMX):
+        with LocalRunner() as runner:
+            results = runner.run(task_data(task), candidates, MeasureOptions(repeat=1))
+        for result in results:
+            assert result.ok, (result.config, result.error)
+
+
+def test_matrix_tile_shapes():
+    """Units of columns: the row up to 16, else its largest divisor from 8 to 16, else 16.
+    Tiles: 2 x 2 tiles of sums where the blocks and units allow (each operand tile used
+    twice a step), else the most sums up to 4."""
+    assert [matrix_width_unit(w, 16) for w in (7, 14, 16, 28, 56, 112, 17, 150)] == \
+        [7, 14, 16, 14, 14, 16, 16, 15]
+    assert matrix_tile(4, 4, 14, AMX) == (2, 2)
+    assert matrix_tile(4, 1, 14, AMX) == (4, 1)
+    assert matrix_tile(32, 1, 7, AMX) == (4, 1)
+    assert matrix_tile(3, 2, 16, AMX) == (3, 1)
+    assert matrix_tile(1, 3, 16, AMX) == (1, 3)
+    assert AMX.matrix_tiles == 8 and VNNI.matrix_tiles == 0
+
+
+def test_vnni_and_float_targets_keep_their_register_tiles():
+    x = extreme_codes((1, 16, 8, 8), "uint8")
+    weight = extreme_codes((16, 16, 3, 3), "int8")
+    mod, _, _ = word_convolution(x, weight, 1, 1, 0)
+    assert "_tile_dpbusd" not in opf.compile(mod, target=VNNI).source()
+
+
+def test_amx_is_a_host_feature_only_where_the_os_grants_the_tiles(monkeypatch):
+    flags = ("avx512f", "avx512bw", "avx512_vnni", "amx_tile", "amx_int8")
+    assert {"amx-tile", "amx-int8"} <= isa.features_from_cpuinfo("x86_64", flags)
+    monkeypatch.setattr(host_module, "host_cpuinfo_flags", lambda: flags)
+    monkeypatch.setattr(host_module, "host_arch", lambda: "x86_64")
+    for granted in (True, False):
+        monkeypatch.setattr(host_module, "os_grants_amx", lambda g=granted: g)
+        host_module.host_features.cache_clear()
+        try:
+            assert ("amx-int8" in host_module.host_features()) == granted
+        finally:
+            host_module.host_features.cache_clear()
+    assert "-mamx-int8" in Target("c -mcpu=sapphirerapids").compiler_flags()
