@@ -247,9 +247,14 @@ class MatmulPlainRule(ScheduleRule):
 
 def on_matrix_tiles(anchor: te.Tensor, target: Target) -> bool:
     """Whether a product's register tiles run on the target's matrix tiles (AMX): a product
-    of 4-byte words (see :mod:`opfusion.backend.cpu.matrix_tiles`)."""
+    of 4-byte words (see :mod:`opfusion.backend.cpu.matrix_tiles`) of at least half a tile's
+    rows. A product of fewer rows (a classifier's one) streams its weights whatever the
+    tiles, and keeps VNNI's register tiles."""
     product = product_of(anchor)
-    return target.matrix_tiles > 0 and int(product.op.attrs.get("words") or 0) == 4
+    if not (target.matrix_tiles > 0 and int(product.op.attrs.get("words") or 0) == 4):
+        return False
+    m, _ = _rows_cols(product)
+    return m is not None and m >= target.matrix_tile_rows // 2
 
 
 def product_of(anchor: te.Tensor) -> te.Tensor:
