@@ -451,27 +451,31 @@ def matrix_tile_runs(columns: int, rows: int) -> int:
     return runs if columns % runs == 0 else 0
 
 
-def matrix_tile_fits(blocks: int, columns: int, target: Any) -> bool:
-    """Whether a register tile of ``blocks`` channel blocks x ``columns`` columns fits the
-    matrix tiles: its tiles of sums (blocks x runs of columns) and one tile of each operand
-    (see :mod:`opfusion.backend.cpu.matrix_tiles`)."""
+def matrix_tile_fits(blocks: int, columns: int, target: Any, vectors: int = 1) -> bool:
+    """Whether a register tile of ``blocks`` channel blocks (of ``vectors`` vectors of 16
+    sums each) x ``columns`` columns fits the matrix tiles: its tiles of sums (blocks x
+    vectors x runs of columns) and one tile of each operand (see
+    :mod:`opfusion.backend.cpu.matrix_tiles`)."""
     runs = matrix_tile_runs(columns, target.matrix_tile_rows)
-    return runs > 0 and blocks * runs + 2 <= target.matrix_tiles
+    return runs > 0 and blocks * vectors * runs + 2 <= target.matrix_tiles
 
 
-def matrix_tile(blocks: int, units: int, unit: int, target: Any) -> tuple[int, int]:
-    """(channel blocks, units of columns) of a convolution's register tile on matrix tiles:
-    the most tiles of sums up to 4 (each operand tile loaded once a step and used by two
-    products, 2 x 2, where the tiles allow), then with every operand tile resident (sums,
-    inputs and weights within the tiles), then the most channel blocks."""
+def matrix_tile(blocks: int, units: int, unit: int, target: Any,
+                vectors: int = 1) -> tuple[int, int]:
+    """(channel blocks, units of columns) of a convolution's register tile on matrix tiles,
+    its blocks ``vectors`` vectors of sums each: the most tiles of sums up to 4 (each
+    operand tile loaded once a step and used by two products, 2 x 2, where the tiles allow),
+    then with every operand tile resident (sums, inputs and weights within the tiles), then
+    the most channel blocks."""
     rows = target.matrix_tile_rows
     best: tuple[tuple[int, bool, int], tuple[int, int]] | None = None
     for tile in (b for b in range(1, 5) if blocks % b == 0):
         for cols in (u for u in range(1, 5) if units % u == 0):
             runs = matrix_tile_runs(cols * unit, rows)
-            if not matrix_tile_fits(tile, cols * unit, target) or tile * runs > 4:
+            sums = tile * vectors * runs
+            if not matrix_tile_fits(tile, cols * unit, target, vectors) or sums > 4:
                 continue
-            key = (tile * runs, tile + runs + tile * runs <= target.matrix_tiles, tile)
+            key = (sums, tile * vectors + runs + sums <= target.matrix_tiles, tile)
             if best is None or key > best[0]:
                 best = (key, (tile, cols))
     return best[1] if best is not None else (1, 1)

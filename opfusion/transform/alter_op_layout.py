@@ -42,7 +42,10 @@ Convolutions stay NCHW when their channels have no power-of-two block of at leas
 group), and small ones (MIN_BLOCKED_MACS) whose input would have to be transformed. Float
 convolutions are blocked, and int32 ones of bytes that WordConvolutions computes in words
 (QLinearConv's); the values between them follow the layout whatever their type (the bytes
-and int32 sums of quantized models). 3x3
+and int32 sums of quantized models). On a target with matrix tiles (AMX), a quantized
+convolution of one group takes blocks of 64 channels (a tile row of bytes,
+``Target.matrix_tile_bytes``) where its channels allow, for its output too unless a grouped or
+depthwise convolution reads it: each of its products then takes 64 input channels. 3x3
 stride-1 convolutions with enough channels become ``nn.conv2d_winograd_nchwc`` of a weight
 transformed by ``nn.winograd_weight_transform``
 (folded at compile time like the layout transforms): see ``AlterOpLayout.winograd`` for
@@ -162,12 +165,15 @@ class _alter_op_layout_pass:  # noqa: N801 - a pass class, named like the others
         # int32 convolutions of bytes are blocked where they take words (of any width: the
         # int32 multiplies they replace take ten cycles), and stay NCHW elsewhere
         integer_words = words and word_values(target) > 0
+        # (quantized convolutions on matrix tiles take blocks of a tile row's bytes: a
+        # product then takes 64 input channels, not one block of 16)
+        matrix_block = target.matrix_tile_bytes if words and target.matrix_tiles else 0
         new = IRModule()
         for name, func in mod.functions.items():
             infer_type(func, mod)
             if lanes >= 4 and isinstance(func, Function):
-                func = _LayoutRewriter(lanes, winograd, direct_quantized,
-                                       integer_words).rewrite(func)
+                func = _LayoutRewriter(lanes, winograd, direct_quantized, integer_words,
+                                       matrix_block).rewrite(func)
             new[mod.get_global_var(name)] = func
         return new
 
@@ -261,8 +267,11 @@ class _LayoutRewriter:
     """One function's rewrite: every node's form, and the layout conversions made so far."""
 
     def __init__(self, lanes: int, winograd: str = "auto",
-                 direct_quantized: bool = False, integer_words: bool = False) -> None:
+                 direct_quantized: bool = False, integer_words: bool = False,
+                 matrix_block: int = 0) -> None:
         self.lanes = lanes
+        #: the channel block of quantized convolutions on matrix tiles (0: the lanes')
+        self.matrix_block = matrix_block
         self.winograd = winograd
         self.direct_quantized = direct_quantized
         self.integer_words = integer_words
@@ -271,9 +280,13 @@ class _LayoutRewriter:
         #: values a blocked convolution reads, directly or through operators that keep the
         #: layout (see :meth:`_find_wanted`)
         self.wanted: set[Expr] = set()
+        #: each node's readers (see :meth:`_find_users`)
+        self.users: dict[Expr, list[Expr]] = {}
+        self.matrix_words: dict[Expr, bool] = {}
 
     def rewrite(self, func: Function) -> Function:
         order = post_order(func.body, into_functions=False)
+        self._find_users(order)
         self._find_wanted(order)
         for node in order:
             self.forms[node] = self._visit(node)
@@ -300,6 +313,42 @@ class _LayoutRewriter:
                     if isinstance(arg, Tuple):
                         self.wanted.update(arg.fields)
 
+    def _find_users(self, order: list[Expr]) -> None:
+        """Each node's users (calls and tuples reading it), in post order."""
+        for node in order:
+            if isinstance(node, Call):
+                operands = list(node.args)
+            elif isinstance(node, Tuple):
+                operands = list(node.fields)
+            elif isinstance(node, TupleGetItem):
+                operands = [node.tuple_value]
+            else:
+                continue
+            for operand in operands:
+                self.users.setdefault(operand, []).append(node)
+
+    def _only_wide_readers(self, conv: Call) -> bool:
+        """Whether every convolution that reads ``conv``'s result, through operators that keep
+        the layout, is one of one group: a grouped or depthwise one (MobileNet's, float)
+        would run in the wide block too, its register tiles of four vectors a point spilling
+        (its 5 x 5 depthwise layers 1.5x slower in blocks of 64 than of 16)."""
+        stack = [conv]
+        seen: set[int] = set()
+        while stack:
+            node = stack.pop()
+            for user in self.users.get(node, ()):
+                if id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if not isinstance(user, Call):
+                    stack.append(user)
+                elif isinstance(user.op, Op) and user.op.name == "nn.conv2d":
+                    if user.attrs.groups != 1:
+                        return False
+                elif isinstance(user.op, Op) and _keeps_layout(user.op):
+                    stack.append(user)
+        return True
+
     def _would_block(self, conv: Call) -> bool:
         """Whether a convolution would be blocked when its input is NCHW."""
         return self._conv_choice(conv, PLAIN) is not None
@@ -317,7 +366,10 @@ class _LayoutRewriter:
         assert data_type is not None
         channels, out_channels = data_type.shape[1], out_type.shape[1]
         groups = call.attrs.groups
-        blocks = self._conv_blocks(channels, weight_type.shape[1], out_channels, groups, current)
+        wide = groups == 1 and self.matrix_block and self._takes_matrix_words(call)
+        blocks = self._conv_blocks(channels, weight_type.shape[1], out_channels, groups, current,
+                                   self.matrix_block if wide else 0,
+                                   wide and self._only_wide_readers(call))
         densify = blocks is None and _densifiable(weight, groups, weight_type, data_type)
         if densify:
             blocks = self._conv_blocks(channels, channels, out_channels, 1, current)
@@ -328,6 +380,17 @@ class _LayoutRewriter:
         if current == PLAIN and work < MIN_BLOCKED_MACS:
             return None
         return blocks, densify
+
+    def _takes_matrix_words(self, conv: Call) -> bool:
+        """Whether WordConvolutions will make ``conv`` (one group) a convolution of words:
+        of dequantized codes by an int8 weight, or an int32 one of bytes (asked once a
+        convolution: it reads the whole weight)."""
+        found = self.matrix_words.get(conv)
+        if found is None:
+            found = self.matrix_words[conv] = (
+                quantized_convolution(conv.args[0], conv.args[1], 0) is not None
+                or self._takes_integer_words(conv))
+        return found
 
     def _takes_integer_words(self, conv: Call) -> bool:
         """Whether ``conv`` is an int32 convolution of bytes that WordConvolutions will
@@ -510,7 +573,7 @@ class _LayoutRewriter:
         target's or less. None otherwise (and for Winograd's)."""
         data = call.args[0]
         data_type, out_type = _tensor(data), _tensor(call)
-        if (out_block == self.lanes or not isinstance(weight_value, Constant)
+        if (out_block >= self.lanes or not isinstance(weight_value, Constant)
                 or data_type is None or out_type is None
                 or self._winograd_tile(call, data_type, out_type)):
             return None
@@ -602,12 +665,17 @@ class _LayoutRewriter:
         return WINOGRAD_AUTO_TILE
 
     def _conv_blocks(self, channels: int, per_group: int, out_channels: int, groups: int,
-                     current: int) -> tuple[int, int, int] | None:
+                     current: int, wide: int = 0, wide_out: bool = True
+                     ) -> tuple[int, int, int] | None:
         """(data block, weight input block, output block) of a convolution, or None when it
-        stays NCHW: ``current`` is the block the data has already (PLAIN: none)."""
+        stays NCHW: ``current`` is the block the data has already (PLAIN: none). ``wide``: a
+        block the convolution takes for the channels it divides (a quantized one on matrix
+        tiles: 64, a tile row of bytes), for its output too where ``wide_out``."""
         if groups == 1:
-            out_block = power_of_two_block(out_channels, self.lanes)
-            in_block = current or _input_block(channels, self.lanes)
+            out_block = wide if wide and wide_out and out_channels % wide == 0 else \
+                power_of_two_block(out_channels, self.lanes)
+            in_block = current or (wide if wide and channels % wide == 0
+                                   else _input_block(channels, self.lanes))
             return (in_block, in_block, out_block) if out_block else None
         if per_group == 1 and out_channels == channels:  # depthwise, one output per channel
             block = current or power_of_two_block(channels, self.lanes)

@@ -29,6 +29,21 @@ AMX = Target("c -mattr=+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx512
 rng = np.random.default_rng(23)
 
 
+def _compiler_builds_amx():
+    from opfusion.backend.cpu.toolchain import (
+        find_compiler,
+        have_c_compiler,
+        rejected_feature_flags,
+    )
+
+    return have_c_compiler() and not rejected_feature_flags(find_compiler(),
+                                                            ("-mamx-tile", "-mamx-int8"))
+
+
+pytestmark = pytest.mark.skipif(not _compiler_builds_amx(),
+                                reason="the C compiler builds no AMX code (GCC 11 or later does)")
+
+
 def word_convolution(x, weight, stride, pad, point, in_block=16):
     """A module of one nn.conv2d_nchwc of ``x``'s bytes (uint8, NCHW) by ``weight`` (int8,
     OIHW) in 4-byte words, and the int64 result it must give (blocked NCHW16c)."""
@@ -151,3 +166,59 @@ def test_amx_is_a_host_feature_only_where_the_os_grants_the_tiles(monkeypatch):
         finally:
             host_module.host_features.cache_clear()
     assert "-mamx-int8" in Target("c -mcpu=sapphirerapids").compiler_flags()
+
+
+@pytest.mark.parametrize("x_shape,outs,kernel,stride,pad,activation", [
+    ((1, 64, 14, 14), 128, 1, 1, 0, "uint8"),   # 1x1: one 64-byte row of channels a product
+    ((1, 64, 12, 12), 64, 3, 1, 1, "int8"),     # chained 3x3s with a residual add
+], ids=str)
+def test_quantized_convolutions_on_matrix_tiles_take_blocks_of_64_channels(
+        x_shape, outs, kernel, stride, pad, activation):
+    """On AMX, AlterOpLayout gives the quantized convolutions blocks of 64 channels (a tile
+    row of bytes): each product then takes 64 input channels (16 words), not one block of
+    16. The module computes the float-simulated QDQ graph's numbers."""
+    from test_word_convolutions import optimized, qdq_conv_model, rewritten
+
+    chained = kernel == 3
+    bound, mod = optimized(qdq_conv_model(x_shape, outs, kernel, stride, pad, activation,
+                                          chained))
+    new = rewritten(mod, AMX)
+    convs = [n for n in opf.ir.visitor.post_order(new["main"].body)
+             if isinstance(n, Call) and n.op.name == "nn.conv2d_nchwc"]
+    assert convs and all(c.attrs.words == 4 and c.attrs.data_layout == "NCHW64c"
+                         and c.attrs.out_layout == "NCHW64c" for c in convs)
+    with opf.transform.PassContext(opt_level=3):
+        exe = opf.compile(mod, target=AMX)
+    source = exe.source()
+    assert "_tile_dpbusd(" in source and "opf_dot4" not in source
+    # a product's rows of data are 64 bytes (16 words of a pixel's 64 channels)
+    assert any("64, 64, 64, 64, 64" in line for line in source.splitlines()
+               if "static const opf_tile_config" in line)
+    if runs_here(AMX):
+        x = rng.standard_normal(x_shape).astype(np.float32) * 3
+        want = evaluate(bound, [x])
+        np.testing.assert_allclose(exe(x), want, rtol=0,
+                                   atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_quantized_convolution_read_by_a_depthwise_one_keeps_vector_blocks():
+    """A quantized convolution whose result a depthwise convolution reads (MobileNet's
+    expansions) keeps blocks of 16 outputs: the depthwise one would run in blocks of 64 too,
+    its register tiles of four vectors a point spilling."""
+    from onnx import TensorProto, helper, numpy_helper
+    from test_word_convolutions import optimized, qdq_conv_model, rewritten
+
+    model = qdq_conv_model((1, 64, 16, 16), 128, 1)
+    graph = model.graph
+    graph.output[0].name = "e"
+    graph.node[-1].output[0] = "e"
+    graph.initializer.append(numpy_helper.from_array(
+        rng.standard_normal((128, 1, 3, 3)).astype(np.float32), "dw"))
+    graph.node.append(helper.make_node("Conv", ["e", "dw"], ["y"], group=128, pads=[1] * 4))
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    _, mod = optimized(model)
+    new = rewritten(mod, AMX)
+    convs = [n for n in opf.ir.visitor.post_order(new["main"].body)
+             if isinstance(n, Call) and n.op.name == "nn.conv2d_nchwc"]
+    quantized = [c for c in convs if c.attrs.words]
+    assert quantized and all(c.attrs.out_layout == "NCHW16c" for c in quantized)

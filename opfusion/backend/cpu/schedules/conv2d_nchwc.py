@@ -128,9 +128,11 @@ class Conv2dNCHWcRule(ScheduleRule):
         one_line = is_pixel_line(acc, height)
         matrix = on_matrix_tiles(acc, target)
 
+        vectors = int(acc.shape[5]) // target.vector_lanes(acc.dtype)
+
         def tile_fits(tile: int, columns: int) -> bool:
             if matrix:
-                return matrix_tile_fits(tile, columns, target)
+                return matrix_tile_fits(tile, columns, target, vectors)
             return tile * columns <= registers
 
         def fits(config: Mapping[str, Any]) -> bool:
@@ -192,7 +194,8 @@ class Conv2dNCHWcRule(ScheduleRule):
         tile = 1 if is_depthwise(acc) else channel_tile(blocks, unit, budget)
         col_units = 1
         if on_matrix_tiles(acc, target):
-            tile, col_units = matrix_tile(blocks, int(acc.shape[3]), unit, target)
+            tile, col_units = matrix_tile(blocks, int(acc.shape[3]), unit, target,
+                                          int(acc.shape[5]) // target.vector_lanes(acc.dtype))
         # A task: one register tile's channel blocks x the rows that leave NCHWC_MIN_TASKS
         # tasks (or as many as the shape has); all of them when the pixels are one line
         # (a task of some rows would compute the units across its edges twice).
