@@ -418,7 +418,20 @@ def conv_accumulators(target: Any, pointwise: bool = False, words: int = 0) -> i
     return max(2, registers // 2)
 
 
-def takes_matrix_tiles(target: Any, words: int, groups: int, depthwise: bool) -> bool:
+#: Bytes of each output's contraction that one product of matrix tiles must take at least:
+#: a block of 16 channels (fewer do less work than VNNI's instructions in the same time).
+MATRIX_MIN_ROW_BYTES = 16
+
+
+#: Multiply-adds from which a convolution runs on matrix tiles. Below, VNNI's: a core
+#: switching into and out of its AMX power level between kernels costs more than a small
+#: convolution gains (QDQ ShuffleNet v2 and MobileNet v3, all of whose convolutions of
+#: bytes are below 20 million, 1.2-1.35x the time with them on tiles; a Xeon VM).
+MATRIX_MIN_MACS = 32_000_000
+
+
+def takes_matrix_tiles(target: Any, words: int, groups: int, depthwise: bool,
+                       row_words: int = 4, macs: int = MATRIX_MIN_MACS) -> bool:
     """Whether a blocked convolution of ``words`` runs its products on the target's matrix
     tiles (AMX, :attr:`opfusion.target.Target.matrix_tiles`): a dense one (one group) of
     4-byte words. One ``tdpbusd`` multiplies up to 16 outputs' words (a tile's rows: output
@@ -427,8 +440,12 @@ def takes_matrix_tiles(target: Any, words: int, groups: int, depthwise: bool) ->
     the least (a 16-byte row, one block of 16 channels), three times that where the taps of a
     row of the kernel read consecutive bytes (see :mod:`opfusion.backend.cpu.matrix_tiles`).
     On a Xeon (one core, in a loop): 0.69 million million multiply-adds a second with
-    16-byte rows, 1.65-1.8 with 48-byte ones, against VNNI's 0.31."""
-    return words == 4 and groups == 1 and not depthwise and target.matrix_tiles > 0
+    16-byte rows, 1.65-1.8 with 48-byte ones, against VNNI's 0.31. ``row_words``: the words
+    of a product's row (a pixel's block of channels, times the kernel's columns where the
+    taps read neighbouring pixels), at least MATRIX_MIN_ROW_BYTES: ShuffleNet's blocks of 4
+    channels at 1x1 stay VNNI's."""
+    return (words == 4 and groups == 1 and not depthwise and target.matrix_tiles > 0
+            and row_words * 4 >= MATRIX_MIN_ROW_BYTES and macs >= MATRIX_MIN_MACS)
 
 
 def matrix_width_unit(out_width: int, rows: int) -> int:
@@ -539,7 +556,11 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     words = int(attrs.words)
     budget = pointwise_accumulators(out_h, out_w, acc_blocks, target, words) if pointwise \
         else conv_accumulators(target, words=words)
-    matrix = takes_matrix_tiles(target, words, attrs.groups, depthwise)
+    # (a product's row: the block's words, and the taps of a row of the kernel where they
+    # read neighbouring pixels)
+    row_words = in_block * (kw if dw == 1 else 1)
+    macs = out_h * out_w * out_blocks * out_block * blocks_in * in_block * words * kh * kw
+    matrix = takes_matrix_tiles(target, words, attrs.groups, depthwise, row_words, macs)
     if pointwise and not matrix and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
     # (with words, the data's block holds words of its channels: ``in_block`` words)
@@ -601,7 +622,7 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                        rc % in_block, c]),
                 axis=[rc, ry, rx]),
             name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
-            attrs={"words": words})
+            attrs={"words": words, "row_words": row_words, "macs": macs})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
@@ -1422,8 +1443,8 @@ __all__ = ["CONV_ACC", "CONV_GROUP_ACC", "CONV_NCHWC", "CONV_NCHWC_ACC", "CONV_N
            "conv_accumulators",
            "WINO_INPUT", "WINO_OUT", "WINO_PAD", "WINO_PRODUCT", "WINO_ROWS", "dot_lanes",
            "few_rows_panel_width", "flatten_pixels", "group_window_tile", "nchwc_width_unit",
-           "matrix_tile", "matrix_tile_fits", "matrix_tile_runs", "matrix_width_unit",
-           "takes_matrix_tiles",
+           "MATRIX_MIN_MACS", "matrix_tile", "matrix_tile_fits", "matrix_tile_runs",
+           "matrix_width_unit", "takes_matrix_tiles",
            "normalize_axis_of",
            "MAX_PANEL_PADDING", "padded_out_blocks", "padded_panel_width", "panel_vectors",
            "panel_width", "pointwise_accumulators",

@@ -44,6 +44,41 @@ pytestmark = pytest.mark.skipif(not _compiler_builds_amx(),
                                 reason="the C compiler builds no AMX code (GCC 11 or later does)")
 
 
+@pytest.fixture(autouse=True)
+def small_convolutions_on_tiles(monkeypatch, request):
+    """The convolutions here are small (odd shapes, tails): they take matrix tiles from any
+    size (MATRIX_MIN_MACS 0), but in the test of the threshold itself."""
+    if "threshold" in request.node.name:
+        return
+    import importlib
+
+    for name in ("opfusion.topi.nn", "opfusion.backend.cpu.loop_planning",
+                 "opfusion.transform.alter_op_layout"):
+        module_ = importlib.import_module(name)
+        monkeypatch.setattr(module_, "MATRIX_MIN_MACS", 0)
+
+
+def test_convolutions_below_the_threshold_keep_vnni(monkeypatch):
+    """A convolution of fewer than MATRIX_MIN_MACS multiply-adds keeps VNNI's register tiles
+    (switching a core into the AMX power level and back costs more than it gains); from it,
+    tiles."""
+    from opfusion.topi.nn import MATRIX_MIN_MACS
+
+    x = extreme_codes((1, 32, 28, 28), "uint8")
+    weight = extreme_codes((32, 32, 3, 3), "int8")
+    mod, feed, want = word_convolution(x, weight, 1, 1, 5)
+    assert 28 * 28 * 32 * 32 * 9 < MATRIX_MIN_MACS
+    exe = opf.compile(mod, target=AMX)
+    assert "_tile_dpbusd(" not in exe.source() and "opf_dot4_add_u8s8" in exe.source()
+    big = extreme_codes((1, 64, 56, 56), "uint8")
+    mod, feed, want = word_convolution(big, extreme_codes((64, 64, 3, 3), "int8"), 1, 1, 5)
+    assert 56 * 56 * 64 * 64 * 9 >= MATRIX_MIN_MACS
+    exe = opf.compile(mod, target=AMX)
+    assert "_tile_dpbusd(" in exe.source()
+    if runs_here(AMX):
+        np.testing.assert_array_equal(exe(feed), want)
+
+
 def word_convolution(x, weight, stride, pad, point, in_block=16):
     """A module of one nn.conv2d_nchwc of ``x``'s bytes (uint8, NCHW) by ``weight`` (int8,
     OIHW) in 4-byte words, and the int64 result it must give (blocked NCHW16c)."""

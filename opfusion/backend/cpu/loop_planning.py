@@ -46,6 +46,8 @@ from ...tir import stmt as S
 from ...tir.shared_values import evaluated_on_every_path
 from ...tir.simplify import linear_form, simplify, structural_key
 from ...tir.stmt import read_buffers, written_buffers
+from ...tir.work import kernel_work
+from ...topi.nn import MATRIX_MIN_MACS
 from ..c_family import walk_stmts
 from .matrix_tiles import MatrixTilePlan, plan_matrix_tile
 from .vector_math import VECTOR_INTRINSICS
@@ -203,6 +205,11 @@ def plan_loops(func: S.PrimFunc, target: Target, *, register_tiles: bool = True,
         }
     vectors: dict[int, VectorPlan] = {}
     tiles: dict[int, RegisterTilePlan] = {}
+    # Matrix tiles only for a kernel of enough products of words (see MATRIX_MIN_MACS: its
+    # schedule chose tiles for them); its work counts a product of words (4 multiply-adds a
+    # lane) once, its epilogue too, hence the margin.
+    matrix = bool(target.matrix_tiles) and \
+        kernel_work(func.body) * 4 >= MATRIX_MIN_MACS * 3 // 4
     fence_loops: set[int] = set()
     fence_at_end = False
     # (statement, innermost enclosing PARALLEL loop or None)
@@ -211,7 +218,7 @@ def plan_loops(func: S.PrimFunc, target: Target, *, register_tiles: bool = True,
         stmt, parallel = stack.pop()
         if (register_tiles and isinstance(stmt, S.For)
                 and stmt.kind in (S.ForKind.SERIAL, S.ForKind.UNROLLED)):
-            tile = plan_register_tile(stmt, target, stream_buffers)
+            tile = plan_register_tile(stmt, target, stream_buffers, matrix)
             if tile is not None:
                 tiles[id(stmt)] = tile
                 continue
@@ -679,10 +686,11 @@ def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
     return all(b - a >= lanes for a, b in zip(starts, starts[1:]))
 
 
-def plan_register_tile(loop: S.For, target: Target,
-                       stream_buffers: set[int]) -> RegisterTilePlan | None:
+def plan_register_tile(loop: S.For, target: Target, stream_buffers: set[int],
+                       matrix_tiles: bool = True) -> RegisterTilePlan | None:
     """A register-tile plan for the nest starting at ``loop`` on ``target``, or None if it
-    does not qualify."""
+    does not qualify; on the target's matrix tiles where it maps onto them and
+    ``matrix_tiles``."""
     chain = _chain(loop)
     if len(chain) < 2:
         return None
@@ -728,7 +736,7 @@ def plan_register_tile(loop: S.For, target: Target,
         return None
     points = tile_points(tile_loops, vector_loop, vector.lanes)
     matrix = plan_matrix_tile(reduce_loops, tile_loops, vector_loop, vector.lanes, points,
-                              store, self_load, target)
+                              store, self_load, target) if matrix_tiles else None
     if matrix is None and len(points) > max_tile_vectors(target):
         return None
     tile_vars = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]

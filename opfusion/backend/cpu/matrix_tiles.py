@@ -26,10 +26,12 @@ bytes) in the time of about 16 ``vpdpbusd``. The nest maps onto it when:
 Each tile of sums is loaded from the accumulator before the reduction loops and stored after
 them; inside, each step loads the data's and the weight's tiles and runs one ``tdpbusd`` per
 tile of sums. The tiles' shapes are set by a tile configuration (``ldtilecfg``, 64 bytes),
-which each thread loads before its first tile and releases (``tilerelease``) at the end of
-each parallel task and of the kernel, so that no kernel ever runs on another's
-configuration (each library keeps its own record of the configuration it loaded; on a Xeon a
-configuration costs about 0.1 us, a tile of sums 0.2-0.8 us, a task tens of them).
+which a thread loads before its first tile when its record of the configuration it loaded
+(per library, per thread) names another; at the end of the kernel every thread of the team
+releases it (``tilerelease``, in one parallel region), so that no kernel leaves a
+configuration behind for another library's kernel (on a Xeon a configuration costs 0.1 us
+or more; a release per parallel task made ShuffleNet's small convolutions, 64 tasks each,
+1.2x the model's time).
 
 The sums are exact int32 (no saturation), the same as VNNI's and the reference's. Linux
 enables the tiles' state for a process on request (:func:`opfusion.target.host.os_grants_amx`,

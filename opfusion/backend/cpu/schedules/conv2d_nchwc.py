@@ -105,7 +105,8 @@ def on_matrix_tiles(acc: te.Tensor, target: Target) -> bool:
     source = acc.op.input_tensors[0]
     dense = int(acc.op.reduce_axis[0].dom.extent) == int(source.shape[1]) * int(source.shape[4])
     return takes_matrix_tiles(target, int(acc.op.attrs.get("words") or 0), 1 if dense else 2,
-                              False)
+                              False, int(acc.op.attrs.get("row_words") or 0),
+                              int(acc.op.attrs.get("macs") or 0))
 
 
 class Conv2dNCHWcRule(ScheduleRule):
