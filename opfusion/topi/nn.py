@@ -423,10 +423,12 @@ def conv_accumulators(target: Any, pointwise: bool = False, words: int = 0) -> i
 MATRIX_MIN_ROW_BYTES = 16
 
 
-#: Multiply-adds from which a convolution runs on matrix tiles. Below, VNNI's: a core
-#: switching into and out of its AMX power level between kernels costs more than a small
-#: convolution gains (QDQ ShuffleNet v2 and MobileNet v3, all of whose convolutions of
-#: bytes are below 20 million, 1.2-1.35x the time with them on tiles; a Xeon VM).
+#: Multiply-adds from which a convolution whose products take less than a full tile row
+#: (blocks of 16 channels) runs on matrix tiles. Below, VNNI's: switching to the tiles and
+#: back between kernels costs more than such a small convolution gains (QDQ ShuffleNet v2
+#: and MobileNet v3, all of whose convolutions of bytes are below 20 million, 1.2-1.35x the
+#: time with them on tiles; a Xeon VM). A convolution in blocks of 64 channels, whose
+#: products take whole rows (4x a block of 16's work), takes the tiles at any size.
 MATRIX_MIN_MACS = 32_000_000
 
 
@@ -445,7 +447,8 @@ def takes_matrix_tiles(target: Any, words: int, groups: int, depthwise: bool,
     taps read neighbouring pixels), at least MATRIX_MIN_ROW_BYTES: ShuffleNet's blocks of 4
     channels at 1x1 stay VNNI's."""
     return (words == 4 and groups == 1 and not depthwise and target.matrix_tiles > 0
-            and row_words * 4 >= MATRIX_MIN_ROW_BYTES and macs >= MATRIX_MIN_MACS)
+            and row_words * 4 >= MATRIX_MIN_ROW_BYTES
+            and (macs >= MATRIX_MIN_MACS or row_words * 4 >= target.matrix_tile_bytes))
 
 
 def matrix_width_unit(out_width: int, rows: int) -> int:

@@ -71,7 +71,6 @@ from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..opdefs.nn import group_local_blocks, group_window_weight
 from ..target import Target, as_target
-from ..topi.nn import MATRIX_MIN_MACS
 from .context import PassContext, register_pass_config
 from .int8_products import word_values
 from .pass_infra import Pass, module_pass, pass_factory, register_pass
@@ -367,8 +366,7 @@ class _LayoutRewriter:
         assert data_type is not None
         channels, out_channels = data_type.shape[1], out_type.shape[1]
         groups = call.attrs.groups
-        wide = (groups == 1 and self.matrix_block and self._takes_matrix_words(call)
-                and _macs(out_type, weight_type) >= MATRIX_MIN_MACS)
+        wide = groups == 1 and self.matrix_block and self._takes_matrix_words(call)
         blocks = self._conv_blocks(channels, weight_type.shape[1], out_channels, groups, current,
                                    self.matrix_block if wide else 0,
                                    wide and self._only_wide_readers(call))

@@ -52,16 +52,15 @@ def small_convolutions_on_tiles(monkeypatch, request):
         return
     import importlib
 
-    for name in ("opfusion.topi.nn", "opfusion.backend.cpu.loop_planning",
-                 "opfusion.transform.alter_op_layout"):
+    for name in ("opfusion.topi.nn", "opfusion.backend.cpu.loop_planning"):
         module_ = importlib.import_module(name)
         monkeypatch.setattr(module_, "MATRIX_MIN_MACS", 0)
 
 
 def test_convolutions_below_the_threshold_keep_vnni(monkeypatch):
-    """A convolution of fewer than MATRIX_MIN_MACS multiply-adds keeps VNNI's register tiles
-    (switching a core into the AMX power level and back costs more than it gains); from it,
-    tiles."""
+    """A convolution of fewer than MATRIX_MIN_MACS multiply-adds in blocks of 16 channels
+    keeps VNNI's register tiles (switching to the tiles and back between kernels costs more
+    than it gains); from it, tiles."""
     from opfusion.topi.nn import MATRIX_MIN_MACS
 
     x = extreme_codes((1, 32, 28, 28), "uint8")

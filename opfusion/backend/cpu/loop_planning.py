@@ -205,9 +205,9 @@ def plan_loops(func: S.PrimFunc, target: Target, *, register_tiles: bool = True,
         }
     vectors: dict[int, VectorPlan] = {}
     tiles: dict[int, RegisterTilePlan] = {}
-    # Matrix tiles only for a kernel of enough products of words (see MATRIX_MIN_MACS: its
-    # schedule chose tiles for them); its work counts a product of words (4 multiply-adds a
-    # lane) once, its epilogue too, hence the margin.
+    # Matrix tiles of rows shorter than a tile's only for a kernel of enough products of
+    # words (see MATRIX_MIN_MACS: its schedule chose tiles for them); its work counts a
+    # product of words (4 multiply-adds a lane) once, its epilogue too, hence the margin.
     matrix = bool(target.matrix_tiles) and \
         kernel_work(func.body) * 4 >= MATRIX_MIN_MACS * 3 // 4
     fence_loops: set[int] = set()
@@ -689,8 +689,8 @@ def _disjoint_vectors(offset: E.PrimExpr, tile_vars: list[E.Var],
 def plan_register_tile(loop: S.For, target: Target, stream_buffers: set[int],
                        matrix_tiles: bool = True) -> RegisterTilePlan | None:
     """A register-tile plan for the nest starting at ``loop`` on ``target``, or None if it
-    does not qualify; on the target's matrix tiles where it maps onto them and
-    ``matrix_tiles``."""
+    does not qualify; on the target's matrix tiles where it maps onto them, with rows
+    shorter than a tile's only where ``matrix_tiles``."""
     chain = _chain(loop)
     if len(chain) < 2:
         return None
@@ -736,7 +736,9 @@ def plan_register_tile(loop: S.For, target: Target, stream_buffers: set[int],
         return None
     points = tile_points(tile_loops, vector_loop, vector.lanes)
     matrix = plan_matrix_tile(reduce_loops, tile_loops, vector_loop, vector.lanes, points,
-                              store, self_load, target) if matrix_tiles else None
+                              store, self_load, target)
+    if matrix is not None and not matrix_tiles and matrix.k_bytes < target.matrix_tile_bytes:
+        matrix = None  # (a small kernel whose products take less than a whole tile row)
     if matrix is None and len(points) > max_tile_vectors(target):
         return None
     tile_vars = [t.loop_var for t in tile_loops] + [vector_loop.loop_var]
