@@ -36,7 +36,7 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,8 +49,10 @@ from ...tir.stmt import read_buffers, written_buffers
 from ...tir.work import kernel_work
 from ...topi.nn import MATRIX_MIN_MACS
 from ..c_family import walk_stmts
-from .matrix_tiles import MatrixTilePlan, plan_matrix_tile
 from .vector_math import VECTOR_INTRINSICS
+
+if TYPE_CHECKING:
+    from .matrix_tiles import MatrixTilePlan
 
 #: Element types a vector may hold, with their size in bytes.
 VECTOR_DTYPES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4, "uint64": 8}
@@ -735,6 +737,8 @@ def plan_register_tile(loop: S.For, target: Target, stream_buffers: set[int],
     if vector is None or vector.streams:
         return None
     points = tile_points(tile_loops, vector_loop, vector.lanes)
+    from .matrix_tiles import plan_matrix_tile  # (it reads this module's tile_coefficients)
+
     matrix = plan_matrix_tile(reduce_loops, tile_loops, vector_loop, vector.lanes, points,
                               store, self_load, target)
     if matrix is not None and not matrix_tiles and matrix.k_bytes < target.matrix_tile_bytes:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from ...target import Target
 from ...tir import expr as E
 from ...tir import stmt as S
-from ...tir.simplify import linear_form
+from .loop_planning import tile_coefficients
 
 
 @dataclass(frozen=True)
@@ -79,19 +79,6 @@ class MatrixTilePlan:
     @property
     def block_count(self) -> int:
         return max(self.blocks) + 1
-
-
-def _coefficients(offset: E.PrimExpr, variables: list[E.Var]) -> dict[int, int] | None:
-    """Each variable's (by id) coefficient in ``offset``, None where one appears in a
-    non-linear term."""
-    ids = {id(v) for v in variables}
-    coefs: dict[int, int] = {}
-    for coef, atom in linear_form(offset).terms.values():
-        if isinstance(atom, E.Var) and id(atom) in ids:
-            coefs[id(atom)] = coefs.get(id(atom), 0) + coef
-        elif any(id(v) in ids for v in E.free_vars(atom)):
-            return None
-    return coefs
 
 
 def _dot4_operands(store: S.BufferStore, self_load: E.BufferLoad
@@ -137,11 +124,11 @@ def plan_matrix_tile(reduce_loops: list[S.For], tile_loops: list[S.For], vector_
     tile_vars = [t.loop_var for t in tile_loops]
     reduce_vars = [r.loop_var for r in reduce_loops]
     lane = vector_loop.loop_var
-    data_coefs = _coefficients(data.buffer.offset_of(data.indices),
+    data_coefs = tile_coefficients(data.buffer.offset_of(data.indices),
                                [*tile_vars, *reduce_vars, lane])
     weight_offset = weight.buffer.offset_of(weight.indices)
-    weight_coefs = _coefficients(weight_offset, [*reduce_vars, lane])
-    sum_coefs = _coefficients(store.buffer.offset_of(store.indices), [*tile_vars, lane])
+    weight_coefs = tile_coefficients(weight_offset, [*reduce_vars, lane])
+    sum_coefs = tile_coefficients(store.buffer.offset_of(store.indices), [*tile_vars, lane])
     if data_coefs is None or weight_coefs is None or sum_coefs is None:
         return None
     if data_coefs.get(id(lane), 0) or weight_coefs.get(id(lane)) != 1 \
