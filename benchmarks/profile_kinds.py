@@ -3,13 +3,17 @@ the kernel's anchor (convolutions split by kernel size and stride, since they co
 differently), with each kind's achieved GFLOP/s for the convolutions and dense layers
 (Winograd's counted as the direct algorithm's work, so they can pass the machine's peak).
 
-    python benchmarks/profile_kinds.py resnet50 [--repeat 20] [--no-layout] [--layers [--ort]]
+    python benchmarks/profile_kinds.py resnet50 [--repeat 20] [--no-layout] \
+        [--layers [--ort] [--openvino]]
 
 ``--no-layout`` compiles with AlterOpLayout disabled (the NCHW kernels), for before/after
 tables. ``--layers`` lists every kernel too, in run order, with its result's shape; ``--ort``
 lists ONNX Runtime's nodes beside them (their kernel times from its own profile,
 ``enable_profiling``, medians over the runs, and their output shapes) for a layer-by-layer
 comparison: SqueezeNet's squeeze layers, 2x ONNX Runtime's time, were found that way.
+``--openvino`` lists OpenVINO's executed operations the same way (f32 precision hint, latency,
+one thread per core; times from its ``PERF_COUNT`` profile, medians over the runs, with the
+kernel it chose: ``brgconv_avx512_amx_I8``).
 Times are per-kernel medians from ``exe.profile`` (each kernel timed alone, so the total is a
 little above a whole run's). Check that the machine is quiet (``uptime``)."""
 
@@ -112,8 +116,32 @@ def ort_node_times(path: str, x: np.ndarray, repeat: int) -> list[tuple[str, str
     return [(*info[name], float(np.median(t))) for name, t in times.items()]
 
 
-def print_layers(exe, profile, ort_nodes: list[tuple[str, str, float]] | None) -> None:
-    """Every kernel in run order (time, kind, GFLOP/s, result shape), then ONNX Runtime's."""
+def openvino_node_times(path: str, x: np.ndarray, repeat: int) -> list[tuple[str, str, float]]:
+    """OpenVINO's executed operations in run order: (type and kernel, node name, median
+    seconds), from its ``PERF_COUNT`` profile of ``repeat`` runs (f32 precision hint,
+    latency, one thread per core as in ``models.py``). Operations it fused away are left out."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": os.cpu_count() or 1, "PERF_COUNT": True})
+    request = compiled.create_infer_request()
+    times: dict[str, list[float]] = defaultdict(list)
+    info: dict[str, tuple[str, str]] = {}
+    for _ in range(repeat):
+        request.infer({0: x})
+        for record in request.get_profiling_info():
+            if record.status != record.status.EXECUTED:
+                continue
+            info.setdefault(record.node_name, (f"{record.node_type} {record.exec_type}",
+                                               record.node_name))
+            times[record.node_name].append(record.real_time.total_seconds())
+    return [(*info[name], float(np.median(t))) for name, t in times.items()]
+
+
+def print_layers(exe, profile, peers: dict[str, list[tuple[str, str, float]]]) -> None:
+    """Every kernel in run order (time, kind, GFLOP/s, result shape), then each peer's."""
     print(f"\n{'opfusion kernel':<52} {'time':>9} {'GFLOP/s':>8}  result")
     for step, (name, _, time, _) in zip(exe.steps, profile.rows):
         kind, work = kind_and_flops(step.group)
@@ -121,12 +149,11 @@ def print_layers(exe, profile, ort_nodes: list[tuple[str, str, float]] | None) -
         shape = getattr(func.body.checked_type, "shape", "") if func else ""
         rate = f"{work / time / 1e9:8.0f}" if work else " " * 8
         print(f"{name[:52]:<52} {time * 1e3:>7.3f}ms {rate}  {kind} {list(shape)}")
-    if ort_nodes is None:
-        return
-    print(f"\n{'onnxruntime node':<30} {'time':>9}  output")
-    for op, shape, time in ort_nodes:
-        print(f"{op:<30} {time * 1e3:>7.3f}ms  {shape}")
-    print(f"{'total':<30} {sum(t for _, _, t in ort_nodes) * 1e3:>7.2f}ms")
+    for peer, nodes in peers.items():
+        print(f"\n{peer + ' node':<40} {'time':>9}  output")
+        for op, shape, time in nodes:
+            print(f"{op[:40]:<40} {time * 1e3:>7.3f}ms  {shape}")
+        print(f"{'total':<40} {sum(t for _, _, t in nodes) * 1e3:>7.2f}ms")
 
 
 def main() -> None:
@@ -140,6 +167,8 @@ def main() -> None:
                         help="list every kernel too, in run order, with its result's shape")
     parser.add_argument("--ort", action="store_true",
                         help="with --layers: ONNX Runtime's nodes from its own profile beside")
+    parser.add_argument("--openvino", action="store_true",
+                        help="with --layers: OpenVINO's operations from its own profile beside")
     parser.add_argument("--target", default="c",
                         help='the target to compile for (e.g. "c -mattr=+avx2,+fma" to see '
                         "a narrower machine's kernels on this one)")
@@ -170,8 +199,12 @@ def main() -> None:
               f"{seconds[kind] / total:>6.1%} {rate}")
     print(f"{'total':<22} {sum(kernels.values()):>7} {total * 1e3:>7.2f}ms")
     if args.layers:
-        ort_nodes = ort_node_times(model_path(args.model), x, args.repeat) if args.ort else None
-        print_layers(exe, profile, ort_nodes)
+        peers = {}
+        if args.ort:
+            peers["onnxruntime"] = ort_node_times(model_path(args.model), x, args.repeat)
+        if args.openvino:
+            peers["openvino"] = openvino_node_times(model_path(args.model), x, args.repeat)
+        print_layers(exe, profile, peers)
 
 
 if __name__ == "__main__":

@@ -263,12 +263,13 @@ def _reference(mod, params, inputs):
     return evaluate(mod, {**dict(zip(names, inputs)), **params})
 
 
-@pytest.mark.parametrize("name, extra", [
-    ("mlp", {}), ("transformer_encoder", {}),
-    ("shufflenet_v2", {"image_shape": (3, 16, 16)}),
-    ("mobilenet_v2", {"image_shape": (3, 16, 16)}),  # depthwise and 1x1, residual adds
+@pytest.mark.parametrize("name, extra, runs_again", [
+    ("mlp", {}, True), ("transformer_encoder", {}, True),
+    ("shufflenet_v2", {"image_shape": (3, 16, 16)}, True),
+    # depthwise and 1x1, residual adds; 13 s a run in the interpreter, so run once
+    ("mobilenet_v2", {"image_shape": (3, 16, 16)}, False),
 ])
-def test_small_workloads_run_on_the_interpreted_device(name, extra):
+def test_small_workloads_run_on_the_interpreted_device(name, extra, runs_again):
     mod, params = testing.WORKLOADS[name](**{**testing.SMALL_WORKLOAD_ARGS[name], **extra})
     model = build_gpu_model(mod, params, CUDA)
     device = InterpretedDevice()
@@ -279,11 +280,12 @@ def test_small_workloads_run_on_the_interpreted_device(name, extra):
     launches = {g.name: len(g.launches) for g in model.source.groups}
     assert device.launches == sum(launches.get(s.group.name, 0) for s in model.steps)
     assert exe.workspace_bytes <= exe.naive_bytes  # intermediates share planned blocks
-    assert [name for name, _ in exe.profile(*inputs)] == [s.group.name for s in model.steps]
-    feeds = dict(zip(model.input_names, inputs))  # the same executor again, by input name
-    testing.assert_close(exe.run(feeds)[0], got[0], 0)
-    with pytest.raises(opf.errors.OpfusionError, match="must be float32"):
-        exe.run(*[np.asarray(a, "float64") for a in inputs])
+    if runs_again:
+        assert [name for name, _ in exe.profile(*inputs)] == [s.group.name for s in model.steps]
+        feeds = dict(zip(model.input_names, inputs))  # the same executor again, by input name
+        testing.assert_close(exe.run(feeds)[0], got[0], 0)
+        with pytest.raises(opf.errors.OpfusionError, match="must be float32"):
+            exe.run(*[np.asarray(a, "float64") for a in inputs])
     exe.close()
 
 
