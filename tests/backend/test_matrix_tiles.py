@@ -140,6 +140,22 @@ def test_a_3x3_convolution_folds_its_column_taps_into_each_product():
         np.testing.assert_array_equal(opf.compile(mod, target=AMX)(feed), want)
 
 
+def test_a_fresh_accumulator_starts_its_tiles_at_zero():
+    """A 1x1 convolution of 64 channels sums its whole reduction in one step: its tiles of
+    sums start at zero (``tilezero``), the accumulator's fill of zeros is not written, and no
+    tile of sums is loaded; a K-blocked one (its sums carried over blocks) loads them."""
+    x = extreme_codes((1, 64, 14, 14), "uint8")
+    weight = extreme_codes((64, 64, 1, 1), "int8")
+    mod, feed, want = word_convolution(x, weight, 1, 0, 3)
+    exe = opf.compile(mod, target=AMX)
+    kernel = exe.source().split("//@opfusion-section kernel")[-1]
+    assert kernel.count("_tile_zero(") == 4 and "opf_splat_int32x16(0)" not in kernel
+    loads = [line for line in kernel.splitlines() if "_tile_loadd(" in line]
+    assert not any("_acc[" in line for line in loads)
+    if runs_here(AMX):
+        np.testing.assert_array_equal(exe(feed), want)
+
+
 def test_every_config_of_a_matrix_convolution_computes_the_same_sums():
     """The tuner's knobs on matrix tiles (channel blocks x units of columns within the tiles,
     K-blocking, task shapes): each sampled config builds a kernel on the tiles, and where the

@@ -273,7 +273,7 @@ MAX_FILL_ELEMENTS = 1 << 14
 
 
 def _fills_accumulator(stmt: S.Stmt, plan: RegisterTilePlan) -> bool:
-    """Whether ``stmt`` is a nest of constant loops that stores float zeros to exactly the
+    """Whether ``stmt`` is a nest of constant loops that stores zeros to exactly the
     elements ``plan``'s tile accumulates into (relative to the same outer variables), and
     the tile reads its accumulator nowhere but in its own update."""
     if not isinstance(stmt, S.For):
@@ -286,8 +286,8 @@ def _fills_accumulator(stmt: S.Stmt, plan: RegisterTilePlan) -> bool:
     if body is None or len(body) != 1 or not isinstance(body[0], S.BufferStore):
         return False
     fill = body[0]
-    if (fill.buffer is not plan.store.buffer or not isinstance(fill.value, E.FloatImm)
-            or fill.value.value != 0.0):
+    if (fill.buffer is not plan.store.buffer
+            or not isinstance(fill.value, (E.FloatImm, E.IntImm)) or fill.value.value != 0):
         return False
     if any(isinstance(n, E.BufferLoad) and n.buffer is plan.store.buffer
            and n is not plan.self_load for n in value_nodes(plan.store.value)):
@@ -762,9 +762,11 @@ def partial_sum_update(store: S.BufferStore, self_load: E.BufferLoad) -> bool:
     sum through every term: pairwise at the block level, whose rounding error grows with
     the block's length rather than the whole reduction's (K-blocked direct convolutions of
     resnet50's 3x3 shapes: 0.7-1.4e-6 of the largest output per layer before, about 2e-7
-    after, ``benchmarks/winograd.py``)."""
+    after, ``benchmarks/winograd.py``). Sums of integers (products of bytes in words) are
+    the same in any order; a fresh one starts its matrix tiles at zero (``tilezero``) rather
+    than loading the zeros just stored."""
     value = store.value
-    if not isinstance(value, E.Add) or not E.is_float(value.dtype):
+    if not isinstance(value, E.Add) or not (E.is_float(value.dtype) or E.is_int(value.dtype)):
         return False
     if value.a is self_load:
         rest = value.b

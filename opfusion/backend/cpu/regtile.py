@@ -340,8 +340,9 @@ def _scalar_major(points: list[dict[E.Var, int]], per_point: list[list[str]],
 class MatrixTileEmitter(RegisterTileEmitter):
     """Writes a register tile whose products run on matrix tiles (a :class:`RegisterTilePlan`
     with ``matrix``; see :mod:`.matrix_tiles`): each tile of sums loaded from the
-    accumulator, the remaining reduction loops, in each step the data's and the weight's
-    tiles and one ``tdpbusd`` per tile of sums, then the sums stored."""
+    accumulator (or set to zero where the accumulator was only zeros: a fresh tile), the
+    remaining reduction loops, in each step the data's and the weight's tiles and one
+    ``tdpbusd`` per tile of sums, then the sums stored."""
 
     def emit(self, indent: int) -> None:
         c, plan = self.c, self.plan
@@ -362,6 +363,9 @@ class MatrixTileEmitter(RegisterTileEmitter):
         indent += 1
         c.line(indent, f"opf_tiles_configure(&{config});")
         for register, rows in zip(sums, matrix.sums):
+            if plan.fresh:  # (the accumulator was only set to zero: that fill is skipped)
+                c.line(indent, f"_tile_zero({register});")
+                continue
             address = self._address(plan.store.buffer, plan.store.indices, at[rows[0]])
             c.line(indent, f"_tile_loadd({register}, {address}, {matrix.sum_stride});")
         for depth, loop in enumerate(matrix.loops):
