@@ -145,6 +145,72 @@ def test_a_cast_of_a_clipped_round_rounds_in_the_conversion(spec, dtype):
         np.testing.assert_array_equal(exe(x), evaluate(mod, [x]))
 
 
+def _scaled_codes(shape, scales):
+    """``(float(a) - 128) * scales`` of uint8 codes ``a``: a value the NaN facts bound."""
+    codes = opf.var("a", shape=shape, dtype="uint8")
+    centred = opf.op.subtract(opf.op.cast(codes, dtype="float32"), opf.const(np.float32(128)))
+    return opf.op.multiply(centred, opf.const(scales))
+
+
+def _quantized(value, scale, point):
+    shifted = opf.op.add(opf.op.round(opf.op.divide(value, opf.const(np.float32(scale)))),
+                         opf.const(np.float32(point)))
+    return opf.op.clip(shifted, a_min=0.0, a_max=255.0)
+
+
+def _codes_and_scales():
+    codes = np.resize(np.arange(256, dtype=np.uint8), 512)
+    # halves of the step at small scales (round to even), lanes past int32 at the large ones
+    scales = np.concatenate([np.full(256, 0.0161184, np.float32),
+                             np.geomspace(1e-3, 1e9, 256).astype(np.float32)])
+    return codes, scales
+
+
+@pytest.mark.parametrize("spec", [None, *OTHER_TARGETS])
+def test_a_quantize_step_to_bytes_after_a_relu_saturates_in_the_narrowing(spec):
+    """uint8(clip(round(relu(v) / s) + 3, 0, 255)): the ReLU's bound holds the lower clamp,
+    and with AVX-512 the narrowing's unsigned saturation (vpmovusdb) the upper one, so the
+    step is a quotient, a rounding conversion and one narrowing; the reference's values,
+    halfway points and values past int32's range (which saturate to 255) included."""
+    target = Target(spec) if spec else host_target()
+    codes, scales = _codes_and_scales()
+    value = opf.op.nn.relu(_scaled_codes(codes.shape, scales))
+    expr = opf.op.cast(_quantized(value, 0.0322368, 3), dtype="uint8")
+    params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    exe = opf.compile(mod, target=target)
+    kernel = exe.source_code.split("//@opfusion-section kernel")[1]
+    if target.has("avx512f"):
+        assert "opf_usat_shift_uint8x16(" in kernel
+        assert "opf_min_not_nan" not in kernel and kernel.count("opf_max_not_nan") == 1
+    if target.features <= host_target().features:
+        np.testing.assert_array_equal(exe(codes), evaluate(mod, [codes]))
+
+
+@pytest.mark.parametrize("spec", [None, *OTHER_TARGETS])
+def test_dequantized_codes_clip_without_their_zero_point(spec):
+    """A QuantizeLinear / DequantizeLinear pair (before a residual add, in ResNet):
+    ``(clip(round(v / s) + z, 0, 255) - z) * s`` is ``clip(round(v / s), -z, 255 - z) * s``,
+    without the two adds;
+    the reference's values, the clip's edges and values past them included."""
+    target = Target(spec) if spec else host_target()
+    codes, scales = _codes_and_scales()
+    quantized = _quantized(_scaled_codes(codes.shape, scales), 0.0534, 126)
+    kept = opf.op.where(opf.op.isnan(quantized), opf.const(np.float32(0)), quantized)
+    dequantized = opf.op.multiply(opf.op.subtract(kept, opf.const(np.float32(126))),
+                                  opf.const(np.float32(0.0534)))
+    expr = opf.op.nn.relu(dequantized)  # (a residual's add would contract into an FMA)
+    params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    exe = opf.compile(mod, target=target)
+    kernel = exe.source_code.split("//@opfusion-section kernel")[1]
+    lanes = target.vector_lanes("float32")
+    assert f"opf_splat_float32x{lanes}(126.0f)" not in kernel
+    assert "(-126.0f)" in kernel and "129.0f" in kernel
+    if target.features <= host_target().features:
+        np.testing.assert_array_equal(exe(codes), evaluate(mod, [codes]))
+
+
 _EXHAUSTIVE_CHECK = r"""
 #include <stdio.h>
 #include <string.h>

@@ -72,6 +72,9 @@ class VectorEmitter:
         #: mins and maxes are the machine's): one loop's (:meth:`emit`), or one value's
         self.facts = NanFacts()
         self._in_loop = False
+        #: the values of the loop's vector lets, by the variable's id (the variables are held
+        #: by the loop being emitted)
+        self._let_values: dict[int, E.PrimExpr] = {}
         #: variables (by id) that hold the address of a product of words' vector operand,
         #: which the product reads from memory (see :mod:`.regtile`)
         self.memory_operands: set[int] = set()
@@ -177,6 +180,8 @@ class VectorEmitter:
             text = self._widen_helper(name, kind.removeprefix("widen_"), lanes)
         elif kind == "narrow":
             text = self._narrow_helper(name, dtype, lanes)
+        elif kind == "usat_shift":
+            text = self._usat_shift_helper(name, vt, lanes)
         elif kind == "stream":
             text = self._stream_helper(name, vt, scalar, lanes * ELEMENT_SIZES[dtype])
         else:  # pragma: no cover - internal
@@ -269,6 +274,44 @@ class VectorEmitter:
         with AVX-512) and the float add are gone from every quantize step. None where
         ``node`` is not of that form, or the target has no such conversion at this width
         (``round`` and the truncating conversion stay)."""
+        found = self._rounded_clip(node, text, lanes, saturated=False)
+        if found is None:
+            return None
+        converted, point = found
+        if point:
+            converted = f"({converted} + {self.helper('splat', 'int32', lanes)}({point}))"
+        return converted
+
+    def _saturated_bytes(self, node: E.PrimExpr, text: dict[int, str], lanes: int
+                         ) -> str | None:
+        """``uint8(clip(round(x) + z, lo, 255))`` (``z`` >= 0, ``lo`` >= 0, no NaN) as the
+        rounding conversion of ``max(x, lo - z)``, plus ``z``, narrowed with unsigned
+        saturation (AVX-512's ``vpmovusdb``): the upper clamp is the narrowing's. A lane the
+        conversion overflows (``0x80000000``) or whose sum with ``z`` wraps is above 2^31 as
+        an unsigned number, so it saturates to 255 as the clip would have. None where the
+        target narrows without saturation at this width or ``node`` is not of that form."""
+        if not self._saturating_narrow(lanes):
+            return None
+        found = self._rounded_clip(node, text, lanes, saturated=True)
+        if found is None:
+            return None
+        converted, point = found
+        return f"{self.helper('usat_shift', 'uint8', lanes)}({converted}, {point})"
+
+    def _saturating_narrow(self, lanes: int) -> bool:
+        """Whether int32 lanes narrow to bytes with unsigned saturation in one instruction
+        (``vpmovusdb``) at this width."""
+        return (lanes == 16 and self.target.has("avx512f")) or (
+            lanes in (8, 4) and self.target.has("avx512vl"))
+
+    def _rounded_clip(self, node: E.PrimExpr, text: dict[int, str], lanes: int,
+                      saturated: bool) -> tuple[str, int] | None:
+        """(the rounding conversion of ``clip(x, lo - z, hi - z)``, ``z``) for ``node`` =
+        ``clip(round(x) [+ z], lo, hi)`` (see :meth:`_rounding_conversion`). A clamp that the
+        value's bounds already hold (a quantize step after a ReLU: ``max(x, 0)`` of an ``x``
+        that is never negative) is left out; ``saturated``: so is the upper one, for a
+        narrowing that saturates to it (:meth:`_saturated_bytes`), which needs ``hi`` = 255,
+        ``z`` >= 0 and a lower bound of at least 0."""
         form = self._cvtps_form(lanes)
         if form is None or not isinstance(node, (E.Min, E.Max)):
             return None
@@ -284,22 +327,74 @@ class VectorEmitter:
                 and rounded.dtype == "float32" and len(bounds) == 2
                 and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))):
             return None
+        low = bounds[0] if isinstance(inner, E.Max) else bounds[1]
+        high = bounds[1] if isinstance(inner, E.Max) else bounds[0]
+        if saturated and not (high == 255.0 and point >= 0 and low >= 0):
+            return None
         value = rounded.children()[0]
         clipped = self._rounded_quotient(value, text, lanes) or text.get(id(value))
         if clipped is None:
             return None
+        fact = self.facts.fact(rounded)
         # clip(round(x) + z, lo, hi) = clip(round(x), lo - z, hi - z) + z, exactly: the sum
         # is exact below 2^24, and anything larger is clipped either way
         for clamp, bound in zip((inner, outer), bounds):
-            kind = "max" if isinstance(clamp, E.Max) else "min"
+            is_max = isinstance(clamp, E.Max)
+            shifted = bound - point
+            if not fact.nan and (fact.low >= shifted if is_max else fact.high <= shifted):
+                continue  # (the value's bounds hold it: round keeps whole bounds)
+            if saturated and not is_max:
+                continue  # (the narrowing saturates to 255)
+            kind = "max" if is_max else "min"
             if all(self.facts.nan_free(k) for k in clamp.children()):
                 kind = f"{kind}_not_nan"
+            splat = self._operand(E.FloatImm(shifted, "float32"), None, lanes)
+            clipped = f"{self.helper(kind, 'float32', lanes)}({clipped}, {splat})"
+        return f"{self.helper('round_int32', 'float32', lanes)}({clipped})", int(point)
+
+    def _shifted_codes(self, node: E.PrimExpr, point: float, analysis: VectorAnalysis,
+                       lanes: int) -> str | None:
+        """``c - z`` for quantized codes ``c = clip(round(x) + z, lo, hi)`` (directly, through
+        their NaN rule ``where(isnan(c), 0, c)`` where that folds, or through a let), the
+        first step of dequantizing them, as ``clip(round(x), lo - z, hi - z)``: exactly the
+        same values (the sum is exact below 2^24, and anything larger is clipped either way;
+        ``round(x)`` is never NaN), without the two adds. A QDQ pair before a residual add
+        (ResNet's expansion convolutions) requantizes this way. None for any other form."""
+        value = node
+        if isinstance(value, E.Select):
+            known = always_false_nan_test(value.condition, self.facts)
+            if known is None:
+                return None
+            value = value.true_value if known else value.false_value
+        if isinstance(value, E.Var):
+            value = self._let_values.get(id(value))
+        if not isinstance(value, (E.Min, E.Max)):
+            return None
+        outer, inner = value, value.children()[0]
+        if type(inner) is type(outer) or not isinstance(inner, (E.Min, E.Max)):
+            return None
+        shifted = inner.children()[0]
+        if not (isinstance(shifted, E.Add) and isinstance(shifted.b, E.FloatImm)
+                and float(shifted.b.value) == point):
+            return None
+        rounded = shifted.a
+        bounds = [float(b.value) for b in (inner.children()[1], outer.children()[1])
+                  if isinstance(b, E.FloatImm)]
+        if not (isinstance(rounded, E.Call) and rounded.name == "round"
+                and rounded.dtype == "float32" and len(bounds) == 2
+                and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))
+                and self.facts.nan_free(rounded) and id(rounded) in analysis.kinds):
+            return None
+        clipped = self._text(rounded, analysis, lanes)
+        fact = self.facts.fact(rounded)
+        for clamp, bound in zip((inner, outer), bounds):
+            is_max = isinstance(clamp, E.Max)
+            if fact.low >= bound - point if is_max else fact.high <= bound - point:
+                continue  # (the value's bounds hold it)
+            kind = f"{'max' if is_max else 'min'}_not_nan"
             splat = self._operand(E.FloatImm(bound - point, "float32"), None, lanes)
             clipped = f"{self.helper(kind, 'float32', lanes)}({clipped}, {splat})"
-        converted = f"{self.helper('round_int32', 'float32', lanes)}({clipped})"
-        if point:
-            converted = f"({converted} + {self.helper('splat', 'int32', lanes)}({int(point)}))"
-        return converted
+        return clipped
 
     def _cvtps_form(self, lanes: int) -> tuple[str, str, str, str] | None:
         """(feature, guard, intrinsic, argument type) of the rounding float32 -> int32
@@ -372,6 +467,27 @@ class VectorEmitter:
         if lanes == 4 and self.target.has("sse4.1") and not self.target.has("avx512vl"):
             return "__SSE4_1__", "(__m128i)v, (__m128i)v"
         return None
+
+    def _usat_shift_helper(self, name: str, vt: str, lanes: int) -> str:
+        """``name(v, z)``: the bytes of the int32 lanes ``v + z`` (a wrapping sum) with
+        unsigned saturation: ``vpmovusdb`` (see :meth:`_saturated_bytes`)."""
+        self._include_intrinsics()
+        self.c.includes.add("string.h")
+        it = self.vtype("int32", lanes)
+        bits = {16: "512", 8: "256", 4: ""}[lanes]
+        add = f"_mm{bits}_add_epi32((__m{bits}i)v, _mm{bits}_set1_epi32(z))"
+        guard = "defined(__AVX512F__)" if lanes == 16 else "defined(__AVX512VL__)"
+        return "\n".join([
+            f"static inline {vt} {name}({it} v, int32_t z) {{",
+            f"#if {guard}",
+            f"  __m128i p = _mm{bits}_cvtusepi32_epi8({add}); {vt} r; "
+            "memcpy(&r, &p, sizeof r); return r;",
+            "#else",
+            f"  {vt} r; for (int i = 0; i < {lanes}; ++i) {{ uint32_t u = (uint32_t)v[i] + "
+            "(uint32_t)z; r[i] = (uint8_t)(u > 255u ? 255u : u); } return r;",
+            "#endif",
+            "}",
+        ])
 
     def _narrow_helper(self, name: str, dtype: str, lanes: int) -> str:
         """``name(v)``: int32 lanes already inside ``dtype``'s range (a quantize step's clip,
@@ -506,6 +622,7 @@ class VectorEmitter:
         analysis = VectorAnalysis(loop)
         self.facts = self._new_facts()
         self._in_loop = True
+        self._let_values = {}
         analysis.vector_lets = set(plan.vector_lets)
         analysis.coefficients.update(plan.affine_lets)
         analysis.dependent |= plan.vector_lets | {var for var, _ in plan.affine_lets}
@@ -518,6 +635,7 @@ class VectorEmitter:
                     vt = self.vtype(stmt.var.dtype, lanes)
                     c.line(indent + 1, f"const {vt} {name} = {text};")
                     self.facts.bind(stmt.var, stmt.value)
+                    self._let_values[id(stmt.var)] = stmt.value
                 else:
                     # A scalar, or an affine index evaluated at the chunk's first lane.
                     text = c.expr(stmt.value)
@@ -602,6 +720,10 @@ class VectorEmitter:
                 kind = "dot4_add_memory_u8s8"  # (b: the address of the weight vector)
                 b = c.var_name(weight)
             return f"{self.helper(kind, node.dtype, lanes)}({acc}, {a}, {b})"
+        if isinstance(node, E.Sub) and isinstance(kids[1], E.FloatImm):
+            shifted = self._shifted_codes(kids[0], float(kids[1].value), analysis, lanes)
+            if shifted is not None:
+                return shifted
         op = ARITHMETIC.get(type(node)) or COMPARISONS.get(type(node))
         if op is not None:
             a = self._operand(kids[0], args[0], lanes)
@@ -644,6 +766,10 @@ class VectorEmitter:
                     # already clipped into the range (QuantizeLinear's clip): the conversions
                     # alone (vcvttps2dq, vpmovdb), no clamps
                     it = self.vtype("int32", lanes)
+                    if node.dtype == "uint8":
+                        saturated = self._saturated_bytes(kids[0], text, lanes)
+                        if saturated is not None:
+                            return saturated
                     rounded = self._rounding_conversion(kids[0], text, lanes)
                     return self.narrowed(rounded or f"__builtin_convertvector({args[0]}, {it})",
                                          node.dtype, lanes)
