@@ -140,6 +140,34 @@ def test_a_3x3_convolution_folds_its_column_taps_into_each_product():
         np.testing.assert_array_equal(opf.compile(mod, target=AMX)(feed), want)
 
 
+@pytest.mark.parametrize("channels,size,kernel,pad", [
+    (64, (7, 7), 3, 1),    # ResNet's last stage: 7 rows of 9 padded columns, 4 tiles of 16
+    (64, (7, 7), 1, 0),    # 1x1: 49 pixels, the last tile's 15 rows past them
+    (32, (9, 9), 3, 0),    # no padding: the line is the input's own width
+    (16, (5, 6), 5, 2),    # 5 taps a row (their bytes folded), more columns than rows
+], ids=str)
+def test_small_outputs_run_as_one_padded_line(channels, size, kernel, pad):
+    """A stride-1 convolution whose rows would fill few of a tile's 16 rows runs its output
+    as one line of the padded input's width (topi.nn.matrix_line_pays): every tile of sums
+    has 16 rows, the positions of the padding's columns are cropped, and the sums are the
+    int64 convolution's exactly (a zero point of 201 in the padding)."""
+    from opfusion.topi.nn import matrix_line_pays
+
+    out_h = size[0] + 2 * pad - kernel + 1
+    out_w = size[1] + 2 * pad - kernel + 1
+    assert matrix_line_pays(out_h, out_w, kernel, 16)
+    x = extreme_codes((1, channels, *size), "uint8")
+    weight = extreme_codes((64, channels, kernel, kernel), "int8")
+    mod, feed, want = word_convolution(x, weight, 1, pad, 201, min(channels, 16))
+    exe = opf.compile(mod, target=AMX)
+    config = next(line for line in exe.source().splitlines()
+                  if "static const opf_tile_config" in line)
+    rows = config.rsplit("{", 1)[1]
+    assert rows.startswith("16, 16") and " 7," not in rows
+    if runs_here(AMX):
+        np.testing.assert_array_equal(exe(feed), want)
+
+
 def test_a_fresh_accumulator_starts_its_tiles_at_zero():
     """A 1x1 convolution of 64 channels sums its whole reduction in one step: its tiles of
     sums start at zero (``tilezero``), the accumulator's fill of zeros is not written, and no
@@ -156,15 +184,16 @@ def test_a_fresh_accumulator_starts_its_tiles_at_zero():
         np.testing.assert_array_equal(exe(feed), want)
 
 
-def test_every_config_of_a_matrix_convolution_computes_the_same_sums():
+@pytest.mark.parametrize("size", [(14, 28), (7, 7)], ids=["rows", "padded_line"])
+def test_every_config_of_a_matrix_convolution_computes_the_same_sums(size):
     """The tuner's knobs on matrix tiles (channel blocks x units of columns within the tiles,
-    K-blocking, task shapes): each sampled config builds a kernel on the tiles, and where the
-    host runs it, the runner finds its numbers the reference's."""
+    K-blocking, task shapes, a padded line's chunks): each sampled config builds a kernel on
+    the tiles, and where the host runs it, the runner finds its numbers the reference's."""
     from opfusion.autotune.measure import MeasureOptions, build_candidates, task_data
     from opfusion.autotune.runner import LocalRunner
     from opfusion.autotune.task import extract_tasks
 
-    x = extreme_codes((1, 32, 14, 28), "uint8")
+    x = extreme_codes((1, 32, *size), "uint8")
     weight = extreme_codes((64, 32, 3, 3), "int8")
     mod, _, _ = word_convolution(x, weight, 1, 1, 99)
     (task,) = [t for t in extract_tasks(mod, target=AMX) if t.rule == "conv2d_nchwc"]
