@@ -566,8 +566,8 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     matrix = takes_matrix_tiles(target, words, attrs.groups, depthwise, row_words, macs)
     if pointwise and not matrix and flatten_pixels(out_h, out_w, budget, acc_blocks):
         return _conv2d_pixels(inputs, attrs, out_type, acc_blocks, budget)
-    if matrix and (sh, sw) == (1, 1) and (dh, dw) == (1, 1) and matrix_line_pays(
-            out_h, out_w, kw, target.matrix_tile_rows):
+    if matrix and (dh, dw) == (1, 1) and matrix_line_pays(
+            out_h, out_w, (kw - 1) // sw, target.matrix_tile_rows):
         return _conv2d_matrix_line(inputs, attrs, out_type, acc_blocks,
                                    target.matrix_tile_rows)
     # (with words, the data's block holds words of its channels: ``in_block`` words)
@@ -641,63 +641,79 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
 MATRIX_LINE_GAIN = 1.25
 
 
-def matrix_line_pays(out_h: int, out_w: int, kw: int, rows: int) -> bool:
-    """Whether a stride-1 convolution on matrix tiles runs its output as one padded line
-    (:func:`_conv2d_matrix_line`): when the line's units of ``rows`` use at least
-    MATRIX_LINE_GAIN times the share of their tiles' rows that the output's rows do. A row
-    of 7 columns (ResNet's last stage) fills 7 of a tile's 16 rows; 7 rows of 9 padded
-    columns are 4 tiles of 16, 49 of their 64 rows outputs."""
+def matrix_line_pays(out_h: int, out_w: int, reach: int, rows: int) -> bool:
+    """Whether a convolution on matrix tiles runs its output as one padded line
+    (:func:`_conv2d_matrix_line`, whose line is ``out_w + reach`` positions wide, ``reach``
+    the kernel's columns past the first in steps of the stride): when the line's units of
+    ``rows`` use at least MATRIX_LINE_GAIN times the share of their tiles' rows that the
+    output's rows do. A row of 7 columns (ResNet's last stage) fills 7 of a tile's 16 rows;
+    7 rows of 9 padded columns are 4 tiles of 16, 49 of their 64 rows outputs."""
     if out_h == 1:
         return False
     unit = matrix_width_unit(out_w, rows)
     by_rows = out_w / (-(-out_w // unit) * rows)
-    width = out_w + kw - 1
+    width = out_w + reach
     by_line = out_h * out_w / (-(-out_h * width // rows) * rows)
     return by_line >= MATRIX_LINE_GAIN * by_rows
 
 
 def _conv2d_matrix_line(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int,
                         unit: int) -> te.Tensor:
-    """A stride-1 convolution on matrix tiles over its output as one line of the padded
-    input's width (see :func:`matrix_line_pays`): output pixel (y, x) is line position
-    ``p = y * width + x`` of a padded copy ``width`` = out_w + kw - 1 columns wide, and tap
-    (ry, rx) reads the copy's position ``p + ry * width + rx``, so a tile's rows (consecutive
-    positions) read the copy at one stride for every tap. The positions of the padding's
-    columns are computed and cropped. The copy is one line, zeros (the fill) past its rows
-    for the last unit's reads; ``acc[n, ob, 0, pb, pi, o]`` for position ``pb * unit +
-    pi`` (``unit``: a tile's rows)."""
+    """A convolution on matrix tiles over its output as one line (see
+    :func:`matrix_line_pays`), in phases of the stride: phase (a, b) of the padded input is
+    its rows a, a + sh, ... by its columns b, b + sw, ..., out_w + (kw - 1) // sw columns
+    (``width``) wide, and tap (ry, rx) reads phase (ry % sh, rx % sw) at its row ry // sh
+    and column rx // sw. Output pixel (y, x) is position ``p = y * width + x`` of each
+    phase's line, tap (ry, rx) reads its phase's position ``p + ry // sh * width + rx //
+    sw``, so a tile's rows (consecutive positions) read one phase at one stride for every
+    tap. Stride 1 has one phase, the padded input itself; a strided 1x1 convolution's phase
+    holds the pixels it reads alone (as the rows' compact copy does). The positions past a
+    row's output columns are computed and cropped. Each phase is one line of the copy, the
+    fill past its rows for the last unit's reads; ``acc[n, ob, 0, pb, pi, o]`` for position
+    ``pb * unit + pi`` (``unit``: a tile's rows)."""
     data, weight = inputs
     batch, blocks_in, _, _, in_block = (int(d) for d in data.shape)
     out_blocks, _, kh, kw, _, out_block = (int(d) for d in weight.shape)
     _, _, out_h, out_w, _ = (int(d) for d in out_type.shape)
     top, left = attrs.padding[0], attrs.padding[1]
+    sh, sw = attrs.strides
     words = int(attrs.words)
-    width = out_w + kw - 1
-    rows = out_h + kh - 1
+    phases_h, phases_w = min(kh, sh), min(kw, sw)
+    width = out_w + (kw - 1) // sw
+    rows = out_h + (kh - 1) // sh
     units = -(-out_h * width // unit)
-    length = units * unit + (kh - 1) * width + kw - 1
+    length = units * unit + (kh - 1) // sh * width + (kw - 1) // sw
     fill = _pad_fill(data.dtype, words, attrs.pad_value)
-    padded = zero_padded(data, top, left, rows, width, fill)
+    padded = zero_padded(data, top, left, (rows - 1) * sh + phases_h,
+                         (width - 1) * sw + phases_w, fill)
 
-    def copied(n: Any, c: Any, y: Any, q: Any, i: Any) -> te.PrimExpr:
+    def copied(n: Any, c: Any, phase: Any, q: Any, i: Any) -> te.PrimExpr:
         inside = te.min(q, rows * width - 1)
-        value = padded(n, c, inside // width, inside % width, i)
+        value = padded(n, c, inside // width * sh + phase // phases_w,
+                       inside % width * sw + phase % phases_w, i)
         return te.if_then_else(q < rows * width, value, fill)
 
-    line = te.compute((batch, blocks_in, 1, length, in_block), copied,
+    line = te.compute((batch, blocks_in, phases_h * phases_w, length, in_block), copied,
                       name="conv2d_nchwc_pad", tag=CONV_NCHWC_PAD)
     acc_dtype = accumulator_dtype(out_type.dtype)
     product = _word_product(words, acc_dtype)
     rc = te.reduce_axis((0, int(weight.shape[1]) * in_block), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    row_words = in_block * kw
+
+    def phase_of(ry: Any, rx: Any) -> Any:
+        return (ry % sh if sh > 1 else 0) * phases_w + (rx % sw if sw > 1 else 0)
+
+    def shift(r: Any, stride: int) -> Any:
+        return r // stride if stride > 1 else r
+
+    row_words = in_block * (kw if sw == 1 else 1)
     macs = out_h * out_w * out_blocks * out_block * blocks_in * in_block * words * kh * kw
     acc = te.compute(
         (batch, acc_blocks, 1, units, unit, out_block),
         lambda n, o, y, pb, pi, c: te.sum(product(
-            line[n, rc // in_block, 0, pb * unit + pi + ry * width + rx,
-                 rc % in_block],
+            line[n, rc // in_block, phase_of(ry, rx),
+                 pb * unit + pi + shift(ry, sh) * width + shift(rx, sw), rc % in_block],
             weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
                    rc % in_block, c]),
             axis=[rc, ry, rx]),
@@ -705,8 +721,8 @@ def _conv2d_matrix_line(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks
         attrs={"words": words, "row_words": row_words, "macs": macs})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(
-                          acc[n, o, 0, (y * width + x) // unit,
-                              (y * width + x) % unit, c], out_type.dtype),
+                          acc[n, o, 0, (y * width + x) // unit, (y * width + x) % unit, c],
+                          out_type.dtype),
                       name="conv2d_nchwc", tag=CONV_NCHWC)
 
 

@@ -140,25 +140,28 @@ def test_a_3x3_convolution_folds_its_column_taps_into_each_product():
         np.testing.assert_array_equal(opf.compile(mod, target=AMX)(feed), want)
 
 
-@pytest.mark.parametrize("channels,size,kernel,pad", [
-    (64, (7, 7), 3, 1),    # ResNet's last stage: 7 rows of 9 padded columns, 4 tiles of 16
-    (64, (7, 7), 1, 0),    # 1x1: 49 pixels, the last tile's 15 rows past them
-    (32, (9, 9), 3, 0),    # no padding: the line is the input's own width
-    (16, (5, 6), 5, 2),    # 5 taps a row (their bytes folded), more columns than rows
+@pytest.mark.parametrize("channels,size,kernel,stride,pad", [
+    (64, (7, 7), 3, 1, 1),    # ResNet's last stage: 7 rows of 9 padded columns, 4 tiles of 16
+    (64, (7, 7), 1, 1, 0),    # 1x1: 49 pixels, the last tile's 15 rows past them
+    (32, (9, 9), 3, 1, 0),    # no padding: the line is the input's own width
+    (16, (5, 6), 5, 1, 2),    # 5 taps a row (their bytes folded), more columns than rows
+    (64, (14, 14), 3, 2, 1),  # strided: 4 phases of 8 columns, tap (ry, rx) in its phase
+    (32, (13, 14), 1, 2, 0),  # strided 1x1: one phase, the pixels it reads
+    (16, (11, 11), 5, 3, 2),  # 3 x 3 phases, taps 0 and 3 of a row in the same one
 ], ids=str)
-def test_small_outputs_run_as_one_padded_line(channels, size, kernel, pad):
-    """A stride-1 convolution whose rows would fill few of a tile's 16 rows runs its output
-    as one line of the padded input's width (topi.nn.matrix_line_pays): every tile of sums
-    has 16 rows, the positions of the padding's columns are cropped, and the sums are the
-    int64 convolution's exactly (a zero point of 201 in the padding)."""
+def test_small_outputs_run_as_one_padded_line(channels, size, kernel, stride, pad):
+    """A convolution whose rows would fill few of a tile's 16 rows runs its output as one
+    line of the padded input's width (topi.nn.matrix_line_pays; strided, in phases of the
+    stride): every tile of sums has 16 rows, the positions past a row's outputs are cropped,
+    and the sums are the int64 convolution's exactly (a zero point of 201 in the padding)."""
     from opfusion.topi.nn import matrix_line_pays
 
-    out_h = size[0] + 2 * pad - kernel + 1
-    out_w = size[1] + 2 * pad - kernel + 1
-    assert matrix_line_pays(out_h, out_w, kernel, 16)
+    out_h = (size[0] + 2 * pad - kernel) // stride + 1
+    out_w = (size[1] + 2 * pad - kernel) // stride + 1
+    assert matrix_line_pays(out_h, out_w, (kernel - 1) // stride, 16)
     x = extreme_codes((1, channels, *size), "uint8")
     weight = extreme_codes((64, channels, kernel, kernel), "int8")
-    mod, feed, want = word_convolution(x, weight, 1, pad, 201, min(channels, 16))
+    mod, feed, want = word_convolution(x, weight, stride, pad, 201, min(channels, 16))
     exe = opf.compile(mod, target=AMX)
     config = next(line for line in exe.source().splitlines()
                   if "static const opf_tile_config" in line)

@@ -124,10 +124,17 @@ def plan_matrix_tile(reduce_loops: list[S.For], tile_loops: list[S.For], vector_
     tile_vars = [t.loop_var for t in tile_loops]
     reduce_vars = [r.loop_var for r in reduce_loops]
     lane = vector_loop.loop_var
-    data_coefs = tile_coefficients(data.buffer.offset_of(data.indices),
-                               [*tile_vars, *reduce_vars, lane])
+    # (linear in the tile's variables; the reduction loops' need be only where they form
+    # the contraction: a strided convolution's phases, ``ry % 2``, are outer loops)
+    data_offset = data.buffer.offset_of(data.indices)
+    data_coefs = tile_coefficients(data_offset, [*tile_vars, lane])
     weight_offset = weight.buffer.offset_of(weight.indices)
-    weight_coefs = tile_coefficients(weight_offset, [*reduce_vars, lane])
+    weight_coefs = tile_coefficients(weight_offset, [lane])
+    for var in reduce_vars:
+        for offset, coefs in ((data_offset, data_coefs), (weight_offset, weight_coefs)):
+            found = tile_coefficients(offset, [var])
+            if coefs is not None and found is not None and id(var) in found:
+                coefs[id(var)] = found[id(var)]
     sum_coefs = tile_coefficients(store.buffer.offset_of(store.indices), [*tile_vars, lane])
     if data_coefs is None or weight_coefs is None or sum_coefs is None:
         return None
@@ -144,6 +151,11 @@ def plan_matrix_tile(reduce_loops: list[S.For], tile_loops: list[S.For], vector_
     # (the lanes' variable tells a point's vector of 16 columns apart: a block's)
     return _layout(reduce_loops, points, data, weight, data_coefs, weight_coefs, sum_coefs,
                    row_vars, [*block_vars, lane], target)
+
+
+def _linear_in(load: E.BufferLoad, var: E.Var) -> bool:
+    """Whether ``load``'s offset is linear in ``var`` (or free of it)."""
+    return tile_coefficients(load.buffer.offset_of(load.indices), [var]) is not None
 
 
 def _layout(reduce_loops: list[S.For], points: list[dict[E.Var, int]], data: E.BufferLoad,
@@ -188,6 +200,8 @@ def _layout(reduce_loops: list[S.For], points: list[dict[E.Var, int]], data: E.B
                 and isinstance(loop.extent, E.IntImm)):
             break
         extent = loop.extent.value
+        if not (_linear_in(data, loop.loop_var) and _linear_in(weight, loop.loop_var)):
+            break
         weight_row = weight_row or weight_coefs.get(id(loop.loop_var), 0)
         if (data_coefs.get(id(loop.loop_var), 0) != words or weight_row < lanes
                 or weight_coefs.get(id(loop.loop_var), 0) != weight_row * words
