@@ -620,16 +620,12 @@ def conv2d_nchwc(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
         def first_block(o: Any) -> Any:
             return 0 if attrs.groups == 1 else o // out_blocks_per_group * blocks_per_group
 
-        acc = te.compute(
-            shape,
-            lambda n, o, y, xb, xi, c: te.sum(product(
-                source[n, first_block(o) + rc // in_block, y * sh + ry * dh, column(xb, xi),
-                       rc % in_block],
-                weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
-                       rc % in_block, c]),
-                axis=[rc, ry, rx]),
-            name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
-            attrs={"words": words, "row_words": row_words, "macs": macs})
+        acc = _block_sums(
+            shape, lambda n, o, y, xb, xi: source[
+                n, first_block(o) + rc // in_block, y * sh + ry * dh, column(xb, xi),
+                rc % in_block],
+            weight, acc_blocks, (rc, ry, rx), product,
+            {"words": words, "row_words": row_words, "macs": macs})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(acc[n, o, y, x // unit, x % unit, c],
                                                     final_dtype),
@@ -709,21 +705,37 @@ def _conv2d_matrix_line(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks
 
     row_words = in_block * (kw if sw == 1 else 1)
     macs = out_h * out_w * out_blocks * out_block * blocks_in * in_block * words * kh * kw
-    acc = te.compute(
-        (batch, acc_blocks, 1, units, unit, out_block),
-        lambda n, o, y, pb, pi, c: te.sum(product(
-            line[n, rc // in_block, phase_of(ry, rx),
-                 pb * unit + pi + shift(ry, sh) * width + shift(rx, sw), rc % in_block],
-            weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
-                   rc % in_block, c]),
-            axis=[rc, ry, rx]),
-        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
-        attrs={"words": words, "row_words": row_words, "macs": macs})
+    acc = _block_sums(
+        (batch, acc_blocks, 1, units, unit, out_block), lambda n, o, y, pb, pi: line[
+            n, rc // in_block, phase_of(ry, rx),
+            pb * unit + pi + shift(ry, sh) * width + shift(rx, sw), rc % in_block],
+        weight, acc_blocks, (rc, ry, rx), product,
+        {"words": words, "row_words": row_words, "macs": macs})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(
                           acc[n, o, 0, (y * width + x) // unit, (y * width + x) % unit, c],
                           out_type.dtype),
                       name="conv2d_nchwc", tag=CONV_NCHWC)
+
+
+def _block_sums(shape: tuple[int, ...], read: Callable[..., te.PrimExpr], weight: te.Tensor,
+                acc_blocks: int, axes: tuple[Any, Any, Any],
+                product: Callable[[Any, Any], te.PrimExpr], attrs: dict[str, Any]) -> te.Tensor:
+    """A dense blocked convolution's accumulator ``acc[n, o, y, xb, xi, c]`` of ``shape``
+    (units of columns ``xb`` of ``xi`` each, or of a line's positions): the sum over ``axes``
+    (input channel, kernel row, kernel column) of ``product(read(n, o, y, xb, xi),
+    weight)``, ``read`` the input value at that point of the axes, the weight of output
+    block ``o`` (its real block past ``acc_blocks``'s padding) and lane ``c``."""
+    rc, ry, rx = axes
+    out_blocks, in_block = int(weight.shape[0]), int(weight.shape[4])
+    return te.compute(
+        shape,
+        lambda n, o, y, xb, xi, c: te.sum(product(
+            read(n, o, y, xb, xi),
+            weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx,
+                   rc % in_block, c]),
+            axis=[rc, ry, rx]),
+        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC, attrs=attrs)
 
 
 def _word_product(words: int, acc_dtype: str) -> Callable[[Any, Any], te.PrimExpr]:
@@ -798,15 +810,10 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
     ry = te.reduce_axis((0, 1), name="ry")
     rx = te.reduce_axis((0, 1), name="rx")
 
-    acc = te.compute(
+    acc = _block_sums(
         (batch, acc_blocks, 1, units, unit, out_block),
-        lambda n, o, y, pb, pi, c: te.sum(product(
-            read(n, rc // in_block, pb * unit + pi, rc % in_block),
-            weight[_real_block(o, acc_blocks, out_blocks), rc // in_block, ry, rx, rc % in_block,
-                   c]),
-            axis=[rc, ry, rx]),
-        name="conv2d_nchwc_acc", tag=CONV_NCHWC_ACC,
-        attrs={"words": words})
+        lambda n, o, y, pb, pi: read(n, rc // in_block, pb * unit + pi, rc % in_block),
+        weight, acc_blocks, (rc, ry, rx), product, {"words": words})
     return te.compute((batch, out_blocks, out_h, out_w, out_block),
                       lambda n, o, y, x, c: te.cast(
                           acc[n, o, 0, (y * out_w + x) // unit, (y * out_w + x) % unit, c],

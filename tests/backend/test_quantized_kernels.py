@@ -187,6 +187,22 @@ def test_a_quantize_step_to_bytes_after_a_relu_saturates_in_the_narrowing(spec):
         np.testing.assert_array_equal(exe(codes), evaluate(mod, [codes]))
 
 
+@pytest.mark.parametrize("width", [4, 8])
+def test_narrow_rows_saturate_in_their_own_width(width):
+    """Rows of 4 and 8 values (vectors of that many lanes) narrow with AVX512-VL's
+    ``vpmovusdb`` at their own width, with the reference's values."""
+    codes = np.resize(np.arange(256, dtype=np.uint8), (64, width))
+    scales = np.geomspace(1e-2, 1e9, width).astype(np.float32)
+    value = opf.op.nn.relu(_scaled_codes(codes.shape, scales))
+    expr = opf.op.cast(_quantized(value, 0.0322368, 3), dtype="uint8")
+    params = [n for n in opf.ir.visitor.post_order(expr) if isinstance(n, opf.ir.Var)]
+    mod = IRModule.from_expr(Function(params, expr))
+    exe = opf.compile(mod)
+    if host_target().has("avx512vl"):
+        assert f"opf_usat_shift_uint8x{width}(" in exe.source_code
+    np.testing.assert_array_equal(exe(codes), evaluate(mod, [codes]))
+
+
 @pytest.mark.parametrize("spec", [None, *OTHER_TARGETS])
 def test_dequantized_codes_clip_without_their_zero_point(spec):
     """A QuantizeLinear / DequantizeLinear pair (before a residual add, in ResNet):

@@ -474,13 +474,14 @@ class VectorEmitter:
         self._include_intrinsics()
         self.c.includes.add("string.h")
         it = self.vtype("int32", lanes)
-        bits = {16: "512", 8: "256", 4: ""}[lanes]
-        add = f"_mm{bits}_add_epi32((__m{bits}i)v, _mm{bits}_set1_epi32(z))"
+        prefix, mtype = {16: ("_mm512", "__m512i"), 8: ("_mm256", "__m256i"),
+                         4: ("_mm", "__m128i")}[lanes]
+        add = f"{prefix}_add_epi32(({mtype})v, {prefix}_set1_epi32(z))"
         guard = "defined(__AVX512F__)" if lanes == 16 else "defined(__AVX512VL__)"
         return "\n".join([
             f"static inline {vt} {name}({it} v, int32_t z) {{",
             f"#if {guard}",
-            f"  __m128i p = _mm{bits}_cvtusepi32_epi8({add}); {vt} r; "
+            f"  __m128i p = {prefix}_cvtusepi32_epi8({add}); {vt} r; "
             "memcpy(&r, &p, sizeof r); return r;",
             "#else",
             f"  {vt} r; for (int i = 0; i < {lanes}; ++i) {{ uint32_t u = (uint32_t)v[i] + "
@@ -651,6 +652,7 @@ class VectorEmitter:
             c.line(indent + 1, f"{store}({address}, {value});")
         c.line(indent, "}")
         self._in_loop = False
+        self._let_values = {}  # (the loop's variables go with it: no id may outlive them)
         for v in reversed(bound):
             c.unbind_var(v)
         c.unbind_var(loop.loop_var)
