@@ -124,17 +124,10 @@ def plan_matrix_tile(reduce_loops: list[S.For], tile_loops: list[S.For], vector_
     tile_vars = [t.loop_var for t in tile_loops]
     reduce_vars = [r.loop_var for r in reduce_loops]
     lane = vector_loop.loop_var
-    # (linear in the tile's variables; the reduction loops' need be only where they form
-    # the contraction: a strided convolution's phases, ``ry % 2``, are outer loops)
-    data_offset = data.buffer.offset_of(data.indices)
-    data_coefs = tile_coefficients(data_offset, [*tile_vars, lane])
+    data_coefs = _coefficients(data.buffer.offset_of(data.indices), [*tile_vars, lane],
+                               reduce_vars)
     weight_offset = weight.buffer.offset_of(weight.indices)
-    weight_coefs = tile_coefficients(weight_offset, [lane])
-    for var in reduce_vars:
-        for offset, coefs in ((data_offset, data_coefs), (weight_offset, weight_coefs)):
-            found = tile_coefficients(offset, [var])
-            if coefs is not None and found is not None and id(var) in found:
-                coefs[id(var)] = found[id(var)]
+    weight_coefs = _coefficients(weight_offset, [lane], reduce_vars)
     sum_coefs = tile_coefficients(store.buffer.offset_of(store.indices), [*tile_vars, lane])
     if data_coefs is None or weight_coefs is None or sum_coefs is None:
         return None
@@ -151,6 +144,22 @@ def plan_matrix_tile(reduce_loops: list[S.For], tile_loops: list[S.For], vector_
     # (the lanes' variable tells a point's vector of 16 columns apart: a block's)
     return _layout(reduce_loops, points, data, weight, data_coefs, weight_coefs, sum_coefs,
                    row_vars, [*block_vars, lane], target)
+
+
+def _coefficients(offset: E.PrimExpr, variables: list[E.Var], reduce_vars: list[E.Var]
+                  ) -> dict[int, int] | None:
+    """The coefficients (by id) of ``variables`` in ``offset`` (None where one is inside a
+    non-linear term), and of each reduction variable that it is linear in: the reduction
+    loops need be linear only where they form the contraction (a strided convolution's
+    phase loops, ``ry % 2``, stay outside it)."""
+    coefs = tile_coefficients(offset, variables)
+    if coefs is None:
+        return None
+    for var in reduce_vars:
+        found = tile_coefficients(offset, [var])
+        if found is not None and id(var) in found:
+            coefs[id(var)] = found[id(var)]
+    return coefs
 
 
 def _linear_in(load: E.BufferLoad, var: E.Var) -> bool:
