@@ -665,8 +665,8 @@ def _conv2d_matrix_line(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks
     tap. Stride 1 has one phase, the padded input itself; a strided 1x1 convolution's phase
     holds the pixels it reads alone (as the rows' compact copy does). The positions past a
     row's output columns are computed and cropped. Each phase is one line of the copy, the
-    fill past its rows for the last unit's reads; ``acc[n, ob, 0, pb, pi, o]`` for position
-    ``pb * unit + pi`` (``unit``: a tile's rows)."""
+    fill past its rows for the last unit's reads; ``acc[n, ob, 0, xb, xi, o]`` for position
+    ``xb * unit + xi`` (``unit``: a tile's rows)."""
     data, weight = inputs
     batch, blocks_in, _, _, in_block = (int(d) for d in data.shape)
     out_blocks, _, kh, kw, _, out_block = (int(d) for d in weight.shape)
@@ -706,12 +706,20 @@ def _conv2d_matrix_line(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks
     row_words = in_block * (kw if sw == 1 else 1)
     macs = out_h * out_w * out_blocks * out_block * blocks_in * in_block * words * kh * kw
     acc = _block_sums(
-        (batch, acc_blocks, 1, units, unit, out_block), lambda n, o, y, pb, pi: line[
+        (batch, acc_blocks, 1, units, unit, out_block), lambda n, o, y, xb, xi: line[
             n, rc // in_block, phase_of(ry, rx),
-            pb * unit + pi + shift(ry, sh) * width + shift(rx, sw), rc % in_block],
+            xb * unit + xi + shift(ry, sh) * width + shift(rx, sw), rc % in_block],
         weight, acc_blocks, (rc, ry, rx), product,
         {"words": words, "row_words": row_words, "macs": macs})
-    return te.compute((batch, out_blocks, out_h, out_w, out_block),
+    return _line_output(acc, out_type, width)
+
+
+def _line_output(acc: te.Tensor, out_type: Any, width: int) -> te.Tensor:
+    """The convolution's result from the accumulator of a line of positions ``width`` a row
+    (``acc[n, o, 0, p // unit, p % unit, c]`` for output pixel (y, x) at ``p = y * width +
+    x``), cast to the result's dtype."""
+    unit = int(acc.shape[4])
+    return te.compute(tuple(int(d) for d in out_type.shape),
                       lambda n, o, y, x, c: te.cast(
                           acc[n, o, 0, (y * width + x) // unit, (y * width + x) % unit, c],
                           out_type.dtype),
@@ -812,13 +820,9 @@ def _conv2d_pixels(inputs: list[Any], attrs: Any, out_type: Any, acc_blocks: int
 
     acc = _block_sums(
         (batch, acc_blocks, 1, units, unit, out_block),
-        lambda n, o, y, pb, pi: read(n, rc // in_block, pb * unit + pi, rc % in_block),
+        lambda n, o, y, xb, xi: read(n, rc // in_block, xb * unit + xi, rc % in_block),
         weight, acc_blocks, (rc, ry, rx), product, {"words": words})
-    return te.compute((batch, out_blocks, out_h, out_w, out_block),
-                      lambda n, o, y, x, c: te.cast(
-                          acc[n, o, 0, (y * out_w + x) // unit, (y * out_w + x) % unit, c],
-                          out_type.dtype),
-                      name="conv2d_nchwc", tag=CONV_NCHWC)
+    return _line_output(acc, out_type, out_w)
 
 
 def _group_input_channels(groups: int, per_group: int, in_block: int,

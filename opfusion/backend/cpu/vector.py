@@ -19,6 +19,8 @@ guard."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...ir.types import float_to_int_bounds
@@ -58,6 +60,47 @@ _STREAM_STORES = (
     (32, "avx", "__AVX__", "_mm256_stream_ps", "__m256"),
     (16, "sse", "__SSE__", "_mm_stream_ps", "__m128"),
 )
+
+
+@dataclass(frozen=True)
+class QuantizeClip:
+    """``clip(round(x) [+ z], lo, hi)`` taken apart (:func:`_quantize_clip`): the two clamps
+    (``inner`` applied first), the ``round`` call, the zero point ``z`` (0 where there is no
+    add), the clamps' bounds in that order, and the low and high ones."""
+
+    inner: E.PrimExpr
+    outer: E.PrimExpr
+    rounded: E.Call
+    point: float
+    bounds: tuple[float, float]
+
+    @property
+    def low(self) -> float:
+        return self.bounds[0] if isinstance(self.inner, E.Max) else self.bounds[1]
+
+    @property
+    def high(self) -> float:
+        return self.bounds[1] if isinstance(self.inner, E.Max) else self.bounds[0]
+
+
+def _quantize_clip(node: E.PrimExpr | None) -> QuantizeClip | None:
+    """``node`` as a quantize step's clip of float32 ``round(x) [+ z]`` (a ``min`` of a ``max``
+    or the other way round) with whole bounds and zero point below 2^23; else None."""
+    if not isinstance(node, (E.Min, E.Max)):
+        return None
+    outer, inner = node, node.children()[0]
+    if type(inner) is type(outer) or not isinstance(inner, (E.Min, E.Max)):
+        return None
+    rounded, point = inner.children()[0], 0.0
+    if isinstance(rounded, E.Add) and isinstance(rounded.b, E.FloatImm):
+        rounded, point = rounded.a, float(rounded.b.value)  # round(x) + z: a zero point
+    bounds = [float(b.value) for b in (inner.children()[1], outer.children()[1])
+              if isinstance(b, E.FloatImm)]
+    if not (isinstance(rounded, E.Call) and rounded.name == "round"
+            and rounded.dtype == "float32" and len(bounds) == 2
+            and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))):
+        return None
+    return QuantizeClip(inner, outer, rounded, point, (bounds[0], bounds[1]))
 
 
 class VectorEmitter:
@@ -307,59 +350,53 @@ class VectorEmitter:
     def _rounded_clip(self, node: E.PrimExpr, text: dict[int, str], lanes: int,
                       saturated: bool) -> tuple[str, int] | None:
         """(the rounding conversion of ``clip(x, lo - z, hi - z)``, ``z``) for ``node`` =
-        ``clip(round(x) [+ z], lo, hi)`` (see :meth:`_rounding_conversion`). A clamp that the
-        value's bounds already hold (a quantize step after a ReLU: ``max(x, 0)`` of an ``x``
-        that is never negative) is left out; ``saturated``: so is the upper one, for a
-        narrowing that saturates to it (:meth:`_saturated_bytes`), which needs ``hi`` = 255,
-        ``z`` >= 0 and a lower bound of at least 0."""
-        form = self._cvtps_form(lanes)
-        if form is None or not isinstance(node, (E.Min, E.Max)):
+        ``clip(round(x) [+ z], lo, hi)`` (see :meth:`_rounding_conversion`); ``saturated``:
+        without the upper clamp, for a narrowing that saturates to it
+        (:meth:`_saturated_bytes`), which needs ``hi`` = 255, ``z`` >= 0 and a lower bound of
+        at least 0."""
+        clip = _quantize_clip(node) if self._cvtps_form(lanes) is not None else None
+        if clip is None:
             return None
-        outer, inner = node, node.children()[0]
-        if type(inner) is type(outer) or not isinstance(inner, (E.Min, E.Max)):
+        if saturated and not (clip.high == 255.0 and clip.point >= 0 and clip.low >= 0):
             return None
-        rounded, point = inner.children()[0], 0.0
-        if isinstance(rounded, E.Add) and isinstance(rounded.b, E.FloatImm):
-            rounded, point = rounded.a, float(rounded.b.value)  # round(x) + z: a zero point
-        bounds = [float(b.value) for b in (inner.children()[1], outer.children()[1])
-                  if isinstance(b, E.FloatImm)]
-        if not (isinstance(rounded, E.Call) and rounded.name == "round"
-                and rounded.dtype == "float32" and len(bounds) == 2
-                and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))):
+        value = clip.rounded.children()[0]
+        quotient = self._rounded_quotient(value, text, lanes) or text.get(id(value))
+        if quotient is None:
             return None
-        low = bounds[0] if isinstance(inner, E.Max) else bounds[1]
-        high = bounds[1] if isinstance(inner, E.Max) else bounds[0]
-        if saturated and not (high == 255.0 and point >= 0 and low >= 0):
-            return None
-        value = rounded.children()[0]
-        clipped = self._rounded_quotient(value, text, lanes) or text.get(id(value))
-        if clipped is None:
-            return None
-        fact = self.facts.fact(rounded)
-        # clip(round(x) + z, lo, hi) = clip(round(x), lo - z, hi - z) + z, exactly: the sum
-        # is exact below 2^24, and anything larger is clipped either way
-        for clamp, bound in zip((inner, outer), bounds):
+        clipped = self._shifted_clamps(quotient, clip, lanes, upper=not saturated)
+        return f"{self.helper('round_int32', 'float32', lanes)}({clipped})", int(clip.point)
+
+    def _shifted_clamps(self, value: str, clip: QuantizeClip, lanes: int,
+                        upper: bool = True) -> str:
+        """``value`` (the text of ``round(x)``, or of ``x`` where a rounding conversion
+        follows) clamped to ``clip``'s bounds less its zero point: ``clip(round(x) + z, lo,
+        hi) = clip(round(x), lo - z, hi - z) + z`` exactly (the sum is exact below 2^24, and
+        anything larger is clipped either way; rounding keeps whole bounds). A clamp that
+        the value's bounds already hold (a quantize step after a ReLU: ``max(x, 0)`` of an
+        ``x`` that is never negative) is left out, and the upper one unless ``upper``."""
+        fact = self.facts.fact(clip.rounded)
+        for clamp, bound in ((clip.inner, clip.bounds[0]), (clip.outer, clip.bounds[1])):
             is_max = isinstance(clamp, E.Max)
-            shifted = bound - point
+            shifted = bound - clip.point
             if not fact.nan and (fact.low >= shifted if is_max else fact.high <= shifted):
-                continue  # (the value's bounds hold it: round keeps whole bounds)
-            if saturated and not is_max:
-                continue  # (the narrowing saturates to 255)
+                continue  # (the value's bounds hold it)
+            if not (upper or is_max):
+                continue  # (the narrowing saturates to it)
             kind = "max" if is_max else "min"
             if all(self.facts.nan_free(k) for k in clamp.children()):
                 kind = f"{kind}_not_nan"
             splat = self._operand(E.FloatImm(shifted, "float32"), None, lanes)
-            clipped = f"{self.helper(kind, 'float32', lanes)}({clipped}, {splat})"
-        return f"{self.helper('round_int32', 'float32', lanes)}({clipped})", int(point)
+            value = f"{self.helper(kind, 'float32', lanes)}({value}, {splat})"
+        return value
 
     def _shifted_codes(self, node: E.PrimExpr, point: float, analysis: VectorAnalysis,
                        lanes: int) -> str | None:
         """``c - z`` for quantized codes ``c = clip(round(x) + z, lo, hi)`` (directly, through
         their NaN rule ``where(isnan(c), 0, c)`` where that folds, or through a let), the
         first step of dequantizing them, as ``clip(round(x), lo - z, hi - z)``: exactly the
-        same values (the sum is exact below 2^24, and anything larger is clipped either way;
-        ``round(x)`` is never NaN), without the two adds. A QDQ pair before a residual add
-        (ResNet's expansion convolutions) requantizes this way. None for any other form."""
+        same values (:meth:`_shifted_clamps`; ``round(x)`` is never NaN), without the two
+        adds. A QDQ pair before a residual add (ResNet's expansion convolutions) requantizes
+        this way. None for any other form."""
         value = node
         if isinstance(value, E.Select):
             known = always_false_nan_test(value.condition, self.facts)
@@ -368,33 +405,11 @@ class VectorEmitter:
             value = value.true_value if known else value.false_value
         if isinstance(value, E.Var):
             value = self._let_values.get(id(value))
-        if not isinstance(value, (E.Min, E.Max)):
+        clip = _quantize_clip(value)
+        if clip is None or clip.point != point or not self.facts.nan_free(clip.rounded) \
+                or id(clip.rounded) not in analysis.kinds:
             return None
-        outer, inner = value, value.children()[0]
-        if type(inner) is type(outer) or not isinstance(inner, (E.Min, E.Max)):
-            return None
-        shifted = inner.children()[0]
-        if not (isinstance(shifted, E.Add) and isinstance(shifted.b, E.FloatImm)
-                and float(shifted.b.value) == point):
-            return None
-        rounded = shifted.a
-        bounds = [float(b.value) for b in (inner.children()[1], outer.children()[1])
-                  if isinstance(b, E.FloatImm)]
-        if not (isinstance(rounded, E.Call) and rounded.name == "round"
-                and rounded.dtype == "float32" and len(bounds) == 2
-                and all(v.is_integer() and abs(v) < 2.0 ** 23 for v in (*bounds, point))
-                and self.facts.nan_free(rounded) and id(rounded) in analysis.kinds):
-            return None
-        clipped = self._text(rounded, analysis, lanes)
-        fact = self.facts.fact(rounded)
-        for clamp, bound in zip((inner, outer), bounds):
-            is_max = isinstance(clamp, E.Max)
-            if fact.low >= bound - point if is_max else fact.high <= bound - point:
-                continue  # (the value's bounds hold it)
-            kind = f"{'max' if is_max else 'min'}_not_nan"
-            splat = self._operand(E.FloatImm(bound - point, "float32"), None, lanes)
-            clipped = f"{self.helper(kind, 'float32', lanes)}({clipped}, {splat})"
-        return clipped
+        return self._shifted_clamps(self._text(clip.rounded, analysis, lanes), clip, lanes)
 
     def _cvtps_form(self, lanes: int) -> tuple[str, str, str, str] | None:
         """(feature, guard, intrinsic, argument type) of the rounding float32 -> int32
