@@ -25,6 +25,7 @@ NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -228,6 +229,13 @@ def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
         start = time.perf_counter()
         want = evaluate(mod, {image.name_hint: data, **params})
         print(f"  NumPy reference in {time.perf_counter() - start:.0f} s")
+        if tf32:
+            with tf32_operands():
+                rounded = evaluate(mod, {image.name_hint: data, **params})
+            error = float(np.max(np.abs(rounded - want)) / np.max(np.abs(want)))
+            print(f"  the reference with TF32-rounded operands is {error:.1e} of the largest "
+                  "output from it (what TF32 arithmetic alone moves)")
+            want = rounded
     results = {"opfusion": opfusion_row(device, mod, params, target, data, want, repeat,
                                         profile, None)}
     if tune_seconds:
@@ -255,6 +263,104 @@ def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
     except ImportError:
         print("  (torch or torchvision missing: no peers for resnet50)")
     report(f"resnet50, batch {batch}", results, None)
+
+
+#: The staged-store sweep's variants of each tensor-core convolution (besides its default
+#: and the earlier heuristic's config): block tiles and pixels, staged, single-buffered.
+STAGING_VARIANTS = tuple(
+    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "pixels": pixels}
+    for wm, wn, tm, tn, pixels in ((2, 2, 2, 2, 2), (2, 1, 2, 2, 4), (2, 1, 2, 2, 8),
+                                   (1, 2, 2, 2, 4), (2, 2, 1, 2, 4), (2, 2, 2, 1, 4),
+                                   (2, 1, 2, 2, 7), (4, 1, 2, 2, 2)))
+
+
+def unstaged_default(task):
+    """The config the heuristic took before ``staged_store`` (the same order, unstaged)."""
+    from opfusion.backend.cuda.schedules.conv2d_mma import _default_order
+
+    for pixels in (4, 7, 2, 1):
+        for config in _default_order(False):
+            if config["staged_store"]:
+                continue
+            try:
+                return task.space.config(**config, pixels=pixels)
+            except Exception:
+                continue
+    return None
+
+
+def staging_rows(device, batch: int, seconds_cap: float) -> None:
+    """Each tensor-core convolution of resnet50 (TF32) through the GPU runner: the earlier
+    default (unstaged), the default, the default with ``staged_store`` flipped, and
+    :data:`STAGING_VARIANTS` staged; ms per config and the sums weighted by the layers'
+    counts."""
+    from opfusion.autotune.gpu_runner import GPURunner
+    from opfusion.autotune.measure import generate_candidates, task_data
+    from opfusion.autotune.task import extract_tasks
+
+    mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
+    tasks = [t for t in extract_tasks(mod, params, f"cuda -arch={device.arch} -tf32=1")
+             if t.rule == "gpu_conv2d_mma"]
+    runner = GPURunner(device)
+    totals = {"before": 0.0, "default": 0.0, "flipped": 0.0, "best": 0.0}
+    start = time.perf_counter()
+    print(f"\n  staged stores: {len(tasks)} tensor-core convolutions (ms; weight x)")
+    for task in tasks:
+        if time.perf_counter() - start > seconds_cap:
+            print("  (time cap reached)")
+            break
+        named = {"before": unstaged_default(task), "default": task.default}
+        flip = {**task.default, "staged_store": not task.default["staged_store"]}
+        base = {k: v for k, v in task.default.items()}
+        variants = [("flipped", flip)] + [
+            (f"v{i}", {**base, **v, "staged_store": True, "double_buffer": False})
+            for i, v in enumerate(STAGING_VARIANTS)]
+        for label, values in variants:
+            try:
+                named[label] = task.space.config(**values)
+            except Exception:
+                continue
+        labels = [k for k, v in named.items() if v is not None]
+        results = runner.run(task_data(task), generate_candidates(task, [named[k]
+                                                                         for k in labels]),
+                             MeasureOptions(repeat=3))
+        times = {k: (r.seconds * 1e3 if r.ok else None) for k, r in zip(labels, results)}
+        errors = [f"{k}: {r.error[:80]}" for k, r in zip(labels, results) if not r.ok]
+        ok = [t for t in times.values() if t is not None]
+        for key in ("before", "default", "flipped"):
+            totals[key] += task.weight * (times.get(key) or times.get("default") or 0.0)
+        totals["best"] += task.weight * (min(ok) if ok else 0.0)
+        best = min((t, k) for k, t in times.items() if t is not None) if ok else (0, "-")
+        print(f"    {task.name:<34} x{task.weight}  "
+              + " ".join(f"{k}={t:.3f}" for k, t in times.items() if t is not None)
+              + f"  best {best[1]}: {dict(named[best[1]]) if ok else ''}")
+        for line in errors:
+            print(f"      failed {line}")
+    print("  weighted sums (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in totals.items()))
+
+
+@contextlib.contextmanager
+def tf32_operands():
+    """The reference interpreter with the operands of convolutions and products rounded to
+    TF32 as the tensor cores round them (``cvt.rna``: 10 bits of mantissa, ties away), so
+    that a TF32 build can be checked to float32's accuracy, not TF32's."""
+    from opfusion.ir.op import get_op
+
+    def rounded(a):
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        bits = (a.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+        return np.where(np.isfinite(a), bits.view(np.float32), a)
+
+    ops = [get_op(name) for name in ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul")]
+    saved = [o.reference for o in ops]
+    try:
+        for o, reference in zip(ops, saved):
+            o.reference = (lambda x, w, *a, _ref=reference, **k:
+                           _ref(rounded(x), rounded(w), *a, **k))
+        yield
+    finally:
+        for o, reference in zip(ops, saved):
+            o.reference = reference
 
 
 def opfusion_row(device, mod, params, target: str, data, want, repeat: int, profile: int,
@@ -326,6 +432,12 @@ def main() -> int:
                         help="where the tuning records go (default: kept in memory)")
     parser.add_argument("--products", action="store_true",
                         help="first time three large products in float32 and in TF32")
+    parser.add_argument("--skip", default="", metavar="WORKLOADS",
+                        help="comma-separated workloads not to run (chain, resnet50): a short "
+                             "lease's second call")
+    parser.add_argument("--staging", type=float, default=0.0, metavar="SECONDS",
+                        help="time resnet50's tensor-core convolutions with and without "
+                             "staged stores, and other staged tiles (for about this long)")
     parser.add_argument("--tf32", action="store_true",
                         help="build resnet50 with -tf32=1 (products on tensor cores)")
     args = parser.parse_args()
@@ -339,9 +451,14 @@ def main() -> int:
           f"{bandwidth:.0f} GB/s (read + write)")
     if args.products:
         product_rows(device, args.repeat)
-    chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)
-    resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile, args.tune,
-                args.records, args.tf32)
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    if "chain" not in skip:
+        chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)
+    if args.staging:
+        staging_rows(device, args.batch, args.staging)
+    if "resnet50" not in skip:
+        resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile,
+                    args.tune, args.records, args.tf32)
     return 0
 
 

@@ -288,6 +288,61 @@ def test_tensor_core_convolutions_on_the_gpu_match_the_reference(case):
     assert [r.error for r in results if not r.ok] == []
 
 
+def _conv_residual(batch, channels, out_channels, size, kernel, stride, pad):
+    """A bottleneck's last convolution: bias, the block's input added, ReLU."""
+    func = _conv_relu(batch, channels, out_channels, size, kernel, stride, pad)
+    out = (size + 2 * pad - kernel) // stride + 1
+    r = Var("r", TensorType((batch, out_channels, out, out), "float32"))
+    (relu,) = [func.body]
+    return Function([*func.params, r], op.nn.relu(op.add(relu.args[0], r)))
+
+
+@pytest.mark.parametrize("case, config", [
+    ((16, 16, 64, 8, 1, 1, 0), {}),  # the heuristic's: pointwise, staged
+    ((16, 16, 64, 8, 1, 1, 0), {"warps_m": 1, "warps_n": 2, "tiles_m": 2, "tiles_n": 1,
+                                "pixels": 8, "k_step": 8, "row_steps": False, "shared": False,
+                                "double_buffer": False, "staged_store": True}),
+    ((8, 8, 32, 6, 3, 2, 1), {"warps_m": 2, "warps_n": 1, "tiles_m": 1, "tiles_n": 1,
+                              "pixels": 1, "k_step": 8, "row_steps": True, "shared": True,
+                              "double_buffer": True, "staged_store": True}),  # strided 3x3
+])
+def test_staged_sums_store_the_epilogue_in_the_outputs_order(case, config):
+    from opfusion.tir import stmt as S
+
+    func = _conv_residual(*case)
+    group, inputs, out = _run_group(func, {"rule": "gpu_conv2d_mma", "knobs": config}
+                                    if config else None)
+    testing.assert_close(out, evaluate(_typed(func), inputs), TF32_RTOL)
+    x, w, b, r = inputs  # the tensor cores' operands rounded; the residual taken as it is
+    rounded = [_tf32(x).astype("float32"), _tf32(w).astype("float32"), b, r]
+    testing.assert_close(out, evaluate(_typed(func), rounded), 1e-5)
+    assert group.schedule_config["knobs"]["staged_store"]
+    tiles = [b for b in _allocated(group.prim_func)
+             if b.scope == "shared" and not b.name.endswith("_shared")]
+    (tile,) = tiles  # the block's sums: images x channels x 1 x pixels, images padded
+    knobs = group.schedule_config["knobs"]
+    assert tile.shape[-1] == knobs["pixels"] and tile.strides[0] % 32 != 0
+    # the output's store: consecutive threads (threadIdx.x) on consecutive pixels
+    (store,) = [st for st in S.walk_stmts(group.prim_func.body)
+                if isinstance(st, S.BufferStore) and st.buffer.scope == "global"]
+    code = cuda_module([group.prim_func], target=TF32).code
+    last = code[code.rindex("__syncthreads()"):]
+    assert store.buffer.name + "[" in last and "threadIdx.x" in last
+    if NO_NVRTC is None:
+        assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_90").decode()
+
+
+def test_the_heuristic_stages_short_contractions_and_keeps_large_tiles_for_long_ones():
+    pointwise = lower_primitive_function(_typed(_conv_residual(32, 64, 256, 56, 1, 1, 0)),
+                                         "g", get_backend(TF32))
+    knobs = pointwise.schedule_config["knobs"]
+    assert knobs["staged_store"] and knobs["warps_m"] * knobs["tiles_m"] * 16 == 64
+    wide = lower_primitive_function(_typed(_conv_relu(32, 256, 256, 14, 3, 1, 1)), "g",
+                                    get_backend(TF32))  # a 2304-step contraction
+    knobs = wide.schedule_config["knobs"]
+    assert knobs["warps_m"] * knobs["tiles_m"] == 4 and knobs["warps_n"] * knobs["tiles_n"] == 4
+
+
 @pytest.mark.parametrize("func, target", [
     (_conv_relu(8, 8, 16, 4, 3, 1, 1), Target("cuda -arch=sm_90")),  # TF32 not allowed
     (_conv_relu(4, 8, 16, 4, 3, 1, 1), TF32),  # a batch of fewer than 8 images
@@ -365,10 +420,13 @@ def test_tiles_only_tensor_cores_read_are_rounded_once_as_they_are_stored(func):
     group = _check(func)  # the interpreter rounds at the instruction: the same numbers
     shared = [s.buffer for s in S.walk_stmts(group.prim_func.body)
               if isinstance(s, S.Allocate) and s.buffer.scope == "shared"]
-    assert len(shared) == 2
-    assert mma.tf32_operand_buffers(group.prim_func) == {id(b) for b in shared}
+    # the operands' tiles; a convolution's staged sums are no operand and keep float32
+    operands = [b for b in shared if b.name.endswith("_shared")]
+    assert len(operands) == 2 and len(shared) - len(operands) == group.schedule_config[
+        "knobs"].get("staged_store", False)
+    assert mma.tf32_operand_buffers(group.prim_func) == {id(b) for b in operands}
     stores = [s for s in S.walk_stmts(group.prim_func.body)
-              if isinstance(s, S.BufferStore) and s.buffer.scope == "shared"]
+              if isinstance(s, S.BufferStore) and s.buffer in operands]
     assert len(stores) in (2, 4)  # (double-buffered: a first step's, then the next ones')
     code = cuda_module([group.prim_func], target=TF32).code
     # every operand taken as it is; the rounding is at the stores into the two tiles

@@ -31,6 +31,7 @@ the default where two fit)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .... import te
@@ -41,7 +42,14 @@ from ....tir.simplify import linear_form
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
-from .mma import BANKS, DOUBLE_BUFFER, stage_in_shared, tensorize_tiles
+from .mma import (
+    BANKS,
+    DOUBLE_BUFFER,
+    bank_offset,
+    stage_in_shared,
+    tensorize_tiles,
+    warp_copy,
+)
 
 
 class GPUConv2dMmaRule(ScheduleRule):
@@ -74,12 +82,16 @@ class GPUConv2dMmaRule(ScheduleRule):
                      + cols * input_rows * ((pixels - 1) * stride + window_w)) * k_step
             padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
             tiles = (tiles + padding) * 4 * (2 if c["double_buffer"] else 1)
+            if not c["shared"]:
+                tiles = 0
+            if c["staged_store"]:  # the block's sums, each image's padded off the banks
+                tiles += (rows * pixels + BANKS - 1) * cols * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
                     and (c["shared"] or not (c["row_steps"] or c["double_buffer"]))
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
                     and warps * LANE_X * LANE_Y <= limit
                     and channels // rows <= MAX_GRID_Z
-                    and (not c["shared"] or tiles <= shared_bytes))
+                    and tiles <= shared_bytes)
 
         fits.__doc__ = "tiles that divide channels and images, blocks and shared tiles that fit"
         if batch // TILE_COLS > MAX_GRID_Z:
@@ -95,23 +107,28 @@ class GPUConv2dMmaRule(ScheduleRule):
             Knob("row_steps", (False, True), "stage one row of the window at a time"),
             Knob("shared", (True, False), "stage weights and input in shared memory"),
             DOUBLE_BUFFER,
+            Knob("staged_store", (True, False), "the block's sums through a shared tile, "
+                 "stored (and the epilogue computed) in the output's order"),
         ], fits)
         return space if len(space) else None
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         """The largest tile that fits, with 4 pixels a block where the rows allow (7 on rows
         of 7 or 14, then 2, then 1): a block per pixel loads its weights for each pixel,
-        from L2 (untuned: not yet measured on a GPU)."""
+        from L2. Sums through a shared tile where it fits; for a short contraction
+        (:data:`STAGED_CONTRACTION`), whose kernel stores as many bytes as it reads, before
+        a larger tile (untuned: not yet measured on a GPU)."""
         space = self.space(anchor, output, target)
         assert space is not None
+        weight = anchor.op.input_tensors[1]
+        contraction = int(weight.shape[1]) * int(weight.shape[2]) * int(weight.shape[3])
+        staged_first = contraction <= STAGED_CONTRACTION
         for pixels in (4, 7, 2, 1):
-            for tile, row_steps in _TILES:
-                for double_buffer in (True, False):
-                    try:
-                        return space.config(**tile, pixels=pixels, row_steps=row_steps,
-                                            double_buffer=double_buffer)
-                    except ScheduleError:
-                        continue
+            for config in _default_order(staged_first):
+                try:
+                    return space.config(**config, pixels=pixels)
+                except ScheduleError:
+                    continue
         return next(iter(space))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
@@ -120,7 +137,7 @@ class GPUConv2dMmaRule(ScheduleRule):
                            int(config["tiles_m"]), int(config["tiles_n"]),
                            int(config["pixels"]), int(config["k_step"]),
                            bool(config["shared"]), bool(config["row_steps"]),
-                           bool(config["double_buffer"]))
+                           bool(config["double_buffer"]), bool(config["staged_store"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
@@ -135,6 +152,30 @@ _TILES = tuple(
       "shared": True}, row_steps)
     for wm, wn, tm, tn in ((2, 2, 2, 2), (2, 1, 2, 2), (1, 1, 2, 2), (1, 1, 1, 1))
     for row_steps in (False, True) for k in (16, 8))
+
+
+#: Contractions (input channels x window) up to which the heuristic stages its sums through
+#: shared memory before it takes a larger tile: the pointwise layers, whose outputs are as
+#: many words as their inputs and whose stores, a lane's words an image and a channel apart,
+#: are most of their time.
+STAGED_CONTRACTION = 512
+
+#: The fewest output channels of a block the heuristic stages before a larger tile.
+STAGED_ROWS = 64
+
+
+def _default_order(staged_first: bool) -> list[dict[str, KnobValue]]:
+    """The heuristic's configs (but the pixels) in order: by tile, each staged then not,
+    double-buffered then not; with ``staged_first`` the staged ones of blocks of 64
+    channels first (a smaller block staged was slower than the larger one unstaged: the
+    1x1 stride-2 layers at 7 pixels)."""
+    configs = [{**tile, "row_steps": row_steps, "staged_store": staged,
+                "double_buffer": double}
+               for tile, row_steps in _TILES
+               for staged, double in itertools.product((True, False), repeat=2)]
+    if not staged_first:
+        return configs
+    return [c for c in configs if c["staged_store"] and _block(c)[0] >= STAGED_ROWS] + configs
 
 
 def _window(anchor: Any) -> tuple[int, int, int] | None:
@@ -184,42 +225,26 @@ def _takes(anchor: Any, output: Any) -> bool:
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
                        tiles_m: int, tiles_n: int, pixels: int, k_step: int,
                        shared: bool, row_steps: bool = False,
-                       double_buffer: bool = False) -> None:
+                       double_buffer: bool = False, staged_store: bool = False) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
-    acc, owner = accumulator_and_owner(s, anchor, output)
-    data, weight = anchor.op.input_tensors[:2]
-    n, o, y, x = owner.op.axis
-    # Whole loops for the pixel and the image tile (no index split across them), so that a
-    # lane's results are one box of the accumulator: its channels and images at one pixel.
-    pixel = owner.fuse(y, x)
-    oo, oi = owner.split(o, factor=warps_m * tiles_m * TILE_ROWS)
-    wi, o1 = owner.split(oi, factor=tiles_m * TILE_ROWS)
-    g, rows = owner.split(o1, factor=tiles_m * 2)
-    no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
-    wj, n1 = owner.split(ni, factor=tiles_n * TILE_COLS)
-    t4, cols = owner.split(n1, factor=tiles_n * 2)
-    owner.bind(no, "blockIdx.z")
-    owner.bind(oo, "blockIdx.y")
-    if pixels == 1:  # unsplit: a split by 1 hides from bound inference that x is one pixel
-        owner.reorder(no, oo, pixel, wi, wj, g, t4, rows, cols)
-        owner.bind(pixel, "blockIdx.x")
-        owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    if staged_store:
+        acc, owner = _staged_tile(s, anchor, output, warps_m, warps_n, tiles_m, tiles_n,
+                                  pixels)
+        tile_axes = list(owner.op.axis)
     else:
-        po, pi = owner.split(pixel, factor=pixels)
-        owner.reorder(no, oo, po, pi, wi, wj, g, t4, rows, cols)
-        owner.bind(po, "blockIdx.x")
-        owner.bind(owner.fuse(pi, wi, wj), "threadIdx.z")
-    owner.bind(g, "threadIdx.y")
-    owner.bind(t4, "threadIdx.x")
+        acc, owner = accumulator_and_owner(s, anchor, output)
+        tile_axes = list(owner.op.axis)
+    _arrange_lanes(s, acc, owner, tile_axes, warps_m, warps_n, tiles_m, tiles_n, pixels,
+                   bind_blocks=not staged_store)
     stage = s[acc]
-    stage.compute_at(owner, t4)
     an, ao, _, _ = stage.op.axis
     rc, ry, rx = stage.op.reduce_axis
     step = tensorize_tiles(stage, ao, an, rc, k_step, outer_reduce=(ry, rx))
     if row_steps:  # the copies at each row of the window: one row's weights and input
         step = ry
     if shared:
+        data, weight = anchor.op.input_tensors[:2]
         stride, dilation_h, dilation_w = _window(anchor)  # type: ignore[misc]
         spans = {  # the input's rows and columns under the block's pixels' windows
             2: 1 if row_steps else (int(weight.shape[2]) - 1) * dilation_h + 1,
@@ -236,3 +261,76 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
 
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
                         (tiles_m, tiles_n), extent, axes=(1, 0), double_buffer=double_buffer)
+
+
+def _arrange_lanes(s: te.Schedule, acc: Any, owner: te.Stage, axes: list[Any], warps_m: int,
+                   warps_n: int, tiles_m: int, tiles_n: int, pixels: int,
+                   bind_blocks: bool) -> None:
+    """Split ``owner``'s (images, channels, row, column) ``axes`` into the block's warps and
+    lanes (blocks too with ``bind_blocks``; else ``owner`` is already one block's tile) and
+    compute the accumulator ``acc`` at each lane's loop."""
+    n, o, y, x = axes
+    # Whole loops for the pixel and the image tile (no index split across them), so that a
+    # lane's results are one box of the accumulator: its channels and images at one pixel.
+    pixel = owner.fuse(y, x)
+    if bind_blocks:
+        oo, o = owner.split(o, factor=warps_m * tiles_m * TILE_ROWS)
+        no, n = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
+    wi, o1 = owner.split(o, factor=tiles_m * TILE_ROWS)
+    g, rows = owner.split(o1, factor=tiles_m * 2)
+    wj, n1 = owner.split(n, factor=tiles_n * TILE_COLS)
+    t4, cols = owner.split(n1, factor=tiles_n * 2)
+    if not bind_blocks:
+        owner.reorder(pixel, wi, wj, g, t4, rows, cols)
+        owner.bind(owner.fuse(pixel, wi, wj), "threadIdx.z")
+    elif pixels == 1:  # unsplit: a split by 1 hides from bound inference that x is one pixel
+        owner.bind(no, "blockIdx.z")
+        owner.bind(oo, "blockIdx.y")
+        owner.reorder(no, oo, pixel, wi, wj, g, t4, rows, cols)
+        owner.bind(pixel, "blockIdx.x")
+        owner.bind(owner.fuse(wi, wj), "threadIdx.z")
+    else:
+        owner.bind(no, "blockIdx.z")
+        owner.bind(oo, "blockIdx.y")
+        po, pi = owner.split(pixel, factor=pixels)
+        owner.reorder(no, oo, po, pi, wi, wj, g, t4, rows, cols)
+        owner.bind(po, "blockIdx.x")
+        owner.bind(owner.fuse(pi, wi, wj), "threadIdx.z")
+    owner.bind(g, "threadIdx.y")
+    owner.bind(t4, "threadIdx.x")
+    s[acc].compute_at(owner, t4)
+
+
+def _staged_tile(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
+                 tiles_m: int, tiles_n: int, pixels: int) -> tuple[Any, te.Stage]:
+    """The block's sums stored into a shared tile by its lanes, and the group's output (the
+    epilogue: bias, activation, residual) computed from that tile by the block's threads in
+    the output's own order: consecutive threads take consecutive pixels of a row, then the
+    next channel, so that a warp's stores and residual loads cover whole 32-byte sectors
+    instead of one 4-byte word in each of 32 (a lane's results lie an image and a channel
+    apart in NCHW). Returns the register accumulator and the tile's stage."""
+    tile = s.cache_write(anchor, "local") if output.op is anchor.op else anchor
+    acc = s.cache_write(tile, "local")
+    s[tile].set_scope("shared")
+    owner = s[output]
+    n, o, y, x = owner.op.axis
+    no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
+    oo, oi = owner.split(o, factor=warps_m * tiles_m * TILE_ROWS)
+    xo, xi = owner.split(x, factor=pixels) if pixels > 1 else (x, None)
+    owner.reorder(no, oo, y, xo, ni, oi, *([xi] if xi is not None else []))
+    owner.bind(no, "blockIdx.z")
+    owner.bind(oo, "blockIdx.y")
+    pixel = owner.fuse(y, xo)
+    owner.bind(pixel, "blockIdx.x")
+    s[tile].compute_at(owner, pixel)
+    inner = [ni, oi] + ([xi] if xi is not None else [])
+    warp_copy(owner, pixels * warps_m * warps_n, inner)
+    # a lane's first sum (images 2 tiles_n t4 apart, channels 2 tiles_m g apart) on the
+    # fewest words per bank: the images' stride in the tile padded
+    lanes = [(lane >> 2, lane & 3) for lane in range(LANE_X * LANE_Y)]
+    images = tuple(2 * tiles_n * t4 for _, t4 in lanes)
+    channels = tuple(2 * tiles_m * g for g, _ in lanes)
+    dense = warps_m * tiles_m * TILE_ROWS * pixels
+    s[tile].storage_align(s[tile].op.axis[0], BANKS,
+                          bank_offset(images, channels, pixels, dense))
+    return acc, s[tile]

@@ -304,10 +304,11 @@ def bank_offset(outer: tuple[int, ...], inner: tuple[int, ...], inner_stride: in
     return best[1]
 
 
-def warp_copy(stage: te.Stage, warps: int) -> None:
+def warp_copy(stage: te.Stage, warps: int, axes: list[Any] | None = None) -> None:
     """The block's threads copy a tile together, its elements in order, thread after thread
-    (lanes in x, then y, then warps in z), as many rounds as it takes."""
-    axes = list(stage.op.axis)
+    (lanes in x, then y, then warps in z), as many rounds as it takes; ``axes``: the
+    stage's loops that span the tile (default: all its axes)."""
+    axes = list(stage.op.axis) if axes is None else axes
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     _, inside = stage.split(fused, factor=warps * LANE_X * LANE_Y)  # the rounds, serial
     tz, lane = stage.split(inside, factor=LANE_X * LANE_Y)
