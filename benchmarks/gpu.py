@@ -1,7 +1,8 @@
 """opfusion on an NVIDIA GPU against PyTorch eager and torch.compile, in one run.
 
     python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep] [--products] [--tf32]
-                             [--tune SECONDS [--records FILE]]
+                             [--tune SECONDS [--records FILE]] [--staging SECONDS]
+                             [--skip chain,resnet50] [--no-check]
 
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
 torch side is torchvision's resnet50 when torchvision is installed) and an elementwise chain
@@ -20,7 +21,11 @@ all in this one process. Without an NVIDIA GPU and its driver it says so and exi
 cores in TF32 (``gpu_conv2d_mma``, ``gpu_mma``), the arithmetic of torch's default rows.
 ``--products`` first times three products (dense, random operands) in float32 tiles and on
 tensor cores in TF32 (``-tf32=1``, ``backend/cuda/schedules/mma.py``), each checked against
-NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``)."""
+NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``). With ``--tf32`` the
+check is against the reference with TF32-rounded operands as well (``tf32_operands``), and
+``--staging`` first times each of resnet50's tensor-core convolutions through the GPU runner
+with its sums stored through shared memory and without (``staged_store``), and in other
+staged tiles, with the sums weighted by the layers' counts."""
 
 from __future__ import annotations
 
