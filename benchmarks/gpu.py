@@ -41,6 +41,7 @@ import opfusion as opf
 from opfusion import op, testing
 from opfusion.autotune.measure import MeasureOptions
 from opfusion.backend.cuda.runtime import cuda_device
+from opfusion.backend.schedule_rule import ScheduleError
 from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
 from opfusion.errors import DeviceError
 from opfusion.ir.evaluate import evaluate
@@ -289,7 +290,7 @@ def unstaged_default(task):
                 continue
             try:
                 return task.space.config(**config, pixels=pixels)
-            except Exception:
+            except ScheduleError:  # does not fit this convolution
                 continue
     return None
 
@@ -323,7 +324,7 @@ def staging_rows(device, batch: int, seconds_cap: float) -> None:
         for label, values in variants:
             try:
                 named[label] = task.space.config(**values)
-            except Exception:
+            except ScheduleError:  # does not fit this convolution
                 continue
         labels = [k for k, v in named.items() if v is not None]
         results = runner.run(task_data(task), generate_candidates(task, [named[k]
