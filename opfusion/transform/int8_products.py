@@ -264,7 +264,10 @@ def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     by far more: a grid of 255 steps within two ulps, for every value of a column). Each
     column takes the first candidate that reproduces it exactly, else the closest within
     MAX_WEIGHT_ULPS (the first of equals); the candidates are tried on every column at once
-    (ResNet-50's 53 convolutions: 50 s column by column)."""
+    (ResNet-50's 53 convolutions: 50 s column by column), each first on a few rows
+    (:data:`PROBE_ROWS`) and on the whole column only where those rows fit: a scale whose
+    rows miss cannot fit the column, so the choice is the same, in a tenth of the time for
+    weights whose scales were folded (no candidate exact: every one is tried)."""
     weight = np.asarray(weight, np.float32)
     largest = np.abs(weight).max(axis=0)
     live = largest > 0
@@ -275,18 +278,21 @@ def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     best_worst = np.full(count, np.inf)
     best_scale = np.ones(count, np.float32)
     best_codes = np.zeros(values.shape, np.int8)
+    probe, probe_ulps = values[:PROBE_ROWS], ulps[:PROBE_ROWS]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for candidate in _candidate_scales(largest[live]):
             open_ = np.flatnonzero(~done)  # (the columns not reproduced exactly yet)
             if not open_.size:
                 break
+            fits, _ = _reproduces(probe[:, open_], probe_ulps[:, open_], candidate[open_])
+            open_ = open_[fits]
+            if not open_.size:
+                continue
             scale = candidate[open_]
-            codes = np.rint(values[:, open_] / scale)
-            fits = np.abs(codes).max(axis=0, initial=0) <= 127
-            worst = (np.abs(codes.astype(np.float32) * scale - values[:, open_])
-                     / ulps[:, open_]).max(axis=0, initial=0)
+            fits, worst, codes = _reproduces(values[:, open_], ulps[:, open_], scale,
+                                             codes=True)
             exact = fits & (worst == 0.0)
-            closer = fits & ~exact & (worst <= MAX_WEIGHT_ULPS) & (worst < best_worst[open_])
+            closer = fits & ~exact & (worst < best_worst[open_])
             take = exact | closer
             best_codes[:, open_[take]] = codes[:, take].astype(np.int8)
             best_scale[open_[take]] = scale[take]
@@ -299,6 +305,21 @@ def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     scales[live] = best_scale
     q[:, live] = best_codes
     return q, scales
+
+
+#: Rows of a weight on which :func:`int8_columns` tries a candidate scale before the whole
+#: column.
+PROBE_ROWS = 16
+
+
+def _reproduces(values: np.ndarray, ulps: np.ndarray, scale: np.ndarray, codes: bool = False):
+    """For each column of ``values``: whether ``scale`` reproduces it as int8 codes within
+    MAX_WEIGHT_ULPS (``ulps``: each value's unit in the last place), and its worst miss in
+    ulps; with ``codes``, the codes too."""
+    found = np.rint(values / scale)
+    worst = (np.abs(found.astype(np.float32) * scale - values) / ulps).max(axis=0, initial=0)
+    fits = (np.abs(found).max(axis=0, initial=0) <= 127) & (worst <= MAX_WEIGHT_ULPS)
+    return (fits, worst, found) if codes else (fits, worst)
 
 
 def _candidate_scales(largest: np.ndarray) -> list[np.ndarray]:

@@ -208,6 +208,20 @@ def test_int8_columns_recover_codes_and_scales_of_dequantized_weights():
     assert int8_columns(rng.standard_normal((64, 24)).astype(np.float32)) is None
 
 
+def test_int8_columns_check_every_row_beyond_the_probed_ones():
+    from opfusion.transform.int8_products import PROBE_ROWS
+
+    codes_ = rng.integers(-127, 128, (3 * PROBE_ROWS, 8)).astype(np.int8)
+    codes_[0] = 127
+    scales = rng.uniform(0.001, 0.05, 8).astype(np.float32)
+    weight = codes_.astype(np.float32) * scales * np.float32(0.0371)  # folded: none exact
+    found = int8_columns(weight)
+    assert found is not None and np.array_equal(found[0], codes_)
+    row = 2 * PROBE_ROWS + 1  # past the rows every candidate is first tried on
+    weight[row, 5] = weight[row, 5] * np.float32(1.01) + np.float32(1e-4)  # off the grid
+    assert int8_columns(weight) is None
+
+
 def qdq_matmul_model(x_shape, k, n, activation="uint8", gemm=False):
     """x -> QuantizeLinear -> DequantizeLinear -> MatMul (or Gemm with transB) by a
     DequantizeLinear of per-column int8 weights, as ONNX Runtime's quantize_static writes."""
