@@ -58,12 +58,15 @@ def constant_fact(data: np.ndarray) -> Fact | None:
     """The fact of a load of a constant float array, or None (empty, not float)."""
     if data.dtype.kind != "f" or not data.size:
         return None
-    values = np.asarray(data, np.float64)
-    nan = bool(np.isnan(values).any())
-    finite = values[~np.isnan(values)]
-    if not finite.size:
-        return ANYTHING
-    return _bounded(float(finite.min()), float(finite.max()), nan, bool((finite == 0).any()))
+    # In the array's own dtype, without copies: a model's weights are hundreds of MB
+    low, high = float(data.min()), float(data.max())  # NaN if any value is
+    nan = math.isnan(low) or math.isnan(high)
+    if nan:
+        if bool(np.isnan(data).all()):
+            return ANYTHING
+        low, high = float(np.nanmin(data)), float(np.nanmax(data))
+    # (NaN is no zero: all() takes it as true)
+    return _bounded(low, high, nan, low <= 0 <= high and not bool(np.all(data)))
 
 
 class NanFacts:

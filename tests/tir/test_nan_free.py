@@ -14,7 +14,12 @@ from opfusion.ir.evaluate import evaluate
 from opfusion.ir.expr import Function
 from opfusion.ir.module import IRModule
 from opfusion.tir import expr as E
-from opfusion.tir.nan_free import NanFacts, always_false_nan_test, constant_fact
+from opfusion.tir.nan_free import (
+    FINITE_LIMIT,
+    NanFacts,
+    always_false_nan_test,
+    constant_fact,
+)
 
 
 def f32(value):
@@ -55,6 +60,24 @@ def test_constant_buffers_bound_their_loads():
     assert facts.nan_free(again)
     # without the facts, a load of floats may be NaN
     assert not NanFacts().nan_free(value)
+
+
+@pytest.mark.parametrize("data", [
+    np.array([0.5, np.nan, -2.0], np.float32), np.array([np.nan, np.nan]), np.array(3.0),
+    np.array([-0.0, 1.0], np.float16), np.array([np.inf, -np.inf, np.nan]),
+    np.array([3.4e38, -3.4e38], np.float32), np.array([[1.0, 2.0], [0.0, np.nan]]),
+], ids=["nan", "all_nan", "scalar", "negative_zero", "infinities", "beyond_limit", "matrix"])
+def test_a_constants_fact_is_its_values_bounds(data):
+    fact = constant_fact(data)
+    values = data[~np.isnan(data)].astype(np.float64)
+    if not values.size:
+        assert (fact.low, fact.high, fact.nan) == (-math.inf, math.inf, True)
+        return
+    assert fact.nan == bool(np.isnan(data).any())
+    assert fact.zero == bool((values == 0).any())
+    low, high = float(values.min()), float(values.max())
+    assert fact.low == (low if low >= -FINITE_LIMIT else -math.inf)  # past it: unbounded
+    assert fact.high == (high if high <= FINITE_LIMIT else math.inf)
 
 
 @pytest.mark.parametrize("data", [np.array([0.5, np.nan], np.float32),

@@ -53,6 +53,22 @@ def test_equal_constants_merge_and_different_ones_do_not():
     assert [n.op.name for n in calls(mod)] == ["add", "multiply", "add"]
 
 
+def test_constants_merge_by_every_byte_dtype_and_shape():
+    big = np.arange(100_000, dtype=np.float32)
+    off_the_sample = big.copy()
+    off_the_sample[50_001] = -1.0  # a byte the key's hash does not read
+    values = [big, big.copy(), off_the_sample, np.array(2.0, np.float32),
+              np.array([2.0], np.float32), np.array([2.0], np.float32),
+              np.array([-0.0], np.float32), np.array([0.0], np.float32),
+              np.array([2.0], np.float64)]
+    body = opf.ir.Tuple([opf.op.exp(opf.const(v)) for v in values])
+    mod = EliminateCommonSubexpr()(opf.IRModule.from_expr(opf.Function([], body)))
+    constants = {id(n) for n in post_order(mod["main"]) if isinstance(n, opf.ir.Constant)}
+    # the two equal large arrays and the two [2.0] float32 vectors merge; a scalar is not a
+    # [1] vector, -0.0 is not 0.0, float64 is not float32, one element off is not equal
+    assert len(constants) == len(values) - 2
+
+
 def test_nested_primitive_functions_are_separate_scopes():
     x = opf.var("x", (3,))
     p = opf.var("p0", (3,))
