@@ -553,8 +553,16 @@ def _clamped_width(index: E.PrimExpr, relax: dict[E.Var, Interval],
     spans no more: a window ``max(min(y + ry - 1, h - 1), 0)`` takes at most the window's
     3 rows, where the interval of the clamped form, ``[max(y - 1, 0), min(y + 1, h - 1)]``,
     has no constant width the simplifier can see. None when there is no such bound."""
+    swept: dict[int, bool] = {}  # by node, each node once (a subtree is not walked again)
+    held: list[E.PrimExpr] = []  # the nodes of ``swept``, so no other node takes one's id
+
     def sweeps(node: E.PrimExpr) -> bool:
-        return any(isinstance(n, E.Var) and n in relax for n in E.post_order(node))
+        for n in E.post_order(node, enter=lambda n: id(n) not in swept):
+            if id(n) not in swept:
+                swept[id(n)] = ((isinstance(n, E.Var) and n in relax)
+                                or any(swept[id(c)] for c in n.children()))
+                held.append(n)
+        return swept[id(node)]
 
     def strip(node: E.PrimExpr) -> E.PrimExpr | None:  # children are already stripped
         if isinstance(node, (E.Min, E.Max)) and sweeps(node.a) != sweeps(node.b):

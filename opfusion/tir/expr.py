@@ -49,6 +49,7 @@ Tensor-expression nodes (``opfusion.te``'s ``TensorLoad`` and ``Reduce``) subcla
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -278,6 +279,14 @@ class Var(PrimExpr):
         _set(self, "dtype", dtype_of_name(dtype))
 
 
+@functools.cache
+def integer_range(dtype: str) -> tuple[int, int]:
+    """The least and greatest value of an integer dtype (``np.iinfo``, looked up once: an
+    ``IntImm`` is made hundreds of thousands of times in a model's lowering)."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 class IntImm(PrimExpr):
     """An integer (or bool) constant."""
 
@@ -291,8 +300,8 @@ class IntImm(PrimExpr):
         if dtype == "bool":
             value = 1 if value else 0
         else:
-            info = np.iinfo(dtype)
-            if not info.min <= value <= info.max:
+            low, high = integer_range(dtype)
+            if not low <= value <= high:
                 raise TensorExprError(f"constant {value} does not fit in {dtype}")
         _set(self, "value", value)
         _set(self, "dtype", dtype)
@@ -762,8 +771,8 @@ def _literal_like(value: Any, dtype: str) -> PrimExpr:
             return FloatImm(float(value), dtype)
         if dtype == "bool":
             return const(value)
-        info = np.iinfo(dtype)
-        if info.min <= value <= info.max:
+        low, high = integer_range(dtype)
+        if low <= value <= high:
             return IntImm(value, dtype)
         return const(value)
     if isinstance(value, float):

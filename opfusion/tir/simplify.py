@@ -23,8 +23,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from . import expr as E
 from . import stmt as S
 
@@ -193,8 +191,7 @@ def _dtype_bound(dtype: str) -> Bound:
     if dtype == "bool":
         return (0, 1)
     if E.is_int(dtype):
-        info = np.iinfo(dtype)
-        return (int(info.min), int(info.max))
+        return E.integer_range(dtype)
     return (-_INF, _INF)
 
 
