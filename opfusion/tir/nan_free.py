@@ -56,6 +56,7 @@ def _bounded(low: float, high: float, nan: bool = False, zero: bool | None = Non
 
 def constant_fact(data: np.ndarray) -> Fact | None:
     """The fact of a load of a constant float array, or None (empty, not float)."""
+    data = np.asarray(data)  # (no copy of an array)
     if data.dtype.kind != "f" or not data.size:
         return None
     # In the array's own dtype, without copies: a model's weights are hundreds of MB
