@@ -119,7 +119,8 @@ DOUBLE_BUFFER = Knob("double_buffer", (True, False),
 #: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
 #: buffered where two of its tiles fit; the small ones take 32 steps a stage where the
 #: contraction allows, so that a stage has four instructions a warp to hide the next one's
-#: loads behind, not one (untuned: not yet measured on a GPU).
+#: loads behind, not one (untuned; on an H200 the 4096-row products took 2 x 2 x 2 x 4 with 32
+#: steps and ran at 64-72 TFLOP/s, a fifth of cuBLAS in TF32).
 _TILES = tuple(
     {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True,
      "double_buffer": double}
