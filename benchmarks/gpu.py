@@ -282,17 +282,10 @@ STAGING_VARIANTS = tuple(
 
 def unstaged_default(task):
     """The config the heuristic took before ``staged_store`` (the same order, unstaged)."""
-    from opfusion.backend.cuda.schedules.conv2d_mma import _default_order
+    from opfusion.backend.cuda.schedules.conv2d_mma import default_order, first_fitting
 
-    for pixels in (4, 7, 2, 1):
-        for config in _default_order(False):
-            if config["staged_store"]:
-                continue
-            try:
-                return task.space.config(**config, pixels=pixels)
-            except ScheduleError:  # does not fit this convolution
-                continue
-    return None
+    return first_fitting(task.space, [c for c in default_order(False)
+                                      if not c["staged_store"]])
 
 
 def staging_rows(device, batch: int, seconds_cap: float) -> None:
@@ -317,9 +310,8 @@ def staging_rows(device, batch: int, seconds_cap: float) -> None:
             break
         named = {"before": unstaged_default(task), "default": task.default}
         flip = {**task.default, "staged_store": not task.default["staged_store"]}
-        base = {k: v for k, v in task.default.items()}
         variants = [("flipped", flip)] + [
-            (f"v{i}", {**base, **v, "staged_store": True, "double_buffer": False})
+            (f"v{i}", {**task.default, **v, "staged_store": True, "double_buffer": False})
             for i, v in enumerate(STAGING_VARIANTS)]
         for label, values in variants:
             try:
@@ -351,11 +343,7 @@ def tf32_operands():
     TF32 as the tensor cores round them (``cvt.rna``: 10 bits of mantissa, ties away), so
     that a TF32 build can be checked to float32's accuracy, not TF32's."""
     from opfusion.ir.op import get_op
-
-    def rounded(a):
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        bits = (a.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
-        return np.where(np.isfinite(a), bits.view(np.float32), a)
+    from opfusion.tir.mma import round_tf32_array as rounded
 
     ops = [get_op(name) for name in ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul")]
     saved = [o.reference for o in ops]

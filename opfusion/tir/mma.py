@@ -39,6 +39,8 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import TensorExprError
 from . import expr as E
 from . import stmt as S
@@ -232,6 +234,13 @@ def round_tf32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
+def round_tf32_array(values: np.ndarray) -> np.ndarray:
+    """:func:`round_tf32` of every value of a float32 array (a new array)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    bits = (values.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(np.isfinite(values), bits.view(np.float32), values)
+
+
 def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int, t4: int
                    ) -> list[float]:
     """What the tensor core adds to lane (g, t4)'s four results, from every lane's
@@ -251,4 +260,4 @@ def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int
 
 __all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
            "MmaFragments", "MmaNest", "holds_tf32", "match_nest", "mma_fragments",
-           "round_tf32", "tf32_operand_buffers", "warp_tile_sums"]
+           "round_tf32", "round_tf32_array", "tf32_operand_buffers", "warp_tile_sums"]

@@ -28,7 +28,7 @@ NO_NVRTC = nvrtc_available()
 needs_nvrtc = pytest.mark.skipif(NO_NVRTC is not None, reason=f"NVRTC: {NO_NVRTC}")
 #: TF32 keeps 10 bits of mantissa: a product's relative error grows to about 1e-3.
 TF32_RTOL = 3e-3
-_tf32 = np.vectorize(mma.round_tf32, otypes=[np.float64])
+_tf32 = mma.round_tf32_array
 
 
 def _dense_relu(m, k, n):

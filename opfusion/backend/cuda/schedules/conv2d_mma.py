@@ -125,14 +125,8 @@ class GPUConv2dMmaRule(ScheduleRule):
         assert space is not None
         weight = anchor.op.input_tensors[1]
         contraction = int(weight.shape[1]) * int(weight.shape[2]) * int(weight.shape[3])
-        staged_first = contraction <= STAGED_CONTRACTION
-        for pixels in (4, 7, 2, 1):
-            for config in _default_order(staged_first):
-                try:
-                    return space.config(**config, pixels=pixels)
-                except ScheduleError:
-                    continue
-        return next(iter(space))
+        found = first_fitting(space, default_order(contraction <= STAGED_CONTRACTION))
+        return found if found is not None else next(iter(space))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
               config: Config) -> None:
@@ -167,7 +161,19 @@ STAGED_CONTRACTION = 512
 STAGED_ROWS = 64
 
 
-def _default_order(staged_first: bool) -> list[dict[str, KnobValue]]:
+def first_fitting(space: ConfigSpace, order: list[dict[str, KnobValue]]) -> Config | None:
+    """The first of ``order`` (configs but the pixels) that fits ``space``, with 4 pixels a
+    block where the rows allow, then 7, 2 and 1; None when none does."""
+    for pixels in (4, 7, 2, 1):
+        for config in order:
+            try:
+                return space.config(**config, pixels=pixels)
+            except ScheduleError:
+                continue
+    return None
+
+
+def default_order(staged_first: bool) -> list[dict[str, KnobValue]]:
     """The heuristic's configs (but the pixels) in order: by tile, each staged then not,
     double-buffered then not; with ``staged_first`` the staged ones of blocks of 64
     channels first (a smaller block staged was slower than the larger one unstaged: the
