@@ -35,6 +35,7 @@ times a scale per column (:func:`dequantized_operands`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,8 +166,11 @@ def dequantized_operands(call: Call) -> QuantizedProduct | None:
 
 
 def _scalar(expr: Expr) -> float | None:
+    """The value of a finite float32 scalar constant (one element); None for anything else,
+    NaN and infinities too: no scale, zero point or shift is one."""
     if isinstance(expr, Constant) and expr.data.size == 1 and expr.data.dtype == np.float32:
-        return float(expr.data.reshape(()))
+        value = float(expr.data.reshape(()))
+        return value if math.isfinite(value) else None
     return None
 
 
@@ -229,6 +233,8 @@ def codes_range(codes: Expr) -> tuple[int, int] | None:
     if clip is None:
         return None
     low, high = clip.attrs.a_min, clip.attrs.a_max
+    if not (math.isfinite(low) and math.isfinite(high)):  # a NaN or infinite bound
+        return None
     if low != round(low) or high != round(high) or not _whole(clip.args[0]):
         return None
     return int(low), int(high)

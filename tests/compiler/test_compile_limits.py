@@ -129,6 +129,24 @@ def test_a_convolution_padded_by_a_billion_rows_is_refused():
     assert time.perf_counter() - start < 2.0
 
 
+def test_a_blocked_convolution_padded_by_two_billion_rows_is_refused_quickly():
+    """A 3x3 convolution (blocked channels on the CPU) whose rows a hostile model pads by
+    2^31: the schedule's tile choices for that axis take its divisors in the square root
+    of its length, so the kernel's work is refused in a second, not after minutes."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[2**31, 1, 1, 1])
+    weight = np.ones((4, 3, 3, 3), np.float32)
+    graph = helper.make_graph(
+        [node, helper.make_node("Relu", ["y"], ["z"])], "padded_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], weight.ravel())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    start = time.perf_counter()
+    with pytest.raises(ResourceLimitError, match="conv2d"):
+        _compile_onnx(model)
+    assert time.perf_counter() - start < 5.0
+
+
 def test_kernel_work_multiplies_nested_extents_and_adds_siblings():
     i, j, k = TirVar("i", "int32"), TirVar("j", "int32"), TirVar("k", "int32")
     leaf = S.Evaluate(0)

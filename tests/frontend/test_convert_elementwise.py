@@ -91,6 +91,21 @@ def test_clip_before_and_after_opset_11():
     check_against_onnx("Clip", {"x": X, "lo": np.array(-0.1, np.float32)}, opset=13)
 
 
+def test_clip_bounds_of_another_type_or_shape_are_refused_by_name():
+    """Clip's min and max are scalars of the input's type: a float bound on an integer
+    input (a NaN one made an opaque ValueError deep in the optimizer) or a vector bound is
+    an import error naming the node and the input."""
+    x = helper.make_tensor_value_info("x", TensorProto.INT32, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])
+    for hi in (helper.make_tensor("hi", TensorProto.FLOAT, [], [float("nan")]),
+               helper.make_tensor("hi", TensorProto.INT32, [2], [1, 2])):
+        graph = helper.make_graph([helper.make_node("Clip", ["x", "", "hi"], ["y"],
+                                                    name="clamp")], "clip", [x], [y], [hi])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        with pytest.raises(opf.errors.OnnxImportError, match="clamp.*'max'"):
+            from_onnx(model)
+
+
 def test_isinf_directions():
     special = np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)
     check_against_onnx("IsInf", {"x": special})

@@ -330,3 +330,19 @@ def test_products_of_two_computed_byte_operands_run_in_float_where_that_is_exact
     np.testing.assert_array_equal(evaluate(new, feeds), want)
     with opf.transform.PassContext(opt_level=3):
         np.testing.assert_array_equal(opf.compile(mod)(*feeds), want)
+
+
+def test_codes_with_a_nan_or_infinite_bound_or_zero_point_are_no_codes():
+    """``clip(round(v) + z, low, high)`` with a NaN or infinite bound, or a NaN zero point
+    (a damaged model's scalars), is not taken for byte codes: the recognisers say no
+    instead of failing on ``round(nan)``."""
+    from opfusion.transform.int8_products import codes_range, dequantized_codes
+
+    v = opf.var("v", shape=(4,), dtype="float32")
+    for low, high in ((float("nan"), 255.0), (0.0, float("inf")), (0.0, float("nan"))):
+        clipped = opf.op.clip(opf.op.round(v), a_min=low, a_max=high)
+        assert codes_range(clipped) is None
+    nan_point = opf.op.subtract(opf.op.clip(opf.op.round(v), a_min=0.0, a_max=255.0),
+                                opf.const(np.float32("nan")))
+    shifted = opf.op.multiply(nan_point, opf.const(np.float32(0.5)))
+    assert dequantized_codes(shifted) is None

@@ -109,7 +109,17 @@ def divisor(extent: int, limit: int) -> int:
 def divisors(extent: int, limit: int | None = None) -> tuple[int, ...]:
     """Every divisor of ``extent`` up to ``limit``, ascending ((1,) for an empty axis)."""
     top = extent if limit is None else min(limit, extent)
-    return tuple(d for d in range(1, max(1, top) + 1) if extent % d == 0) or (1,)
+    if extent < 1 or top < 1:
+        return (1,)
+    # in pairs (d, extent // d) up to the square root: a long axis costs its root, not its
+    # length (an axis of 2^31 from a hostile model's padding)
+    found = set()
+    d = 1
+    while d * d <= extent:
+        if extent % d == 0:
+            found.update((d, extent // d))
+        d += 1
+    return tuple(sorted(v for v in found if v <= top))
 
 
 def powers_of_two_and(limit: int, *extra: int) -> tuple[int, ...]:

@@ -200,6 +200,8 @@ def clip_1(node: OnnxNode) -> Expr:
 def clip_11(node: OnnxNode) -> Expr:
     x = node.input(0)
     low, high = node.optional_input(1), node.optional_input(2)
+    for name, bound in (("min", low), ("max", high)):
+        _check_clip_bound(node, name, bound, _dtype(x))
     if all(bound is None or isinstance(bound, Constant) for bound in (low, high)):
         # Constant bounds (the usual case, e.g. ReLU6) make one elementwise clip.
         info = np.finfo(np.float64)
@@ -210,3 +212,18 @@ def clip_11(node: OnnxNode) -> Expr:
     if high is not None:
         x = op.minimum(x, high)
     return x
+
+
+def _check_clip_bound(node: OnnxNode, name: str, bound: Expr | None, dtype: str) -> None:
+    """Clip's ``min`` and ``max`` are scalars of the input's type T (ONNX's signature; its
+    checker and ONNX Runtime refuse others): anything else is refused here, naming it."""
+    if bound is None:
+        return
+    ty = bound.checked_type
+    assert isinstance(ty, TensorType)
+    if ty.dtype != dtype:
+        raise node.error(f"input '{name}' is {ty.dtype}, not the input's {dtype}: Clip's "
+                         f"bounds are of the input's type; insert a Cast")
+    if any(int(d) != 1 for d in ty.shape):
+        raise node.error(f"input '{name}' has shape {list(ty.shape)}; Clip's bounds are "
+                         f"scalars")
