@@ -185,10 +185,15 @@ class LRN(Op):
                beta: float) -> np.ndarray:
         x = data.astype(np.float64)
         axis = axis % x.ndim
-        # ONNX: channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2), clipped.
+        # ONNX: channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2), clipped; a
+        # side longer than the channels past c reaches no further (a hostile size of 2^62
+        # pads nothing more), while the scale keeps alpha / size
+        reach = max(x.shape[axis] - 1, 0)
         before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+        before, after = min(before, reach), min(after, reach)
         pads = [(0, 0)] * x.ndim
         pads[axis] = (before, after)
         squares = np.pad(np.square(x), pads)
-        sums = np.lib.stride_tricks.sliding_window_view(squares, size, axis=axis).sum(axis=-1)
+        sums = np.lib.stride_tricks.sliding_window_view(squares, before + after + 1,
+                                                        axis=axis).sum(axis=-1)
         return x / np.power(bias + alpha / size * sums, beta)

@@ -154,6 +154,15 @@ def batch_norm(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     return te.compute(data.shape, body, name="batch_norm")
 
 
+def window_size(size: int, extent: int) -> int:
+    """The terms an LRN window of ``size`` channels sums along an axis of ``extent``: a
+    window of 2 extent - 1 or more already reaches every channel from every channel (it
+    runs (size - 1) // 2 before and the rest after), so it sums the same as one of
+    2 extent - 1. The scale stays alpha / size of the real size. (A hostile size of 2^16
+    wrote an expression of 2^17 terms: minutes of lowering.)"""
+    return min(size, max(1, 2 * extent - 1))
+
+
 #: The scale of LRN's second range (float32, beta 0.75): squares of x * 2^-66 stay finite for
 #: every float32 x, and base ** 0.75 of that range is the first's times 2^-99 exactly.
 LRN_SCALE_EXPONENT = 66
@@ -206,7 +215,8 @@ def _lrn_float32(data: te.Tensor, attrs: Any, axis: int) -> te.Tensor:
     2.4e-20 in magnitude. One padded stage holds both ranges' squares, channel after
     channel (the second from ``extent + size - 1`` on), so that the rule computes both at
     the row that reads them."""
-    size, extent = attrs.size, data.shape[axis]
+    extent = data.shape[axis]
+    size = window_size(attrs.size, int(extent))
     before = (size - 1) // 2
     padded = extent + size - 1
     alpha, scale, threshold, small = _float32_ranges(attrs)
@@ -266,7 +276,7 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
     load): ``min(base, second + (0 or inf))`` and a numerator scaled by 1 or 2^-99, the same
     values. Anything else sums in float64 (:func:`sum_dtype`), as the NCHW compute does."""
     batch, blocks, height, width, _ = (int(d) for d in data.shape)
-    size = attrs.size
+    size = window_size(attrs.size, blocks * block)
     before = (size - 1) // 2
     pad = -(-max(before, size - 1 - before) // block)  # zero blocks on each side
     front = pad * block
@@ -308,7 +318,7 @@ def _lrn_blocked(data: te.Tensor, attrs: Any, block: int) -> te.Tensor:
     def quotient(n: Any, b: Any, y: Any, x: Any, lane: Any) -> te.PrimExpr:
         value = data[n, b, y, x, lane]
         if not fast:
-            base = window(n, b, y, x, lane, 0) * te.const(attrs.alpha / size, wide) + \
+            base = window(n, b, y, x, lane, 0) * te.const(attrs.alpha / attrs.size, wide) + \
                 te.const(attrs.bias, wide)
             return te.cast(te.cast(value, wide) / _denominator(base, attrs, wide),
                            data.dtype)
@@ -341,7 +351,8 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     axis = normalize_axis_of(attrs.axis, data.ndim)
     if data.dtype == "float32" and attrs.beta == 0.75 and attrs.bias > 0 and attrs.alpha > 0:
         return _lrn_float32(data, attrs, axis)
-    size, extent = attrs.size, data.shape[axis]
+    extent = data.shape[axis]
+    size = window_size(attrs.size, int(extent))
     before = (size - 1) // 2
     wide = sum_dtype(data.dtype)
 
@@ -365,7 +376,7 @@ def lrn(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
             total = total + squares[_insert(_drop(i, axis), axis, i[axis] + k)]
         return total
 
-    scale = te.const(attrs.alpha / size, wide)
+    scale = te.const(attrs.alpha / attrs.size, wide)
     bias = te.const(attrs.bias, wide)
 
     return te.compute(

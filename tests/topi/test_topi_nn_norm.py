@@ -96,6 +96,30 @@ def test_lrn_in_float32_with_beta_three_quarters(size, shape, axis, compiled):
                   beta=0.75, compiled=compiled)
 
 
+def _lrn_by_definition(x, size, bias, alpha, beta):
+    """LRN along axis 1 as ONNX defines it, channel by channel (float64)."""
+    squares = np.square(x.astype(np.float64))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sums = np.stack([squares[:, max(0, c - before):c + after + 1].sum(axis=1)
+                     for c in range(x.shape[1])], axis=1)
+    return (x / np.power(bias + alpha / size * sums, beta)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("beta", [0.75, 0.6], ids=["float32-ranges", "float64-sums"])
+@pytest.mark.parametrize("size", [9, 2**16, 2**62])
+def test_an_lrn_window_wider_than_twice_the_channels_sums_them_all(size, beta, compiled):
+    """A window past 2 C - 1 channels reaches every channel from every channel: the compute
+    and the reference sum the C of them (a hostile size of 2^16 wrote 2^17 terms, and 2^62
+    made the reference pad 2^61 channels), the scale still alpha / size."""
+    x = normal(1, 4, 2, 3) * 3
+    attrs = {"size": size, "axis": 1, "bias": 2.0, "alpha": 1e-3 * size, "beta": beta}
+    call, params, values = call_over_arrays(nn.lrn, (x,), attrs)
+    want = evaluate(IRModule.from_expr(Function(params, call)), values)
+    assert_close(want, _lrn_by_definition(x, size, 2.0, 1e-3 * size, beta), 1e-6)
+    check_compute(nn.lrn, x, compiled=compiled, **attrs)
+
+
 def overflowing_squares():
     """Six channels of 2 x 3 pixels, some whose squares (or whose windows' sums, with a large
     alpha) overflow float32, beside ordinary ones."""

@@ -72,14 +72,17 @@ def onnx_dtype(code: int, what: str) -> str:
 
 
 def tensor_shape(tensor: Any, what: str) -> tuple[int, ...]:
-    """The dims of ``tensor``, checked non-negative and within :data:`MAX_TENSOR_ELEMENTS`."""
+    """The dims of ``tensor``, checked non-negative and within :data:`MAX_TENSOR_ELEMENTS`
+    (its non-zero dims too: an empty tensor of shape [0, 2^62] is no array NumPy makes)."""
     dims = tuple(int(d) for d in tensor.dims)
     if any(d < 0 for d in dims):
         raise OnnxImportError(f"{what} has a negative dimension in its shape {list(dims)}; "
                               "the model is malformed")
-    if math.prod(dims) > MAX_TENSOR_ELEMENTS:
-        raise OnnxImportError(f"{what} declares shape {list(dims)}, {math.prod(dims)} elements; "
-                              f"opfusion reads at most {MAX_TENSOR_ELEMENTS} per tensor")
+    extent = math.prod(d for d in dims if d)  # (the elements, but for a zero dimension)
+    if extent > MAX_TENSOR_ELEMENTS:
+        raise OnnxImportError(f"{what} declares shape {list(dims)}, whose non-zero dimensions "
+                              f"span {extent} elements; opfusion reads at most "
+                              f"{MAX_TENSOR_ELEMENTS} per tensor")
     return dims
 
 
