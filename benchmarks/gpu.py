@@ -24,8 +24,9 @@ tensor cores in TF32 (``-tf32=1``, ``backend/cuda/schedules/mma.py``), each chec
 NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``). With ``--tf32`` the
 check is against the reference with TF32-rounded operands as well (``tf32_operands``), and
 ``--staging`` first times each of resnet50's tensor-core convolutions through the GPU runner
-with its sums stored through shared memory and without (``staged_store``), and in other
-staged tiles, with the sums weighted by the layers' counts."""
+with its sums stored through shared memory and without (``staged_store``), with its copies
+async two and three steps ahead (``async_stages``), and in other staged tiles, with the sums
+weighted by the layers' counts."""
 
 from __future__ import annotations
 
@@ -280,19 +281,23 @@ STAGING_VARIANTS = tuple(
                                    (2, 1, 2, 2, 7), (4, 1, 2, 2, 2)))
 
 
-def unstaged_default(task):
-    """The config the heuristic took before ``staged_store`` (the same order, unstaged)."""
-    from opfusion.backend.cuda.schedules.conv2d_mma import default_order, first_fitting
-
-    return first_fitting(task.space, [c for c in default_order(False)
-                                      if not c["staged_store"]])
+def async_variant(task, stages: int):
+    """The default config with its copies async (``async_stages``), its contraction in
+    8-channel steps where the default's steps would leave one; None where it does not fit."""
+    for k_step in dict.fromkeys((task.default["k_step"], 8)):
+        try:
+            return task.space.config(**{**task.default, "async_stages": stages,
+                                        "double_buffer": False, "k_step": k_step})
+        except ScheduleError:
+            continue
+    return None
 
 
 def staging_rows(device, batch: int, seconds_cap: float) -> None:
-    """Each tensor-core convolution of resnet50 (TF32) through the GPU runner: the earlier
-    default (unstaged), the default, the default with ``staged_store`` flipped, and
-    :data:`STAGING_VARIANTS` staged; ms per config and the sums weighted by the layers'
-    counts."""
+    """Each tensor-core convolution of resnet50 (TF32) through the GPU runner: the default,
+    the default with ``staged_store`` flipped, the default with async copies two and three
+    steps deep (:func:`async_variant`), and :data:`STAGING_VARIANTS` staged; ms per config
+    and the sums weighted by the layers' counts."""
     from opfusion.autotune.gpu_runner import GPURunner
     from opfusion.autotune.measure import generate_candidates, task_data
     from opfusion.autotune.task import extract_tasks
@@ -301,14 +306,15 @@ def staging_rows(device, batch: int, seconds_cap: float) -> None:
     tasks = [t for t in extract_tasks(mod, params, f"cuda -arch={device.arch} -tf32=1")
              if t.rule == "gpu_conv2d_mma"]
     runner = GPURunner(device)
-    totals = {"before": 0.0, "default": 0.0, "flipped": 0.0, "best": 0.0}
+    totals = {"default": 0.0, "flipped": 0.0, "async2": 0.0, "async3": 0.0, "best": 0.0}
     start = time.perf_counter()
     print(f"\n  staged stores: {len(tasks)} tensor-core convolutions (ms; weight x)")
     for task in tasks:
         if time.perf_counter() - start > seconds_cap:
             print("  (time cap reached)")
             break
-        named = {"before": unstaged_default(task), "default": task.default}
+        named = {"default": task.default, "async2": async_variant(task, 2),
+                 "async3": async_variant(task, 3)}
         flip = {**task.default, "staged_store": not task.default["staged_store"]}
         variants = [("flipped", flip)] + [
             (f"v{i}", {**task.default, **v, "staged_store": True, "double_buffer": False})
@@ -325,7 +331,7 @@ def staging_rows(device, batch: int, seconds_cap: float) -> None:
         times = {k: (r.seconds * 1e3 if r.ok else None) for k, r in zip(labels, results)}
         errors = [f"{k}: {r.error[:80]}" for k, r in zip(labels, results) if not r.ok]
         ok = [t for t in times.values() if t is not None]
-        for key in ("before", "default", "flipped"):
+        for key in ("default", "flipped", "async2", "async3"):
             totals[key] += task.weight * (times.get(key) or times.get("default") or 0.0)
         totals["best"] += task.weight * (min(ok) if ok else 0.0)
         best = min((t, k) for k, t in times.items() if t is not None) if ok else (0, "-")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything a GPU session checks, in one call (a lent GPU's time is short): the tests that
 # need a GPU, then benchmarks/gpu.py (products, the chain, resnet50's convolutions staged and
-# not, the whole model against torch), then, with TUNE_SECONDS, a tuning run and what double
-# buffering was worth in its records. About 8 minutes without tuning (2026-11-29: the tests
+# not, with async copies and not, the whole model against torch), then, with TUNE_SECONDS, a
+# tuning run and what double buffering and async copies were worth in its records. About 8 minutes without tuning (2026-11-29: the tests
 # 60 s, gpu.py 4-5 minutes). Logs go to $OUT (the device tool's folder that comes back) or
 # ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
 set -uo pipefail
@@ -19,14 +19,16 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
   tests/backend/test_cuda_mma.py \
   -k "on_the_gpu or torch_tensors or needs_a_driver or tuning" 2>&1 | tee "$out/tests.log" | tail -8
 # resnet50 in TF32 (tensor cores), the arithmetic of torch's default rows it is compared with:
-# each tensor-core convolution staged and not (about 90 s), then the whole model, checked
-timeout 420 python3 benchmarks/gpu.py --products --tf32 --staging 90 --profile 30 2>&1 \
+# each tensor-core convolution staged and not, async and not (about 120 s), then the whole
+# model, checked
+timeout 450 python3 benchmarks/gpu.py --products --tf32 --staging 120 --profile 30 2>&1 \
   | tee "$out/bench.log"
 # a tuning run when asked for (seconds as the argument): the tuned model, and what double
 # buffering was worth per layer in its search (ms, best with each)
 if [ "${1:-0}" != 0 ]; then
   timeout 420 python3 benchmarks/gpu.py --tf32 --skip chain --no-check --profile 0 \
     --tune "$1" --records "$out/records.json" 2>&1 | tee "$out/tune.log"
-  python3 benchmarks/records_knobs.py "$out/records.json" double_buffer 2>&1 \
-    | tee "$out/knobs.log"
+  for knob in double_buffer async_stages; do
+    python3 benchmarks/records_knobs.py "$out/records.json" "$knob" 2>&1
+  done | tee "$out/knobs.log"
 fi

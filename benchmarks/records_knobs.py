@@ -7,7 +7,8 @@ For each task whose records give the knob more than one value (heaviest first: t
 weight times its best time), the fastest correct search-time record with each value, the
 ratio of the best without the knob's best value to the best with it, and how many records
 each value has (failed ones in brackets). ``benchmarks/gpu_check.sh`` runs it on a GPU
-lease's records for ``double_buffer``, the knob whose worth no static count can settle.
+lease's records for ``double_buffer`` and ``async_stages``, knobs whose worth no static
+count can settle.
 Only the search's own measurements are compared (not the confirmation's or the model
 check's, which time the few best configs again), so every value was timed the same way."""
 

@@ -168,6 +168,17 @@ class ConfigSpace:
             return False
         return True
 
+    def is_empty(self) -> bool:
+        """Whether no combination of the knobs is valid: the first valid one ends the
+        search, so that a rule can decline a group without enumerating a large space."""
+        if self._points is not None:
+            return not self._points
+        names = [k.name for k in self.knobs]
+        for values in itertools.product(*(k.values for k in self.knobs)):
+            if self.valid is None or self.valid(dict(zip(names, values))):
+                return False
+        return True
+
     def _all(self) -> list[Config]:
         if self._points is None:
             names = [k.name for k in self.knobs]

@@ -54,6 +54,7 @@ from ..transform.pack_matmul_weights import PackMatmulWeights
 from ..transform.pad_channel_blocks import PadChannelBlocks
 from ..transform.pad_conv_channels import PadConvChannels
 from ..transform.pass_infra import Sequential
+from ..transform.round_tf32_weights import RoundTF32Weights
 from ..transform.simplify_expr import RESHAPE_OPS, SimplifyExpr
 from ..transform.tabulate_codes import TabulateCodes
 from ..transform.word_convolutions import WordConvolutions
@@ -210,9 +211,10 @@ def alter_layout(mod: IRModule, target: Target | None) -> IRModule:
     ``input_shuffle`` (FoldChannelShuffle)."""
     if target is not None and as_target(target).device != "cpu":
         # The GPU schedules read the plain layouts (threads, not vectors, along the rows);
-        # convolutions for tensor cores get their input channels in whole 8-steps.
-        return Sequential([PadConvChannels(target), FoldConstant(), InferType()],
-                          name="AlterLayout")(mod)
+        # convolutions for tensor cores get their input channels in whole 8-steps, and
+        # products their constant operands rounded to TF32 once, here.
+        return Sequential([PadConvChannels(target), FoldConstant(), RoundTF32Weights(target),
+                           InferType()], name="AlterLayout")(mod)
     # SimplifyExpr again: the reshapes around a packed product of a batch of rows keep an
     # elementwise operator after them (a bias) from its epilogue until it moves above them.
     return Sequential([PadChannelBlocks(target), AlterOpLayout(target),
@@ -341,7 +343,7 @@ class _ExecutorBuilder:
             if not (isinstance(node, Call) and isinstance(node.op, Function)
                     and node.op.is_primitive):
                 continue
-            facts = call_facts(node.args)
+            facts = call_facts(node.args, self.backend.target.allow_tf32)
             entries = self.facts_by_hash.setdefault(structural_hash(node.op), [])
             for index, (known, joined) in enumerate(entries):
                 if structural_equal(known, node.op):
@@ -555,14 +557,16 @@ def _is_reshape(group: LoweredGroup) -> bool:
             and func.body.checked_type.dtype == node.checked_type.dtype)
 
 
-def call_facts(args: tuple[Expr, ...]) -> dict[int, Fact]:
-    """The facts (:class:`~opfusion.tir.nan_free.Fact`: bounds, NaN, zero) of a group call's
-    constant arguments, by kernel input position: what the code generator may assume of them
-    (a quantized epilogue's scales and biases, lifted out of their group). None known for a
-    call with a tuple argument (its positions are not the arguments')."""
+def call_facts(args: tuple[Expr, ...], tf32: bool = False) -> dict[int, Fact]:
+    """The facts (:class:`~opfusion.tir.nan_free.Fact`: bounds, NaN, zero; TF32 with
+    ``tf32``) of a group call's constant arguments, by kernel input position: what the code
+    generator may assume of them (a quantized epilogue's scales and biases, lifted out of
+    their group; a product's weights rounded to TF32). None known for a call with a tuple
+    argument (its positions are not the arguments')."""
     if any(not isinstance(arg.checked_type, TensorType) for arg in args):
         return {}
-    return constant_facts([arg.data if isinstance(arg, Constant) else None for arg in args], 0)
+    return constant_facts([arg.data if isinstance(arg, Constant) else None for arg in args], 0,
+                          tf32)
 
 
 def _is_byte_view(group: LoweredGroup) -> bool:

@@ -101,21 +101,24 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
     args = builder.placeholders + builder.constant_placeholders + outputs
     prim = lower(schedule, args, name=name)
     facts = dict(input_facts or {})
-    facts.update(constant_facts(builder.constants, len(builder.placeholders)))
+    facts.update(constant_facts(builder.constants, len(builder.placeholders),
+                                backend.target.allow_tf32))
     prim.attrs["constant_facts"] = facts
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
                         function=func,
                         schedule_config=used.to_dict() if used is not None else None)
 
 
-def constant_facts(constants: list[np.ndarray | None], first: int) -> dict[int, Fact]:
+def constant_facts(constants: list[np.ndarray | None], first: int, tf32: bool = False
+                   ) -> dict[int, Fact]:
     """The facts (bounds, NaN, zero: :class:`~opfusion.tir.nan_free.Fact`) of the kernel
     parameters (by position; the constants follow the ``first`` inputs) that are float
     constants: what the code generator may assume of them (a quantized epilogue's scales and
-    biases)."""
+    biases); with ``tf32`` (a target whose tensor cores may read them), whether TF32 holds
+    their values exactly (a product's weights after RoundTF32Weights)."""
     facts: dict[int, Fact] = {}
     for index, data in enumerate(constants):
-        fact = constant_fact(data) if data is not None else None
+        fact = constant_fact(data, tf32) if data is not None else None
         if fact is not None:
             facts[first + index] = fact
     return facts

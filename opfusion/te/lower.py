@@ -31,7 +31,8 @@ barrier comes before its computation (the previous iteration's readers are done)
 it (its values are visible to every thread); shared stages computed one after another share
 those barriers unless a later one reads an earlier one. Shared stages that ask for double
 buffering (``Stage.double_buffer``), all those computed at a constant loop with no guard,
-are pipelined over two buffers instead (:mod:`opfusion.tir.pipeline`). In a nest that
+are pipelined over two buffers instead, and those that ask for async copies
+(``Stage.async_pipeline``) over as many as they ask (:mod:`opfusion.tir.pipeline`). In a nest that
 computes shared stages, guards go around the stores they protect rather than around loops,
 which hold barriers every thread must reach.
 
@@ -48,7 +49,7 @@ from ..errors import LoweringError, ScheduleError
 from ..tir import expr as E
 from ..tir import stmt as S
 from ..tir.bound import Interval, eval_interval, union
-from ..tir.pipeline import double_buffer_loop
+from ..tir.pipeline import async_pipeline_loop, double_buffer_loop
 from ..tir.simplify import (
     Ranges,
     const_bound,
@@ -483,6 +484,7 @@ class _Lowering:
         children = self.attached.get(stage, {})
         emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]] = {}
         double: set[int] = set()  # shared buffers of stages to double-buffer
+        asyncs: dict[int, int] = {}  # shared buffers of async stages -> their stages
         for pos, kids in children.items():
             inside_parallel = in_parallel or S.ForKind.PARALLEL in kinds[:pos + 1]
             for kid in kids:
@@ -490,9 +492,12 @@ class _Lowering:
                 kid_stmt = self._emit(kinfo, inside_parallel)
                 local = None if kid in self.arg_buffers else kinfo.buffer
                 emitted.setdefault(pos, []).append((local, kid_stmt))
-                if kid.double_buffered and local is not None and local.scope == "shared":
-                    double.add(id(local))
-        nest = _NestBuilder(info, kinds, emitted, self._prefetches(info), double)
+                if local is not None and local.scope == "shared":
+                    if kid.async_stages:
+                        asyncs[id(local)] = kid.async_stages
+                    elif kid.double_buffered:
+                        double.add(id(local))
+        nest = _NestBuilder(info, kinds, emitted, self._prefetches(info), double, asyncs)
         # Shared stages computed in this nest put barriers in its loops, which every thread
         # must reach: its guards then go around the stores they protect, never around a loop.
         at_stores = any((local is not None and local.scope == "shared") or _has_barrier(kid)
@@ -586,9 +591,11 @@ class _NestBuilder:
 
     def __init__(self, info: _StageInfo, kinds: list[S.ForKind],
                  emitted: dict[int, list[tuple[E.Buffer | None, S.Stmt]]],
-                 prefetches: dict[int, list[S.Stmt]], double: set[int] | None = None) -> None:
+                 prefetches: dict[int, list[S.Stmt]], double: set[int] | None = None,
+                 asyncs: dict[int, int] | None = None) -> None:
         self.info = info
         self.double = double or set()
+        self.asyncs = asyncs or {}
         self.leaves = info.stage.leaf_iter_vars
         self.kinds = kinds
         self.emitted = emitted
@@ -643,18 +650,26 @@ class _NestBuilder:
     def _pipelined(self, p: int, bounds: tuple[E.PrimExpr, E.PrimExpr] | None,
                    guards: list[E.PrimExpr], body: S.Stmt) -> S.Stmt | None:
         """The loop at leaf position ``p`` around ``body``, its shared stages double-buffered
-        (:func:`opfusion.tir.pipeline.double_buffer_loop`), when every stage computed at it
-        asks for that (``Stage.double_buffer``) and the loop is a constant range with no
-        guard; else None (the plain form)."""
+        (:func:`opfusion.tir.pipeline.double_buffer_loop`) when every stage computed at it
+        asks for that (``Stage.double_buffer``), or pipelined with async copies
+        (:func:`opfusion.tir.pipeline.async_pipeline_loop`) when every one asks for the same
+        stages (``Stage.async_pipeline``), and the loop is a constant range with no guard;
+        else None (the plain form)."""
         kids = self.emitted.get(p, [])
         var = self.info.loop_vars.get(self.leaves[p])
         if (not kids or var is None or bounds is None or guards or p in self.prefetches
-                or not all(local is not None and id(local) in self.double for local, _ in kids)):
+                or any(local is None for local, _ in kids)):
             return None
         start, end = (_constant(b) for b in bounds)
         if start is None or end is None:
             return None
         copies = [(local, kid) for local, kid in kids if local is not None]
+        stages = {self.asyncs.get(id(local), 0) for local, _ in copies}
+        if len(stages) == 1 and min(stages) >= 2:
+            return async_pipeline_loop(var, start, end - start, self.kinds[p], copies, body,
+                                       stages.pop())
+        if not all(id(local) in self.double for local, _ in copies):
+            return None
         return double_buffer_loop(var, start, end - start, self.kinds[p], copies, body)
 
     def build(self, positions: list[int], conds: list[E.PrimExpr], body: S.Stmt,
@@ -836,7 +851,13 @@ def _rename(func: S.PrimFunc) -> S.PrimFunc:
         if isinstance(stmt, S.Prefetch):
             return S.Prefetch(buffers.get(stmt.buffer, stmt.buffer),
                               [fexpr(i) for i in stmt.indices])
-        if isinstance(stmt, S.Barrier):
+        if isinstance(stmt, S.AsyncCopy):
+            source = fexpr(stmt.source)
+            assert isinstance(source, E.BufferLoad)
+            return S.AsyncCopy(buffers.get(stmt.buffer, stmt.buffer),
+                               [fexpr(i) for i in stmt.indices], source,
+                               None if stmt.predicate is None else fexpr(stmt.predicate))
+        if isinstance(stmt, (S.Barrier, S.AsyncCommit, S.AsyncWait)):
             return stmt
         raise TypeError(type(stmt).__name__)
 

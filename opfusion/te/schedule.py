@@ -133,6 +133,7 @@ class Stage:
         # dimension -> (factor, offset) of its buffer's stride (storage_align)
         self.storage_aligns: dict[int, tuple[int, int]] = {}
         self.double_buffered = False  # see double_buffer()
+        self.async_stages = 0  # see async_pipeline(): tiles in flight, 0 for none
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -375,6 +376,24 @@ class Stage:
             raise self._fail("double_buffer needs a shared stage (set_scope('shared') or "
                              f"cache_read(..., 'shared', ...)), not scope {self.scope!r}")
         self.double_buffered = True
+
+    def async_pipeline(self, stages: int) -> None:
+        """Give a shared stage ``stages`` buffers (2 or more) that the loop it is computed at
+        cycles through, filled by async copies (``cp.async``, Ampere and later) up to
+        ``stages - 1`` steps ahead of the step the block computes with, from global memory
+        straight into shared memory: no registers hold them in between, and a step waits at
+        one barrier. Lowering pipelines the stage where it can (each copy one load of a
+        function's buffer, or such a load where a condition holds and zero elsewhere; see
+        :func:`opfusion.tir.pipeline.async_pipeline_loop`) and computes it as a plain shared
+        stage where it cannot. A tile of tensor-core operands filled this way holds its
+        values as loaded (an async copy converts nothing), so the instruction rounds them to
+        TF32 as it reads them."""
+        if self.scope != "shared":
+            raise self._fail("async_pipeline needs a shared stage (set_scope('shared') or "
+                             f"cache_read(..., 'shared', ...)), not scope {self.scope!r}")
+        if not (isinstance(stages, int) and stages >= 2):
+            raise self._fail(f"async_pipeline needs 2 or more stages, not {stages!r}")
+        self.async_stages = stages
 
     def set_scope(self, scope: str) -> None:
         """Where the stage's buffer lives when it is not an argument: "local" (the default:

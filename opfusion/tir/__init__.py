@@ -42,6 +42,9 @@ from .simplify import const_bound, prove, simplify, simplify_stmt
 from .stmt import (
     THREAD_TAGS,
     Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     BufferStore,
     Evaluate,
@@ -57,7 +60,7 @@ from .stmt import (
 
 __all__ = [
     "EQ", "GE", "GT", "INTRINSICS", "LE", "LT", "NE", "THREAD_TAGS", "Add", "Allocate", "And",
-    "Barrier", "Buffer",
+    "AsyncCommit", "AsyncCopy", "AsyncWait", "Barrier", "Buffer",
     "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
     "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
     "Not", "Or", "Prefetch", "PrimExpr", "PrimFunc", "Select", "SeqStmt", "Stmt", "Sub", "Var",

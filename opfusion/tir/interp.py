@@ -224,6 +224,17 @@ class _Source:
             self.warp_mma(s, pad)
         elif isinstance(s, S.Barrier):
             self.lines.append(f"{pad}yield")
+        elif isinstance(s, S.AsyncCopy):
+            self.async_copy(s, pad)
+        elif isinstance(s, S.AsyncCommit):
+            if self.spmd:
+                self.lines.append(f"{pad}_async_groups.append(_async_open)")
+                self.lines.append(f"{pad}_async_open = []")
+        elif isinstance(s, S.AsyncWait):
+            if self.spmd:  # the oldest groups land, all but the newest `pending`
+                self.lines.append(f"{pad}while len(_async_groups) > {s.pending}:")
+                self.lines.append(f"{pad}    for _t, _o, _v in _async_groups.pop(0):")
+                self.lines.append(f"{pad}        _t[_o] = _v")
         elif isinstance(s, S.For):
             v = self.name(s.loop_var, s.loop_var.name)
             lo = self.expr(s.min)
@@ -257,6 +268,24 @@ class _Source:
             self.lines.append(f"{pad}{self.offset(s.buffer, s.indices)}")
         else:
             raise EvaluationError(f"the interpreter cannot run {type(s).__name__}")
+
+    def async_copy(self, s: S.AsyncCopy, pad: str) -> None:
+        """An async copy: its source read (where its predicate holds; else zero) and its
+        write checked for races now, when a GPU may start it, but the value stored only at
+        the thread's wait for its group (GPU launches; a plain run stores at once). A read
+        before that wait and a barrier sees the element's old value, and the result is
+        wrong, as on a GPU."""
+        target = self.name(s.buffer, s.buffer.name)
+        value = self.convert(self.expr(s.source), s.buffer.dtype)
+        if s.predicate is not None:
+            zero = "0.0" if E.is_float(s.buffer.dtype) else "0"
+            value = f"({value} if {self.expr(s.predicate)} else {zero})"
+        offset = self.offset(s.buffer, s.indices)
+        if not self.spmd:
+            self.lines.append(f"{pad}{target}[{offset}] = {value}")
+            return
+        offset = f"_write({target!r}, {offset}, True)"
+        self.lines.append(f"{pad}_async_open.append(({target}, {offset}, {value}))")
 
     def warp_mma(self, loop: S.For, pad: str) -> None:
         """A tensor-core nest run as the warp runs it (:mod:`opfusion.tir.mma`): each lane
@@ -307,6 +336,8 @@ def launch_to_python(func: S.PrimFunc, buffers: Sequence[E.Buffer], body: S.Stmt
     src.lines.append(f"def kernel({', '.join([*params, '_idx', '_shared', '_read', '_write'])}):")
     src.lines.append("    if False:")  # a generator, barrier or not
     src.lines.append("        yield")
+    # the thread's async copies: its open group, and its committed groups, oldest first
+    src.lines.append("    _async_open, _async_groups = [], []")
     src.stmt(body, 1)
     return "\n".join(src.lines) + "\n"
 

@@ -161,6 +161,15 @@ def mma_fragments(nest: MmaNest, t4: E.Var, g: E.Var) -> MmaFragments:
     return MmaFragments(a, b, acc, nest.store.buffer)  # type: ignore[arg-type]
 
 
+def tf32_exact_params(func: S.PrimFunc) -> frozenset[int]:
+    """Ids of ``func``'s parameters that every call passes as constants TF32 holds exactly
+    (the ``tf32`` of their facts in ``func.attrs["constant_facts"]``: a product's weights
+    that RoundTF32Weights rounded at compile time)."""
+    facts = func.attrs.get("constant_facts", {})
+    return frozenset(id(func.params[i]) for i, fact in facts.items()
+                     if getattr(fact, "tf32", False) and 0 <= i < len(func.params))
+
+
 def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
     """Ids of ``func``'s shared buffers that only tensor-core operands read: every load of
     one is a whole factor of a tensor-core nest, or a branch of a selection that is (the
@@ -168,10 +177,14 @@ def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
     zero). Rounding is idempotent, so such a buffer may hold its values rounded to TF32 when
     they are stored, and the instruction then takes its operands as they are: each value is
     rounded once per copy rather than once per use, which is once per warp and tile that
-    reads it. The numbers are the same either way."""
+    reads it. The numbers are the same either way. A tile filled by async copies
+    (``cp.async``) holds its values as loaded, and is one only when they are loads of
+    parameters TF32 holds exactly (:func:`tf32_exact_params`)."""
+    exact = tf32_exact_params(func)
     loads: collections.Counter[int] = collections.Counter()
     as_operands: collections.Counter[int] = collections.Counter()
     shared: set[int] = set()
+    copied: set[int] = set()
     lanes: dict[str, list[E.Var]] = {"threadIdx.x": [], "threadIdx.y": []}
     work: list[S.Stmt | tuple[str]] = [func.body]
     while work:
@@ -185,6 +198,8 @@ def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
                     loads[id(node.buffer)] += 1
         if isinstance(item, S.Allocate) and item.buffer.scope == "shared":
             shared.add(id(item.buffer))
+        if isinstance(item, S.AsyncCopy) and id(item.source.buffer) not in exact:
+            copied.add(id(item.buffer))  # stored as loaded: an async copy rounds nothing
         if isinstance(item, S.For) and item.kind is S.ForKind.MMA_TF32:
             try:
                 nest = match_nest(item, lanes["threadIdx.x"][-1], lanes["threadIdx.y"][-1])
@@ -198,12 +213,14 @@ def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
             lanes[item.kind.value].append(item.loop_var)
             work.append((item.kind.value,))
         work.extend(reversed(S.stmt_children(item)))
-    return frozenset(b for b in shared if as_operands[b] and as_operands[b] == loads[b])
+    return frozenset(b for b in shared
+                     if as_operands[b] and as_operands[b] == loads[b] and b not in copied)
 
 
 def holds_tf32(expr: E.PrimExpr, buffers: frozenset[int]) -> bool:
     """Whether ``expr`` is already a TF32 value: a load of one of ``buffers`` (see
-    :func:`tf32_operand_buffers`), a selection of such, or a constant TF32 holds exactly."""
+    :func:`tf32_operand_buffers`; :func:`tf32_exact_params`), a selection of such, or a
+    constant TF32 holds exactly."""
     loads = _selected_loads(expr)
     return loads is not None and all(id(load.buffer) in buffers for load in loads)
 
@@ -260,4 +277,5 @@ def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int
 
 __all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
            "MmaFragments", "MmaNest", "holds_tf32", "match_nest", "mma_fragments",
-           "round_tf32", "round_tf32_array", "tf32_operand_buffers", "warp_tile_sums"]
+           "round_tf32", "round_tf32_array", "tf32_exact_params", "tf32_operand_buffers",
+           "warp_tile_sums"]

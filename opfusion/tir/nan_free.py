@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,12 +37,15 @@ INF = math.inf
 @dataclass(frozen=True)
 class Fact:
     """Every value a node can take lies in [low, high] (infinite ends: unbounded, or it may
-    overflow), and it may be NaN when ``nan``; ``zero``: it may be exactly zero."""
+    overflow), and it may be NaN when ``nan``; ``zero``: it may be exactly zero; ``tf32``:
+    every value is one TF32 holds exactly (10 bits of mantissa: a tensor core's operand as
+    it is, :func:`opfusion.tir.mma.round_tf32`), known of constants only."""
 
     low: float
     high: float
     nan: bool
     zero: bool = True
+    tf32: bool = False
 
 
 ANYTHING = Fact(-INF, INF, True)
@@ -54,11 +57,29 @@ def _bounded(low: float, high: float, nan: bool = False, zero: bool | None = Non
     return Fact(low, high, nan, low <= 0 <= high if zero is None else zero)
 
 
-def constant_fact(data: np.ndarray) -> Fact | None:
-    """The fact of a load of a constant float array, or None (empty, not float)."""
+def constant_fact(data: np.ndarray, tf32: bool = False) -> Fact | None:
+    """The fact of a load of a constant float array, or None (empty, not float); with
+    ``tf32``, whether its values are all TF32's too (a pass over the array, asked for only
+    where tensor cores may read it)."""
     data = np.asarray(data)  # (no copy of an array)
     if data.dtype.kind != "f" or not data.size:
         return None
+    fact = _value_fact(data)
+    if tf32 and data.dtype == np.float32 and _tf32_exact(data):
+        return replace(fact, tf32=True)
+    return fact
+
+
+def _tf32_exact(data: np.ndarray) -> bool:
+    """Whether every value of a float32 array has its low 13 mantissa bits clear (or is
+    NaN or infinite): TF32 holds it exactly, and rounding to TF32 keeps it."""
+    bits = np.ascontiguousarray(data).view(np.uint32)
+    inexact = (bits & np.uint32(0x1FFF)) != 0
+    return not bool(np.any(inexact & np.isfinite(data)))
+
+
+def _value_fact(data: np.ndarray) -> Fact:
+    """The bounds, NaN and zero of a non-empty float array."""
     # In the array's own dtype, without copies: a model's weights are hundreds of MB
     low, high = float(data.min()), float(data.max())  # NaN if any value is
     nan = math.isnan(low) or math.isnan(high)
@@ -237,7 +258,7 @@ def join_facts(a: dict[int, Fact], b: dict[int, Fact]) -> dict[int, Fact]:
     """The facts (by key: a kernel input's position) that hold for both ``a`` and ``b``: the
     keys both know, each with both bounds."""
     return {k: Fact(min(a[k].low, b[k].low), max(a[k].high, b[k].high), a[k].nan or b[k].nan,
-                    a[k].zero or b[k].zero) for k in a if k in b}
+                    a[k].zero or b[k].zero, a[k].tf32 and b[k].tf32) for k in a if k in b}
 
 
 __all__ = ["ANYTHING", "FINITE_LIMIT", "Fact", "NanFacts", "always_false_nan_test",

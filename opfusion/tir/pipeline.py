@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 from . import expr as E
 from . import stmt as S
-from .simplify import fresh_vars, map_stmt, substitute_stmt
+from .simplify import fresh_vars, map_nested, map_stmt, substitute_stmt
 
 #: Registers a thread may hold for one copy's next step (a copy of more rounds stays plain).
 MAX_REGISTERS = 32
@@ -75,10 +75,109 @@ def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
     return stmt
 
 
+def async_pipeline_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
+                        copies: Sequence[tuple[E.Buffer, S.Stmt]], body: S.Stmt,
+                        stages: int) -> S.Stmt | None:
+    """The loop ``for var in range(start, start + extent)`` around ``copies`` and ``body``
+    (as :func:`double_buffer_loop` takes them), pipelined over ``stages`` copies of each tile
+    with async copies (:class:`~opfusion.tir.stmt.AsyncCopy`, ``cp.async``), as CUTLASS's
+    multistage main loops are::
+
+        copy(0), ..., copy(stages - 2) started, each its own group
+        for k in range(n):
+            wait until copy(k) has landed (all but the newest stages - 2 groups); barrier
+            if k + stages - 1 < n: start copy(k + stages - 1) into tile[(k - 1) % stages]
+            close the group (empty or not, so that the wait counts steps)
+            compute(k) from tile[k % stages]
+        barrier
+
+    A step's copy goes into the tile the step before read, after the barrier that every
+    thread passes only when done with it; copies go from global to shared memory without
+    the thread's registers and ``stages - 1`` steps ahead. The barrier after the loop keeps
+    a re-entry's first copies off the tiles the last steps read. None when a copy is not one
+    store of a load (or of a load where a condition holds, zero elsewhere) into its tile
+    under loops and conditions, or the loop is not a serial one of two steps or more."""
+    if extent < 2 or stages < 2 or kind is not S.ForKind.SERIAL:
+        return None
+    tiles = {id(tile): _steps(tile, stages) for tile, _ in copies}
+
+    def started(step: E.PrimExpr) -> list[S.Stmt] | None:
+        # the copies of step `var` into its phase's tiles, then at `step` (both substituted)
+        phase = E.floormod(E.sub(var, start), stages)
+        found = [_as_async(tile, copy, tiles[id(tile)], phase) for tile, copy in copies]
+        kept = [f for f in found if f is not None]
+        if len(kept) < len(found):
+            return None
+        return [fresh_vars(substitute_stmt(f, {var: step})) for f in kept]
+
+    prologue: list[S.Stmt] = [S.Barrier()]  # (the tiles' readers before the loop are done)
+    for step in range(start, start + stages - 1):
+        if step < start + extent:
+            copied = started(E.IntImm(step, var.dtype))
+            if copied is None:
+                return None
+            prologue += copied
+        prologue.append(S.AsyncCommit())
+    ahead = E.add(var, stages - 1)
+    copied = started(ahead)
+    assert copied is not None  # the prologue's made the same
+    phase = E.floormod(E.sub(var, start), stages)
+    loop = S.For(var, E.IntImm(start, var.dtype), E.IntImm(extent, var.dtype), kind,
+                 S.SeqStmt([S.AsyncWait(stages - 2), S.Barrier(),
+                            S.IfThenElse(E.LT(ahead, E.IntImm(start + extent, var.dtype)),
+                                         S.SeqStmt(copied)),
+                            S.AsyncCommit(),
+                            _retarget_loads(body, tiles, phase)]))
+    stmt: S.Stmt = S.SeqStmt([*prologue, loop, S.Barrier()])
+    for tile, _ in reversed(copies):
+        stmt = S.Allocate(tiles[id(tile)], stmt)
+    return stmt
+
+
+def _as_async(tile: E.Buffer, copy: S.Stmt, tiles: E.Buffer, phase: E.PrimExpr
+              ) -> S.Stmt | None:
+    """``copy`` (loops and conditions around one store into ``tile``) with that store an
+    async copy into the many-step ``tiles`` at ``phase``; None when the stored value is not
+    a load from the function's buffers, or one selected where a condition holds (zero
+    elsewhere: the predicate of the copy)."""
+    stores = [s for s in S.walk_stmts(copy) if isinstance(s, S.BufferStore)]
+    if (len(stores) != 1 or stores[0].buffer is not tile
+            or any(isinstance(s, (S.Barrier, S.Allocate)) for s in S.walk_stmts(copy))):
+        return None
+    store = stores[0]
+    found = async_source(store.value)
+    if found is None:
+        return None
+    source, predicate = found
+    return map_nested(copy, lambda s: S.AsyncCopy(tiles, [phase, *s.indices], source, predicate)
+                      if s is store else None)
+
+
+def async_source(value: E.PrimExpr) -> tuple[E.BufferLoad, E.PrimExpr | None] | None:
+    """(the load, the condition under which it is taken or None) of a value an async copy
+    can move: a load of a global buffer, or ``select(c, load, 0)`` / ``select(c, 0, load)``;
+    None for anything else (a computed value, a load of a temporary)."""
+    if isinstance(value, E.BufferLoad):
+        return (value, None) if value.buffer.scope == "global" else None
+    if isinstance(value, E.Select):
+        for load, other, cond in ((value.true_value, value.false_value, value.condition),
+                                  (value.false_value, value.true_value,
+                                   E.Not(value.condition))):
+            if (isinstance(load, E.BufferLoad) and load.buffer.scope == "global"
+                    and isinstance(other, (E.FloatImm, E.IntImm)) and other.value == 0):
+                return load, cond
+    return None
+
+
 def _two_steps(tile: E.Buffer) -> E.Buffer:
     """``tile`` with an outer dimension of two steps, each laid out as ``tile`` is."""
+    return _steps(tile, 2)
+
+
+def _steps(tile: E.Buffer, count: int) -> E.Buffer:
+    """``tile`` with an outer dimension of ``count`` steps, each laid out as ``tile`` is."""
     span = tile.strides[0] * tile.shape[0] if tile.shape else 1
-    return E.Buffer(tile.name, (2, *tile.shape), tile.dtype, tile.scope,
+    return E.Buffer(tile.name, (count, *tile.shape), tile.dtype, tile.scope,
                     (span, *tile.strides))
 
 
@@ -162,4 +261,4 @@ def _retarget_loads(body: S.Stmt, tiles: dict[int, E.Buffer], phase: E.PrimExpr)
     return map_stmt(body, lambda e: E.rewrite(e, visit))
 
 
-__all__ = ["MAX_REGISTERS", "double_buffer_loop"]
+__all__ = ["MAX_REGISTERS", "async_pipeline_loop", "async_source", "double_buffer_loop"]

@@ -146,6 +146,15 @@ def _stmt_lines(stmt: S.Stmt, indent: int, out: list[str]) -> None:
         out.append(f"{pad}evaluate({expr_to_str(stmt.value)})")
     elif isinstance(stmt, S.Barrier):
         out.append(f"{pad}sync_threads()")
+    elif isinstance(stmt, S.AsyncCopy):
+        index = ", ".join(expr_to_str(i) for i in stmt.indices)
+        when = "" if stmt.predicate is None else f", if={expr_to_str(stmt.predicate)}"
+        out.append(f"{pad}async_copy({stmt.buffer.name}[{index}], "
+                   f"{expr_to_str(stmt.source)}{when})")
+    elif isinstance(stmt, S.AsyncCommit):
+        out.append(f"{pad}async_commit()")
+    elif isinstance(stmt, S.AsyncWait):
+        out.append(f"{pad}async_wait({stmt.pending})")
     elif isinstance(stmt, S.Prefetch):
         index = ", ".join(expr_to_str(i) for i in stmt.indices)
         out.append(f"{pad}prefetch({stmt.buffer.name}[{index}])")

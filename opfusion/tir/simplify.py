@@ -497,7 +497,12 @@ def map_stmt(stmt: S.Stmt, fexpr: Callable[[E.PrimExpr], E.PrimExpr]) -> S.Stmt:
         return S.Evaluate(fexpr(stmt.value))
     if isinstance(stmt, S.Prefetch):
         return S.Prefetch(stmt.buffer, [fexpr(i) for i in stmt.indices])
-    if isinstance(stmt, S.Barrier):
+    if isinstance(stmt, S.AsyncCopy):
+        source = fexpr(stmt.source)
+        assert isinstance(source, E.BufferLoad), "an async copy's source stays one load"
+        return S.AsyncCopy(stmt.buffer, [fexpr(i) for i in stmt.indices], source,
+                           None if stmt.predicate is None else fexpr(stmt.predicate))
+    if isinstance(stmt, (S.Barrier, S.AsyncCommit, S.AsyncWait)):
         return stmt
     raise TypeError(f"unknown statement {type(stmt).__name__}")
 
@@ -613,7 +618,12 @@ def _simplify_stmt(stmt: S.Stmt, ranges: Ranges) -> S.Stmt | None:
         return S.Evaluate(simplify(stmt.value, ranges))
     if isinstance(stmt, S.Prefetch):
         return S.Prefetch(stmt.buffer, [simplify(i, ranges) for i in stmt.indices])
-    if isinstance(stmt, S.Barrier):
+    if isinstance(stmt, S.AsyncCopy):
+        source = simplify(stmt.source, ranges)
+        assert isinstance(source, E.BufferLoad)
+        return S.AsyncCopy(stmt.buffer, [simplify(i, ranges) for i in stmt.indices], source,
+                           None if stmt.predicate is None else simplify(stmt.predicate, ranges))
+    if isinstance(stmt, (S.Barrier, S.AsyncCommit, S.AsyncWait)):
         return stmt
     raise TypeError(f"unknown statement {type(stmt).__name__}")
 

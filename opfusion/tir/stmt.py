@@ -32,6 +32,11 @@ Nodes and their fields (read-only attributes; expressions are :mod:`opfusion.tir
                   ``buffer[indices]`` will be read soon: its cache line is fetched toward the
                   core's caches. No effect on any value; the indices are in bounds (from
                   :meth:`opfusion.te.Stage.prefetch`, whose schedule clamps them).
+``AsyncCopy``     ``buffer``, ``indices``, ``source: BufferLoad``, ``predicate`` — a copy into a
+                  shared buffer that lands at a later ``AsyncWait`` (``cp.async``; from
+                  :meth:`opfusion.te.Stage.async_pipeline`); ``AsyncCommit`` closes the
+                  thread's group of them, ``AsyncWait(pending)`` waits for all but the newest
+                  ``pending`` groups.
 ``PrimFunc``      ``name: str``, ``params: tuple[Buffer, ...]``, ``body: Stmt``,
                   ``attrs: dict[str, Any]`` — one kernel; params are "global" buffers in
                   argument order, the kernel reads and writes through them.
@@ -218,6 +223,57 @@ class Barrier(Stmt):
     __slots__ = ()
 
 
+class AsyncCopy(Stmt):
+    """``buffer[indices] = source if predicate else 0``, started now and finished by a later
+    :class:`AsyncWait` (``cp.async`` on a GPU since Ampere: global to shared memory without
+    passing through the thread's registers). ``buffer`` is a "shared" buffer and ``source``
+    a load of one element of the function's buffers; the copy is in the thread's open group
+    until an :class:`AsyncCommit` closes it. Nothing may read the element, in this thread or
+    another, before the copying thread's wait for its group and a barrier after it.
+    ``predicate`` (None: always) false stores zero without reading ``source`` (a padded
+    window's edge); its indices must still lie inside the source."""
+
+    __slots__ = ("buffer", "indices", "source", "predicate")
+
+    def __init__(self, buffer: Buffer, indices: Sequence[Any], source: BufferLoad,
+                 predicate: Any = None) -> None:
+        target = BufferStore(buffer, source, indices)  # the indices and types checked
+        if buffer.scope != "shared" or not isinstance(source, BufferLoad):
+            raise TensorExprError(f"an async copy goes from a load into a shared buffer, not "
+                                  f"{type(source).__name__} into {buffer.scope} {buffer.name}")
+        if source.dtype != buffer.dtype:
+            raise TensorExprError(f"an async copy of {source.dtype} into {buffer.dtype} "
+                                  f"{buffer.name} converts nothing")
+        if predicate is not None:
+            predicate = as_expr(predicate)
+            if predicate.dtype != "bool":
+                raise TensorExprError(f"async copy predicate {predicate} is not bool")
+        _set(self, "buffer", buffer)
+        _set(self, "indices", target.indices)
+        _set(self, "source", source)
+        _set(self, "predicate", predicate)
+
+
+class AsyncCommit(Stmt):
+    """Close the thread's open group of :class:`AsyncCopy` (``cp.async.commit_group``): the
+    group an :class:`AsyncWait` counts. A group may be empty."""
+
+    __slots__ = ()
+
+
+class AsyncWait(Stmt):
+    """Wait until at most ``pending`` of the thread's committed groups of async copies are
+    unfinished (``cp.async.wait_group``): the older ones have landed. Other threads see them
+    after a barrier that follows."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: int) -> None:
+        if not (isinstance(pending, int) and pending >= 0):
+            raise TensorExprError(f"async wait for {pending!r} pending groups: needs an int >= 0")
+        _set(self, "pending", pending)
+
+
 class SeqStmt(Stmt):
     """Statements run in order."""
 
@@ -321,12 +377,15 @@ def stmt_exprs(stmt: Stmt) -> list[PrimExpr]:
         return [stmt.value]
     if isinstance(stmt, Prefetch):
         return list(stmt.indices)
+    if isinstance(stmt, AsyncCopy):
+        return [stmt.source, *stmt.indices, *([stmt.predicate] if stmt.predicate is not None
+                                             else [])]
     return []
 
 
 def written_buffers(body: Stmt) -> set[int]:
     """Ids of the buffers ``body`` stores to."""
-    return {id(s.buffer) for s in walk_stmts(body) if isinstance(s, BufferStore)}
+    return {id(s.buffer) for s in walk_stmts(body) if isinstance(s, (BufferStore, AsyncCopy))}
 
 
 def read_buffers(body: Stmt) -> set[int]:

@@ -116,7 +116,11 @@ class _Verifier:
             self.access(s.buffer, s.indices, buffers)
             for i in s.indices:
                 self.expr(i, scope, buffers)
-        elif isinstance(s, S.Barrier):
+        elif isinstance(s, S.AsyncCopy):
+            self.access(s.buffer, s.indices, buffers)
+            for e in S.stmt_exprs(s):
+                self.expr(e, scope, buffers)
+        elif isinstance(s, (S.Barrier, S.AsyncCommit, S.AsyncWait)):
             pass
         else:
             raise self.fail(f"unknown statement {type(s).__name__}")

@@ -86,6 +86,7 @@ from .pattern import (
 )
 from .pattern_rewrite import PatternCallback, PatternRewrite, rewrite, rule
 from .rewrites import FuseDenseAdd, FuseMultiplyAdd
+from .round_tf32_weights import RoundTF32Weights
 from .simplify_expr import SimplifyExpr
 from .simplify_inference import SimplifyInference
 from .tabulate_codes import TabulateCodes
@@ -104,7 +105,8 @@ __all__ = [
     "PassContext",
     "PassInfo", "PassInstrument", "PassTiming", "PassTimingInstrument", "Pattern",
     "PatternCallback", "PatternRewrite", "PrintIR",
-    "RecomputeFusePass", "Sequential", "SimplifyExpr", "SimplifyInference", "TabulateCodes",
+    "RecomputeFusePass", "RoundTF32Weights", "Sequential", "SimplifyExpr", "SimplifyInference",
+    "TabulateCodes",
     "VerticalFusePass", "WordConvolutions",
     "alter_op_layout", "bind_params", "check_fused_module", "check_fusion_plan", "explain_fusion",
     "fold_constant", "function_pass", "fusion_strategies", "fusion_to_dot", "get_fusion_strategy",

@@ -101,12 +101,36 @@ def test_every_sampled_config_of_the_tensor_core_space_computes_the_reference():
     func = _dense_relu(64, 32, 64)
     rule, space, default = schedule_space(_typed(func), get_backend(TF32))
     assert rule.name == "gpu_mma"
-    configs = [default, *space.sample(8, seed=3)]
-    # staged or not, and staged in one tile or double-buffered
-    assert {(c["shared"], c["double_buffer"]) for c in configs} == {
-        (False, False), (True, False), (True, True)}
-    for config in configs:
-        _check(func, {"rule": "gpu_mma", "knobs": dict(config)})
+    for config in [default, *space.sample(4, seed=3), *_each_pipeline(space)]:
+        _check_pipelined(func, "gpu_mma", config, 32)
+
+
+#: The ways a tensor-core rule copies its operands: (shared, double_buffer, async_stages).
+PIPELINES = ((False, False, 0), (True, False, 0), (True, True, 0), (True, False, 2),
+             (True, False, 3))
+
+
+def _each_pipeline(space):
+    """The first config of ``space`` that copies its operands in each of the ways of
+    :data:`PIPELINES`."""
+    found = {}
+    for config in space:
+        found.setdefault((config["shared"], config["double_buffer"], config["async_stages"]),
+                         config)
+    assert set(found) == set(PIPELINES)
+    return [found[way] for way in PIPELINES]
+
+
+def _check_pipelined(func, rule, config, depth):
+    """:func:`_check` of ``config``; an async one's tiles filled by async copies, which the
+    instruction rounds to TF32 as it reads them, where its contraction of ``depth`` takes
+    two steps or more."""
+    group = _check(func, {"rule": rule, "knobs": dict(config)})
+    if config["async_stages"] and config["k_step"] < depth:
+        text = str(group.prim_func)
+        assert "async_copy(" in text and f"async_wait({config['async_stages'] - 2})" in text
+        code = cuda_module([group.prim_func], target=TF32).code
+        assert "cp.async.ca.shared.global" in code and "opf_tf32(p" in code
 
 
 def test_batched_products_with_an_untransposed_right_operand():
@@ -198,7 +222,7 @@ def test_tensorize_refuses_a_nest_that_is_no_instruction():
 def test_the_emitted_instruction_compiles_with_nvrtc(arch):
     group = _check(_dense_relu(64, 32, 64), {"rule": "gpu_mma", "knobs": {
         "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 2, "k_step": 16, "shared": True,
-        "double_buffer": True}})
+        "double_buffer": True, "async_stages": 0}})
     code = cuda_module([group.prim_func], target=TF32).code
     assert mma.INSTRUCTION in code and "cvt.rna.tf32.f32" in code
     ptx = compile_cuda(code, arch).decode()
@@ -257,12 +281,11 @@ def test_every_sampled_config_of_the_tensor_core_convolutions_computes_the_refer
     func = _conv_relu(16, 16, 32, 4, 3, 1, 1)
     rule, space, default = schedule_space(_typed(func), get_backend(TF32))
     assert rule.name == "gpu_conv2d_mma"
-    configs = [default, *space.sample(5, seed=0)]
-    assert {(c["shared"], c["double_buffer"]) for c in configs} == {
-        (False, False), (True, False), (True, True)}
-    assert {c["row_steps"] for c in configs} == {False, True}
+    configs = [default, *_each_pipeline(space)]
+    configs.append(next(c for c in space.sample(8, seed=0)  # the copies at each row
+                        if c["row_steps"] != default["row_steps"]))
     for config in configs:
-        _check(func, {"rule": "gpu_conv2d_mma", "knobs": dict(config)})
+        _check_pipelined(func, "gpu_conv2d_mma", config, 16)
 
 
 @pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
@@ -301,10 +324,12 @@ def _conv_residual(batch, channels, out_channels, size, kernel, stride, pad):
     ((16, 16, 64, 8, 1, 1, 0), {}),  # the heuristic's: pointwise, staged
     ((16, 16, 64, 8, 1, 1, 0), {"warps_m": 1, "warps_n": 2, "tiles_m": 2, "tiles_n": 1,
                                 "pixels": 8, "k_step": 8, "row_steps": False, "shared": False,
-                                "double_buffer": False, "staged_store": True}),
+                                "double_buffer": False, "staged_store": True,
+                                "async_stages": 0}),
     ((8, 8, 32, 6, 3, 2, 1), {"warps_m": 2, "warps_n": 1, "tiles_m": 1, "tiles_n": 1,
                               "pixels": 1, "k_step": 8, "row_steps": True, "shared": True,
-                              "double_buffer": True, "staged_store": True}),  # strided 3x3
+                              "double_buffer": True, "staged_store": True,
+                              "async_stages": 0}),  # strided 3x3
 ])
 def test_staged_sums_store_the_epilogue_in_the_outputs_order(case, config):
     from opfusion.tir import stmt as S
@@ -410,7 +435,7 @@ def test_shared_tiles_are_padded_off_each_others_banks():
     assert bank_offset(tuple(rows), tuple(steps), 1, 16) == 18
     group = _check(_dense_relu(64, 32, 32), {"rule": "gpu_mma", "knobs": {
         "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 1, "k_step": 16, "shared": True,
-        "double_buffer": False}})
+        "double_buffer": False, "async_stages": 0}})
     shared = [s.buffer for s in S.walk_stmts(group.prim_func.body)
               if isinstance(s, S.Allocate) and s.buffer.scope == "shared"]
     assert [b.strides for b in shared] == [(18, 1), (20, 1)]
@@ -548,8 +573,95 @@ def test_a_blocks_copy_inside_its_threads_loops_counts_once_per_thread():
 
     func = _run_group(_dense_relu(64, 32, 32), {"rule": "gpu_mma", "knobs": {
         "warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 1, "k_step": 16,
-        "shared": True, "double_buffer": False}})[0].prim_func
+        "shared": True, "double_buffer": False, "async_stages": 0}})[0].prim_func
     # products: 64 x 32 x 32 multiply-adds, as 2 x 2 x 8 nests per thread; copies: each
     # element of the two 32-wide shared tiles once a step; the rest: the epilogue
     work = kernel_work(func.body)
     assert 64 * 32 * 32 <= work < 4 * 64 * 32 * 32
+
+
+@pytest.mark.parametrize("async_stages", [0, 2])
+def test_constant_weights_are_rounded_to_tf32_once_at_compile_time(monkeypatch, async_stages):
+    """RoundTF32Weights rounds a convolution's constant weight to TF32 when the model is
+    built; the kernel's facts say so, and it takes the weight as it is: copied into shared
+    memory without a conversion, or asynchronously and then read by the instruction without
+    one; the input is still rounded (as it is stored, or as it is read from an async tile).
+    The numbers are those of the TF32-rounded operands."""
+    from opfusion.backend.cuda.runtime import InterpretedDevice
+    from opfusion.backend.cuda.schedules import conv2d_mma
+    from opfusion.compiler.gpu import GPUExecutor, build_gpu_model
+
+    if async_stages:
+        heuristic = conv2d_mma.GPUConv2dMmaRule.default_config
+
+        def with_async(self, anchor, output, target):
+            config = dict(heuristic(self, anchor, output, target))
+            return self.space(anchor, output, target).config(  # two steps of 8 channels
+                **{**config, "async_stages": async_stages, "double_buffer": False, "k_step": 8})
+
+        monkeypatch.setattr(conv2d_mma.GPUConv2dMmaRule, "default_config", with_async)
+    func = _conv_relu(8, 16, 32, 6, 3, 1, 1)
+    rng = np.random.default_rng(3)
+    params = {"w": rng.standard_normal((32, 16, 3, 3)).astype("float32"),
+              "b": rng.standard_normal(32).astype("float32")}
+    mod = opf.IRModule.from_expr(func)
+    model = build_gpu_model(mod, params, TF32)
+    (conv,) = [k for k in model.kernels
+               if (k.schedule_config or {}).get("rule") == "gpu_conv2d_mma"]
+    assert conv.schedule_config["knobs"]["async_stages"] == async_stages
+    assert mma.tf32_exact_params(conv.prim_func)  # the weight, by its facts
+    code = model.source.code
+    rounding = [line for line in code.splitlines() if "opf_tf32(" in line and "asm" not in line]
+    assert not any("p1" in line for line in rounding)  # the weight as it is
+    assert any("p0" in line for line in rounding)  # the input rounded
+    assert ("cp.async" in code) == bool(async_stages)
+    exe = GPUExecutor(model, InterpretedDevice())
+    x = rng.standard_normal((8, 16, 6, 6)).astype("float32")
+    got = exe.run(x)[0]
+    exe.close()
+    rounded = {**params, "w": _tf32(params["w"]).astype("float32")}
+    testing.assert_close(got, evaluate(mod, {"x": _tf32(x).astype("float32"), **rounded}), 1e-5)
+    testing.assert_close(got, evaluate(mod, {"x": x, **params}), TF32_RTOL)
+
+
+@pytest.mark.parametrize("func", [
+    _conv_relu(8, 16, 32, 6, 3, 1, 1),  # 3x3, padded: the window clamped to the image
+    _conv_relu(8, 16, 32, 7, 3, 2, 1),  # strided
+    _conv_relu(8, 16, 32, 8, 1, 1, 0),  # pointwise
+    _dense_relu(64, 32, 64),
+], ids=["3x3", "strided", "pointwise", "dense"])
+def test_the_spaces_size_shared_tiles_as_lowering_lays_them_out(func, monkeypatch):
+    """Each rule's space sizes a config's shared copies as lowering lays them out
+    (``shared_copies``: bank padding, steps in flight, windows clamped to the image): the
+    estimate is the lowered tiles' size wherever the copies are pipelined as asked, and
+    above it where a single step leaves them plain."""
+    from opfusion.backend.cuda.schedules import conv2d_mma
+    from opfusion.backend.cuda.schedules import mma as mma_rule
+
+    typed = _typed(func)
+    backend = get_backend(TF32)
+    rule, space, default = schedule_space(typed, backend)
+    anchors = []
+    schedule = backend.schedule
+
+    def capture(s, anchor, output, op_name, config=None):
+        anchors.append(anchor)
+        return schedule(s, anchor, output, op_name, config)
+
+    monkeypatch.setattr(backend, "schedule", capture)  # (the backend may be shared)
+    configs = [c for c in [default, *space.sample(6, seed=1), *_each_pipeline(space)]
+               if c["shared"]]
+    for config in configs:
+        group = lower_primitive_function(typed, "g", backend,
+                                         {"rule": rule.name, "knobs": dict(config)})
+        copies = (conv2d_mma if rule.name == "gpu_conv2d_mma" else mma_rule).shared_copies
+        estimate = copies(anchors[-1])(config)
+        tiles = [b for b in _allocated(group.prim_func)
+                 if b.scope == "shared" and b.name.endswith("_shared")]
+        steps = max(config["async_stages"], 2 if config["double_buffer"] else 1)
+        pipelined = steps > 1 and all(b.shape[0] == steps for b in tiles)
+        actual = sum(b.size for b in tiles)
+        if steps == 1 or pipelined:
+            assert actual == estimate, (dict(config), actual, estimate)
+        else:
+            assert actual < estimate

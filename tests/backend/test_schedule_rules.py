@@ -343,6 +343,19 @@ def test_space_enumeration_and_sampling_are_deterministic():
     assert Config({"a": 1}, "toy") not in space
 
 
+def test_a_space_is_empty_when_no_point_is_valid_and_finds_that_lazily():
+    seen = []
+
+    def valid(c):
+        seen.append(dict(c))
+        return c["a"] == 2
+
+    space = ConfigSpace("toy", [Knob("a", (1, 2, 3)), Knob("b", (True, False))], valid)
+    assert not space.is_empty() and len(seen) == 3  # stopped at the first valid point
+    assert ConfigSpace("toy", [Knob("a", (1, 2))], lambda c: False).is_empty()
+    assert not ConfigSpace("toy", [Knob("a", (1,))]).is_empty()
+
+
 def test_lowering_records_and_uses_the_config():
     call, params, _ = call_over_arrays(lambda x, w: nn.relu(nn.conv2d(x, w, padding=1)),
                                        (normal(1, 8, 10, 12), normal(8, 8, 3, 3)), {})

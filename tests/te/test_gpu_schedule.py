@@ -132,6 +132,89 @@ def test_double_buffered_copies_load_the_next_step_while_this_one_computes(shape
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def _async_matmul(shape, stages):
+    m, k, n = shape
+    s, args = tiled_matmul(m, k, n, tile=4, k_step=4)
+    for stage in s.stages:
+        if stage.scope == "shared":
+            stage.async_pipeline(stages)
+    return lower(s, args, "matmul")
+
+
+def _run_matmul(func, shape, seed=5):
+    m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    c = np.zeros((m, n), "float32")
+    run(func, a, b, c)
+    return c, a @ b
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(8, 12, 8), (13, 7, 10), (4, 33, 9)])
+def test_async_copies_fill_tiles_steps_ahead(shape, stages):
+    """Each tile in ``stages`` copies filled by async copies ``stages - 1`` steps ahead: a
+    step waits for all but the newest ``stages - 2`` groups, then at one barrier; the
+    interpreter lands each copy only at its thread's wait, so the numbers say the waits
+    are right, and its race check that no copy overwrites a tile being read."""
+    func = _async_matmul(shape, stages)
+    tiles = {a.buffer.name: a.buffer.shape for a in S.walk_stmts(func.body)
+             if isinstance(a, S.Allocate)}
+    assert tiles["A_shared"] == (stages, 4, 4) and "A_shared_next" not in tiles
+    loop = next(n for n in S.walk_stmts(func.body)
+                if isinstance(n, S.For) and n.loop_var.name.startswith("k_outer"))
+    inside = list(S.walk_stmts(loop.body))
+    assert sum(isinstance(n, S.Barrier) for n in inside) == 1
+    assert [n.pending for n in inside if isinstance(n, S.AsyncWait)] == [stages - 2]
+    steps = -(-shape[1] // 4)  # copies in the loop only for steps past the first ones
+    assert sum(isinstance(n, S.AsyncCopy) for n in inside) == (2 if steps >= stages else 0)
+    assert sum(isinstance(n, S.AsyncCommit) for n in S.walk_stmts(func.body)) == stages
+    got, want = _run_matmul(func, shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tile_read_before_its_async_copy_is_waited_for_is_wrong():
+    """Waiting for one group fewer reads a step's tile before its copy lands: the
+    interpreter, like a GPU, gives the tile's old contents (here never written: NaN)."""
+    from opfusion.tir.simplify import map_nested
+
+    func = _async_matmul((8, 12, 8), 3)
+    early = map_nested(func.body, lambda st: S.AsyncWait(st.pending + 1)
+                       if isinstance(st, S.AsyncWait) else None)
+    got, want = _run_matmul(S.PrimFunc(func.name, func.params, early, func.attrs), (8, 12, 8))
+    assert not np.allclose(got, want, equal_nan=False)
+
+
+def test_async_copies_need_a_load_and_shared_tiles():
+    """A tile of computed values (twice a load) cannot be copied asynchronously: it stays a
+    plain shared stage, with the same numbers; async_pipeline refuses a local stage and
+    fewer than two stages."""
+    a = te.placeholder((4, 8), "float32", name="A")
+    twice = te.compute((4, 8), lambda i, k: a[i, k] * 2.0, name="twice")
+    r = te.reduce_axis((0, 8), name="r")
+    out = te.compute((4,), lambda i: te.sum(twice[i, r], axis=r), name="out")
+    s = te.create_schedule([out.op])
+    acc = s.cache_write(out, "local")
+    s[out].bind(out.op.axis[0], "threadIdx.x")
+    s[acc].compute_at(s[out], out.op.axis[0])
+    ro, _ = s[acc].split(s[acc].op.reduce_axis[0], factor=2)
+    s[twice].set_scope("shared")
+    s[twice].compute_at(s[acc], ro)
+    s[twice].bind(s[twice].op.axis[0], "threadIdx.x")
+    s[twice].async_pipeline(2)
+    func = lower(s, [a, out], "computed")
+    assert not any(isinstance(n, S.AsyncCopy) for n in S.walk_stmts(func.body))
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype("float32")
+    got = np.zeros(4, "float32")
+    run(func, x, got)
+    np.testing.assert_allclose(got, 2 * x.sum(axis=1), rtol=1e-5)
+    with pytest.raises(ScheduleError, match="2 or more stages"):
+        s[twice].async_pipeline(1)
+    with pytest.raises(ScheduleError, match="async_pipeline needs a shared stage"):
+        s[acc].async_pipeline(2)
+
+
 def test_a_loop_of_one_step_keeps_its_copies_plain():
     s, args = tiled_matmul(8, 4, 8, tile=4, k_step=4)  # one step: nothing to overlap
     for stage in s.stages:

@@ -80,6 +80,30 @@ def test_a_constants_fact_is_its_values_bounds(data):
     assert fact.high == (high if high <= FINITE_LIMIT else math.inf)
 
 
+def test_a_constants_tf32_fact_says_whether_tf32_holds_every_value():
+    """Asked for (a TF32 target), a float32 constant's fact records whether each value has
+    its low 13 mantissa bits clear (NaN and infinities count as held); joined over calls,
+    both must hold it. Not asked, or not float32, it is False."""
+    from opfusion.tir.mma import round_tf32_array
+    from opfusion.tir.nan_free import join_facts
+
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal(64).astype(np.float32)
+    rounded = round_tf32_array(weights)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], np.float32)
+    assert not constant_fact(weights, tf32=True).tf32
+    assert constant_fact(rounded, tf32=True).tf32
+    assert constant_fact(special, tf32=True).tf32
+    assert not constant_fact(rounded).tf32  # not asked
+    assert not constant_fact(rounded.astype(np.float64), tf32=True).tf32
+    denormal = np.array([np.float32(1e-45)], np.float32)  # the lowest mantissa bit: not held
+    assert not constant_fact(denormal, tf32=True).tf32
+    both = join_facts({0: constant_fact(rounded, True)}, {0: constant_fact(special, True)})
+    assert both[0].tf32
+    mixed = join_facts({0: constant_fact(rounded, True)}, {0: constant_fact(weights, True)})
+    assert not mixed[0].tf32
+
+
 @pytest.mark.parametrize("data", [np.array([0.5, np.nan], np.float32),
                                   np.array([1.0, np.inf], np.float32),
                                   np.array([0.0, 2.0], np.float32)], ids=["nan", "inf", "zero"])

@@ -9,12 +9,15 @@ the rest):
 - a loop bound to ``blockIdx.x`` or ``threadIdx.x`` is the index itself, with an ``if`` when
   its extent is smaller than the launch's size along that index;
 - a "shared" temporary is a ``__shared__`` array, a "local" one a per-thread array;
-- a barrier is ``__syncthreads()``;
+- a barrier is ``__syncthreads()``; an async copy into a shared tile is ``cp.async`` of one
+  element (its shared address in 32 bits, a predicate as its source size), and its group's
+  commit and wait are ``cp.async.commit_group`` and ``cp.async.wait_group``;
 - ``#pragma unroll`` before an UNROLLED loop;
 - an MMA_TF32 nest is one warp's ``mma.sync`` on tensor cores, its operands loaded and
   rounded to TF32 by each lane (:mod:`opfusion.tir.mma`), or rounded once as they are
   stored where a shared tile holds nothing but such operands
-  (:func:`~opfusion.tir.mma.tf32_operand_buffers`);
+  (:func:`~opfusion.tir.mma.tf32_operand_buffers`), or not at all where they are constants
+  rounded when the model was built (:func:`~opfusion.tir.mma.tf32_exact_params`);
 - helpers are ``__device__`` functions, and the file includes nothing: NVRTC has no C
   library headers, so the fixed-width integer types and ``INFINITY``/``NAN`` are defined in
   the prelude; the math functions (``expf``, ``erff``, ``tanhf``, ...) are CUDA's own, each
@@ -77,6 +80,8 @@ class CUDAEmitter(CFamilyEmitter):
         self.bound: dict[str, list[E.Var]] = {}  # GPU index -> the loops bound to it, open
         # shared tiles only tensor cores read: rounded to TF32 as they are stored
         self.tf32_tiles = mma.tf32_operand_buffers(func)
+        # constants every call passes rounded to TF32 already (RoundTF32Weights)
+        self.tf32_params = mma.tf32_exact_params(func)
 
     def param_declaration(self, buffer: E.Buffer, name: str, is_written: bool) -> str:
         const = "" if is_written else "const "
@@ -140,7 +145,7 @@ class CUDAEmitter(CFamilyEmitter):
             for number, value in enumerate(values):
                 name = self.names.fresh(f"mma_{kind}{number}")
                 names.append(name)
-                rounded = mma.holds_tf32(value, self.tf32_tiles)
+                rounded = mma.holds_tf32(value, self.tf32_tiles | self.tf32_params)
                 bits = f"{'__float_as_uint' if rounded else helper}({self.expr(value)})"
                 self.line(indent + 1, f"const uint32_t {name} = {bits};")
         acc = self.buffer_name(fragments.buffer)
@@ -175,6 +180,30 @@ class CUDAEmitter(CFamilyEmitter):
                           f"*reinterpret_cast<const float4*>({src});")
         return True
 
+    def _emit_async_copy(self, stmt: S.AsyncCopy, indent: int) -> None:
+        """An async copy as ``cp.async`` of one element (4 or 8 bytes: ``.ca``, through L1),
+        its predicate the source size (0 bytes read: the element is zero-filled). Ampere
+        (sm_80) and later: the schedules ask for async copies only on those."""
+        size = np.dtype(stmt.buffer.dtype).itemsize
+        if size not in ASYNC_COPY_BYTES:
+            raise BuildError(f"kernel {self.func.name!r}: an async copy moves 4 or 8 bytes "
+                             f"an element, not {stmt.buffer.dtype}")
+        helper = self.need_helper("opf_shared_address", _SHARED_ADDRESS_HELPER)
+        source = stmt.source
+        # the tile's shared address once (the base is the same for every copy) plus the
+        # element's byte offset, in 32 bits: no 64-bit address and conversion per element
+        dst = (f"{helper}({self.buffer_name(stmt.buffer)}) + (uint32_t)("
+               f"{self.expr(self.offset(stmt.buffer, stmt.indices))}) * {size}u")
+        src = (f"{self.buffer_name(source.buffer)} + "
+               f"{self.expr(self.offset(source.buffer, source.indices))}")
+        if stmt.predicate is None:
+            self.line(indent, f'asm volatile("cp.async.ca.shared.global [%0], [%1], {size};" '
+                              f':: "r"({dst}), "l"({src}) : "memory");')
+            return
+        read = f"(({self.expr(stmt.predicate)}) ? {size} : 0)"
+        self.line(indent, f'asm volatile("cp.async.ca.shared.global [%0], [%1], {size}, %2;" '
+                          f':: "r"({dst}), "l"({src}), "r"({read}) : "memory");')
+
     def emit_allocate(self, alloc: S.Allocate, indent: int, stack: list[WorkItem]) -> None:
         buffer = alloc.buffer
         name = self.bind_buffer(buffer)
@@ -192,9 +221,20 @@ class CUDAEmitter(CFamilyEmitter):
         if isinstance(stmt, S.Barrier):
             self.line(indent, "__syncthreads();")
             return
-        if isinstance(stmt, S.BufferStore) and id(stmt.buffer) in self.tf32_tiles:
+        if isinstance(stmt, S.AsyncCopy):
+            self._emit_async_copy(stmt, indent)
+            return
+        if isinstance(stmt, S.AsyncCommit):
+            self.line(indent, 'asm volatile("cp.async.commit_group;" ::: "memory");')
+            return
+        if isinstance(stmt, S.AsyncWait):
+            self.line(indent, f'asm volatile("cp.async.wait_group {stmt.pending};" ::: "memory");')
+            return
+        if (isinstance(stmt, S.BufferStore) and id(stmt.buffer) in self.tf32_tiles
+                and not mma.holds_tf32(stmt.value, self.tf32_params)):
             # a tile only tensor cores read, its values rounded once here rather than at
-            # each use (mma.tf32_operand_buffers)
+            # each use (mma.tf32_operand_buffers); a constant rounded at compile time is
+            # copied as it is
             helper = self.need_helper("opf_tf32", _TF32_HELPER)
             target = self.buffer_name(stmt.buffer)
             offset = self.expr(self.offset(stmt.buffer, stmt.indices))
@@ -206,6 +246,17 @@ class CUDAEmitter(CFamilyEmitter):
 
 #: float32 elements of one float4 access.
 VECTOR_FLOATS = 4
+
+#: Bytes one element's async copy may move (cp.async.ca: 4, 8 or 16; 16 is a float4).
+ASYNC_COPY_BYTES = (4, 8)
+
+#: The shared-memory address (32 bits) of a generic pointer into shared memory, as cp.async
+#: takes its destination.
+_SHARED_ADDRESS_HELPER = """static inline uint32_t opf_shared_address(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}"""
 
 #: A float32 rounded to TF32 for the tensor cores (to nearest, ties away from zero).
 _TF32_HELPER = """static inline uint32_t opf_tf32(float x) {
@@ -305,7 +356,8 @@ def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None,
         for number, launch in enumerate(launches):
             check_launch(func.name, launch, target)
             symbol = names.fresh(func.name if len(launches) == 1 else f"{func.name}_{number}")
-            part = S.PrimFunc(symbol, buffers, launch.body)
+            # (the function's attrs: its constants' facts, by the params' positions, kept)
+            part = S.PrimFunc(symbol, buffers, launch.body, func.attrs)
             emitter = CUDAEmitter(part, symbol, launch)
             bodies.append(emitter.emit_function())
             for key, text in emitter.helpers.items():

@@ -29,11 +29,13 @@ Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m``, ``tiles_n`` (1, 2, 4), `
 2, 4, 7, 8: dividing the width), ``k_step`` (8, 16, 32), ``row_steps`` (the copies at each
 row of the window, for windows whose whole tiles do not fit), ``shared``, ``double_buffer``
 (two of each tile, the next step's loaded while this one's computes, as in :mod:`.mma`),
-``staged_store`` (the sums through shared memory, above)."""
+``staged_store`` (the sums through shared memory, above), ``async_stages`` (tiles filled by
+async copies, steps ahead, as in :mod:`.mma`)."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .... import te
@@ -45,11 +47,16 @@ from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError
 from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
 from .matmul import MAX_GRID_Z
 from .mma import (
+    ASYNC_STAGES,
     BANKS,
     DOUBLE_BUFFER,
     bank_offset,
+    operand_roles,
+    pipelines_once,
+    shared_tile_floats,
     stage_in_shared,
     tensorize_tiles,
+    tile_copies,
     warp_copy,
 )
 
@@ -65,31 +72,20 @@ class GPUConv2dMmaRule(ScheduleRule):
         if not target.allow_tf32 or window is None:
             return None
         batch, channels, width = (int(anchor.shape[i]) for i in (0, 1, 3))
-        data, weight = anchor.op.input_tensors[:2]
-        in_channels, kernel_h, kernel_w = (int(weight.shape[i]) for i in (1, 2, 3))
-        stride, dilation_h, dilation_w = window
-        # the input rows and columns one output pixel's window spans
-        window_h, window_w = (kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1
+        in_channels = int(anchor.op.input_tensors[1].shape[1])
         limit = target.max_threads_per_block
         shared_bytes = target.max_shared_memory_per_block
+        copy_floats = shared_copies(anchor)
 
         def fits(c: dict[str, KnobValue]) -> bool:
             rows, cols = _block(c)
             pixels, k_step = int(c["pixels"]), int(c["k_step"])
             warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
-            # the step's weights of the block's channels, and its images' input under the
-            # windows of its pixels (consecutive ones of one row): their rows, or one row
-            weight_rows, input_rows = (1, 1) if c["row_steps"] else (kernel_h, window_h)
-            tiles = (rows * weight_rows * kernel_w
-                     + cols * input_rows * ((pixels - 1) * stride + window_w)) * k_step
-            padding = (BANKS - 1) * (rows + cols)  # moving the tiles' rows off shared banks
-            tiles = (tiles + padding) * 4 * (2 if c["double_buffer"] else 1)
-            if not c["shared"]:
-                tiles = 0
+            tiles = copy_floats(c) * 4 if c["shared"] else 0
             if c["staged_store"]:  # the block's sums, each image's padded off the banks
                 tiles += (rows * pixels + BANKS - 1) * cols * 4
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
-                    and (c["shared"] or not (c["row_steps"] or c["double_buffer"]))
+                    and pipelines_once(c) and (c["shared"] or not c["row_steps"])
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
                     and warps * LANE_X * LANE_Y <= limit
                     and channels // rows <= MAX_GRID_Z
@@ -111,8 +107,9 @@ class GPUConv2dMmaRule(ScheduleRule):
             DOUBLE_BUFFER,
             Knob("staged_store", (True, False), "the block's sums through a shared tile, "
                  "stored (and the epilogue computed) in the output's order"),
+            ASYNC_STAGES,
         ], fits)
-        return space if len(space) else None
+        return None if space.is_empty() else space
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         """The largest tile that fits, with 4 pixels a block where the rows allow (7 on rows
@@ -125,7 +122,8 @@ class GPUConv2dMmaRule(ScheduleRule):
         assert space is not None
         weight = anchor.op.input_tensors[1]
         contraction = int(weight.shape[1]) * int(weight.shape[2]) * int(weight.shape[3])
-        found = first_fitting(space, default_order(contraction <= STAGED_CONTRACTION))
+        found = first_fitting(space, default_order(contraction <= STAGED_CONTRACTION),
+                              _measured_budget(anchor, target))
         return found if found is not None else next(iter(space))
 
     def apply(self, s: te.Schedule, anchor: Any, output: Any, target: Target,
@@ -134,7 +132,8 @@ class GPUConv2dMmaRule(ScheduleRule):
                            int(config["tiles_m"]), int(config["tiles_n"]),
                            int(config["pixels"]), int(config["k_step"]),
                            bool(config["shared"]), bool(config["row_steps"]),
-                           bool(config["double_buffer"]), bool(config["staged_store"]))
+                           bool(config["double_buffer"]), bool(config["staged_store"]),
+                           int(config["async_stages"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
@@ -161,16 +160,47 @@ STAGED_CONTRACTION = 512
 STAGED_ROWS = 64
 
 
-def first_fitting(space: ConfigSpace, order: list[dict[str, KnobValue]]) -> Config | None:
-    """The first of ``order`` (configs but the pixels) that fits ``space``, with 4 pixels a
-    block where the rows allow, then 7, 2 and 1; None when none does."""
+def first_fitting(space: ConfigSpace, order: list[dict[str, KnobValue]],
+                  accept: Callable[[Config], bool] | None = None) -> Config | None:
+    """The first of ``order`` (configs but the pixels) that fits ``space`` (and ``accept``
+    takes), with 4 pixels a block where the rows allow, then 7, 2 and 1; None when none
+    does."""
     for pixels in (4, 7, 2, 1):
         for config in order:
             try:
-                return space.config(**config, pixels=pixels)
+                found = space.config(**config, pixels=pixels)
             except ScheduleError:
                 continue
+            if accept is None or accept(found):
+                return found
     return None
+
+
+def _measured_budget(anchor: Any, target: Target) -> Callable[[Config], bool]:
+    """Whether a config fits the shared memory the heuristic budgets for it: its tiles
+    with 31 words of padding a row, the most bank alignment adds. The space admits the
+    tiles that fit as laid out (less padding), larger ones among them; the heuristic keeps
+    to the budget under which its choices were measured (an H200, 2026-11-29) until a
+    measurement of the larger tiles says otherwise."""
+    weight = anchor.op.input_tensors[1]
+    kernel_h, kernel_w = int(weight.shape[2]), int(weight.shape[3])
+    stride, dilation_h, dilation_w = _window(anchor)  # type: ignore[misc]
+    window_h, window_w = (kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1
+
+    def accept(c: Config) -> bool:
+        rows, cols = _block(c)
+        pixels = int(c["pixels"])
+        weight_rows, input_rows = (1, 1) if c["row_steps"] else (kernel_h, window_h)
+        tiles = (rows * weight_rows * kernel_w
+                 + cols * input_rows * ((pixels - 1) * stride + window_w)) * int(c["k_step"])
+        tiles = (tiles + (BANKS - 1) * (rows + cols)) * 4 * tile_copies(c)
+        if not c["shared"]:
+            tiles = 0
+        if c["staged_store"]:
+            tiles += (rows * pixels + BANKS - 1) * cols * 4
+        return tiles <= target.max_shared_memory_per_block
+
+    return accept
 
 
 def default_order(staged_first: bool) -> list[dict[str, KnobValue]]:
@@ -179,12 +209,40 @@ def default_order(staged_first: bool) -> list[dict[str, KnobValue]]:
     channels first (a smaller block staged was slower than the larger one unstaged: the
     1x1 stride-2 layers at 7 pixels)."""
     configs = [{**tile, "row_steps": row_steps, "staged_store": staged,
-                "double_buffer": double}
+                "double_buffer": double, "async_stages": 0}
                for tile, row_steps in _TILES
                for staged, double in itertools.product((True, False), repeat=2)]
     if not staged_first:
         return configs
     return [c for c in configs if c["staged_store"] and _block(c)[0] >= STAGED_ROWS] + configs
+
+
+def shared_copies(anchor: Any) -> Callable[[Mapping[str, KnobValue]], int]:
+    """For a convolution the rule takes: the elements of a config's shared copies, the
+    step's weights of the block's channels and its images' input under the windows of its
+    pixels (consecutive ones of one row; their rows, or one row), as lowering lays them out
+    (:func:`shared_tile_floats`): padded for the windows' spans, shaped by them clamped to
+    the image, as many as the steps in flight."""
+    data, weight = anchor.op.input_tensors[:2]
+    kernel_h, kernel_w = int(weight.shape[2]), int(weight.shape[3])
+    stride, dilation_h, dilation_w = _window(anchor)  # type: ignore[misc]
+    window_h, window_w = (kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1
+    roles = [operand_roles(anchor, t, (1, 0)) for t in (data, weight)]
+    height_in, width_in = int(data.shape[2]), int(data.shape[3])
+
+    def floats(c: Mapping[str, KnobValue]) -> int:
+        rows, cols = _block(c)
+        pixels, k_step = int(c["pixels"]), int(c["k_step"])
+        span_h = 1 if c["row_steps"] else window_h
+        span_w = (pixels - 1) * stride + window_w
+        data_tile = [cols, k_step, span_h, span_w]
+        weight_tile = [rows, k_step, 1 if c["row_steps"] else kernel_h, kernel_w]
+        tiles, copies = (int(c["tiles_m"]), int(c["tiles_n"])), tile_copies(c)
+        clamped = [cols, k_step, min(span_h, height_in), min(span_w, width_in)]
+        return (shared_tile_floats(roles[0], tiles, data_tile, clamped, copies)
+                + shared_tile_floats(roles[1], tiles, weight_tile, None, copies))
+
+    return floats
 
 
 def _window(anchor: Any) -> tuple[int, int, int] | None:
@@ -234,7 +292,8 @@ def _takes(anchor: Any, output: Any) -> bool:
 def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
                        tiles_m: int, tiles_n: int, pixels: int, k_step: int,
                        shared: bool, row_steps: bool = False,
-                       double_buffer: bool = False, staged_store: bool = False) -> None:
+                       double_buffer: bool = False, staged_store: bool = False,
+                       async_stages: int = 0) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     convolution: see the space)."""
     if staged_store:  # the lanes fill a block's shared tile; the output is computed from it
@@ -267,7 +326,8 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
             return 1 if row_steps and dim == 2 else int(weight.shape[dim])
 
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
-                        (tiles_m, tiles_n), extent, axes=(1, 0), double_buffer=double_buffer)
+                        (tiles_m, tiles_n), extent, axes=(1, 0), double_buffer=double_buffer,
+                        async_stages=async_stages)
 
 
 def _arrange_lanes(s: te.Schedule, acc: Any, owner: te.Stage, axes: list[Any], warps_m: int,

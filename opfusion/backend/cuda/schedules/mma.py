@@ -25,16 +25,24 @@ next step's tiles into registers before this step's instructions and stores it i
 other tiles after them, so the loads' latency hides behind the instructions and a step
 waits at one barrier instead of two (:mod:`opfusion.tir.pipeline`).
 
+With ``async_stages`` (2 or 3) the block keeps that many of each tile instead, filled by
+async copies (``cp.async``) up to ``async_stages - 1`` steps ahead of the step it computes
+with, global to shared memory without the threads' registers
+(:func:`opfusion.tir.pipeline.async_pipeline_loop`); such a tile holds its values as loaded,
+so the instruction rounds them as it reads them, unless they are a constant rounded to TF32
+when the model was built (``RoundTF32Weights``).
+
 Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m`` (1, 2, 4), ``tiles_n`` (1, 2, 4, 8),
-``k_step`` (8, 16, 32), ``shared``, ``double_buffer``; a point must tile the product exactly,
-with blocks of at most the target's threads and tiles that fit its shared memory."""
+``k_step`` (8, 16, 32), ``shared``, ``double_buffer``, ``async_stages`` (0, 2, 3); a point must
+tile the product exactly, with blocks of at most the target's threads and tiles that fit its
+shared memory as lowering lays them out (:func:`shared_tile_floats`)."""
 
 from __future__ import annotations
 
 import collections
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .... import te
@@ -60,19 +68,16 @@ class GPUMmaRule(ScheduleRule):
         depth = int(anchor.op.reduce_axis[0].dom.extent)
         limit = target.max_threads_per_block
         shared_bytes = target.max_shared_memory_per_block
+        copy_floats = shared_copies(anchor)
 
         def fits(c: dict[str, KnobValue]) -> bool:
             block_rows, block_cols = _block(c)
             threads = LANE_X * LANE_Y * int(c["warps_m"]) * int(c["warps_n"])
-            # the tiles, and the padding that moves their rows off each other's banks
-            tiles = ((block_rows + block_cols) * int(c["k_step"])
-                     + (BANKS - 1) * (block_rows + block_cols + int(c["k_step"]))) * 4
-            if c["double_buffer"]:  # two steps' tiles
-                tiles *= 2
+            tiles = 4 * copy_floats(c)
             return (rows % block_rows == 0 and cols % block_cols == 0
                     and depth % int(c["k_step"]) == 0 and threads <= limit
                     and rows // block_rows <= MAX_GRID_Z
-                    and (c["shared"] or not c["double_buffer"])  # no tiles: the same
+                    and pipelines_once(c)
                     and (not c["shared"] or tiles <= shared_bytes))
 
         fits.__doc__ = "tiles that divide the product, blocks and shared tiles the GPU allows"
@@ -84,15 +89,17 @@ class GPUMmaRule(ScheduleRule):
             Knob("k_step", (8, 16, 32), "contraction steps per shared-memory stage"),
             Knob("shared", (True, False), "stage the operands' tiles in shared memory"),
             DOUBLE_BUFFER,
+            ASYNC_STAGES,
         ], fits)
-        return space if len(space) else None
+        return None if space.is_empty() else space
 
     def default_config(self, anchor: Any, output: Any, target: Target) -> Config:
         space = self.space(anchor, output, target)
         assert space is not None
         rows, cols = (int(d) for d in anchor.shape[-2:])
         batch = _batch(anchor)
-        fitting = [space.config(**t) for t in _TILES if _in(space, t)]
+        fitting = [space.config(**t) for t in _TILES
+                   if _in(space, t) and _measured_budget(t, target)]
         if not fitting:  # a small or oddly sized product: the first point of the space
             return next(iter(space))
         # The largest tile that still gives every multiprocessor a block, else the one
@@ -108,13 +115,33 @@ class GPUMmaRule(ScheduleRule):
         arrange_mma_product(s, anchor, output, int(config["warps_m"]), int(config["warps_n"]),
                             int(config["tiles_m"]), int(config["tiles_n"]),
                             int(config["k_step"]), bool(config["shared"]),
-                            bool(config["double_buffer"]))
+                            bool(config["double_buffer"]), int(config["async_stages"]))
         arrange_elementwise(s, DEFAULT_THREADS)
 
 
 #: Both tensor-core rules' knob for two of each shared tile (:func:`stage_in_shared`).
 DOUBLE_BUFFER = Knob("double_buffer", (True, False),
                      "load the next step's tiles while this step computes (two of each tile)")
+
+#: Both tensor-core rules' knob for tiles filled by async copies, steps ahead
+#: (:func:`stage_in_shared`); every TF32 target (sm_80 and later) has them.
+ASYNC_STAGES = Knob("async_stages", (0, 2, 3),
+                    "steps of shared tiles in flight, filled by async copies (cp.async) up "
+                    "to stages - 1 steps ahead; 0: copies through registers")
+
+
+def tile_copies(c: Mapping[str, KnobValue]) -> int:
+    """How many of each shared tile a config keeps: its async stages, two double-buffered,
+    else one."""
+    return max(int(c["async_stages"]), 2 if c["double_buffer"] else 1)
+
+
+def pipelines_once(c: Mapping[str, KnobValue]) -> bool:
+    """Whether a config asks for at most one way of pipelining its copies, and only with
+    shared tiles."""
+    pipelined = bool(c["double_buffer"]) or int(c["async_stages"]) > 0
+    return not (c["double_buffer"] and int(c["async_stages"])) and (c["shared"]
+                                                                    or not pipelined)
 
 #: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
 #: buffered where two of its tiles fit; the small ones take 32 steps a stage where the
@@ -123,11 +150,45 @@ DOUBLE_BUFFER = Knob("double_buffer", (True, False),
 #: steps and ran at 64-72 TFLOP/s, a fifth of cuBLAS in TF32).
 _TILES = tuple(
     {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "k_step": k, "shared": True,
-     "double_buffer": double}
+     "double_buffer": double, "async_stages": 0}
     for wm, wn, tm, tn, k in ((2, 2, 4, 8, 16), (2, 2, 2, 4, 32), (2, 2, 2, 4, 16),
                               (2, 2, 1, 2, 16), (2, 2, 1, 1, 16), (2, 1, 1, 1, 32),
                               (2, 1, 1, 1, 16), (1, 1, 1, 1, 32), (1, 1, 1, 1, 8))
     for double in (True, False))
+
+
+def _measured_budget(c: Mapping[str, KnobValue], target: Target) -> bool:
+    """Whether a config fits the shared memory the heuristic budgets for it: its tiles with
+    31 words of padding a row and step, the most bank alignment adds. The space admits the
+    tiles that fit as laid out (less padding), larger ones among them; the heuristic keeps
+    to the budget under which its tiles were measured (an H200, 2026-11-29)."""
+    return not c["shared"] or _budget_bytes(c) <= target.max_shared_memory_per_block
+
+
+def shared_copies(anchor: Any) -> Callable[[Mapping[str, KnobValue]], int]:
+    """For a product the rule takes: the elements of a config's shared copies of the two
+    operands' tiles, as lowering lays them out (:func:`shared_tile_floats`; an operand read
+    otherwise than by rows, columns and steps, as the heuristic budgets it)."""
+    roles = [operand_roles(anchor, t) for t in list(anchor.op.input_tensors)[:2]]
+
+    def floats(c: Mapping[str, KnobValue]) -> int:
+        if any(r is None for r in roles):
+            return _budget_bytes(c) // 4
+        rows, cols = _block(c)
+        block = {"rows": rows, "cols": cols, "k": int(c["k_step"])}
+        tiles = (int(c["tiles_m"]), int(c["tiles_n"]))
+        return sum(shared_tile_floats(r, tiles, [block.get(role, 1) for role in r], None,
+                                      tile_copies(c)) for r in roles if r is not None)
+
+    return floats
+
+
+def _budget_bytes(c: Mapping[str, KnobValue]) -> int:
+    """The shared bytes of a config's tiles with 31 words of padding a row and step."""
+    block_rows, block_cols = _block(c)
+    k_step = int(c["k_step"])
+    return ((block_rows + block_cols) * k_step
+            + (BANKS - 1) * (block_rows + block_cols + k_step)) * 4 * tile_copies(c)
 
 
 def _in(space: ConfigSpace, values: dict[str, KnobValue]) -> bool:
@@ -151,7 +212,7 @@ def _float32(anchor: Any) -> bool:
 
 def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
                         tiles_m: int, tiles_n: int, k_step: int, shared: bool,
-                        double_buffer: bool = False) -> None:
+                        double_buffer: bool = False, async_stages: int = 0) -> None:
     """The tiling of the module docstring with explicit knobs (they must divide the
     product: see the space)."""
     acc, owner = accumulator_and_owner(s, anchor, output)
@@ -180,7 +241,7 @@ def arrange_mma_product(s: te.Schedule, anchor: Any, output: Any, warps_m: int, 
                  "k": k_step}
         stage_in_shared(s, acc, _operands(acc), stage, ko, warps_m * warps_n,
                         (tiles_m, tiles_n), lambda _, role, __: block.get(role, 1),
-                        double_buffer=double_buffer)
+                        double_buffer=double_buffer, async_stages=async_stages)
 
 
 def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
@@ -204,15 +265,17 @@ def tensorize_tiles(stage: te.Stage, rows: Any, cols: Any, k: Any, k_step: int,
 def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Stage,
                     step: Any, warps: int, tiles: tuple[int, int],
                     extent: Callable[[Any, str, int], int],
-                    axes: tuple[int, int] = (-2, -1), double_buffer: bool = False
-                    ) -> None:
+                    axes: tuple[int, int] = (-2, -1), double_buffer: bool = False,
+                    async_stages: int = 0) -> None:
     """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
     memory at ``step``, by the whole block together, each tile's rows spaced so that a
     warp's operand loads meet the fewest bank conflicts (:func:`bank_offset`). ``tiles``:
     (tiles_m, tiles_n); ``extent(operand, role, dim)``: the tile's extent along a dimension
     of an operand with a role (``rows``, ``cols``, ``k`` or ``other``); ``axes``: which of
     ``acc``'s axes are the tile's rows and columns; ``double_buffer``: two of each tile,
-    the next step's loaded while this one's computes (:meth:`te.Stage.double_buffer`)."""
+    the next step's loaded while this one's computes (:meth:`te.Stage.double_buffer`);
+    ``async_stages`` (2 or more): that many of each tile, filled by async copies up to
+    ``async_stages - 1`` steps ahead (:meth:`te.Stage.async_pipeline`)."""
     for operand in operands:
         # before the copy replaces the operand in the accumulating stage
         roles = operand_roles(s[acc].op.output(0), operand, axes)
@@ -222,7 +285,9 @@ def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Sta
             align_rows(s[copy], roles, tiles,
                        [extent(operand, r, d) for d, r in enumerate(roles)])
         warp_copy(s[copy], warps)
-        if double_buffer:
+        if async_stages:
+            s[copy].async_pipeline(async_stages)
+        elif double_buffer:
             s[copy].double_buffer()
 
 
@@ -256,20 +321,49 @@ def align_rows(stage: te.Stage, roles: list[str], tiles: tuple[int, int],
                extents: list[int]) -> None:
     """Pad the outer of a shared tile's two dimensions that a warp's loads vary along (the
     tile's row or column, and its contraction step) to the stride of :func:`bank_offset`."""
+    found = row_alignment(tuple(roles), tiles, tuple(extents))
+    if found is not None:
+        outer, offset = found
+        stage.storage_align(stage.op.axis[outer], BANKS, offset)
+
+
+@functools.lru_cache(maxsize=4096)
+def row_alignment(roles: tuple[str, ...], tiles: tuple[int, int], extents: tuple[int, ...]
+                  ) -> tuple[int, int] | None:
+    """(the dimension :func:`align_rows` pads, its stride modulo :data:`BANKS`) for a
+    shared tile of these ``roles`` and ``extents``; None when it pads none."""
     if "rows" in roles:
         side, dim = "rows", roles.index("rows")
     elif "cols" in roles:
         side, dim = "cols", roles.index("cols")
     else:
-        return
+        return None
     k = roles.index("k")
     outer, inner = min(dim, k), max(dim, k)
     coords, steps = lane_coordinates(side, tiles[0] if side == "rows" else tiles[1])
     a, b = (coords, steps) if outer == dim else (steps, coords)
     inner_stride = math.prod(extents[inner + 1:])
     dense = math.prod(extents[outer + 1:])
-    offset = bank_offset(tuple(a), tuple(b), inner_stride, dense)
-    stage.storage_align(stage.op.axis[outer], BANKS, offset)
+    return outer, bank_offset(tuple(a), tuple(b), inner_stride, dense)
+
+
+def shared_tile_floats(roles: list[str] | None, tiles: tuple[int, int], extents: list[int],
+                       shape: list[int] | None = None, copies: int = 1) -> int:
+    """Elements a shared tile takes as lowering lays it out, padded by :func:`align_rows`
+    for these ``roles``, ``tiles`` and ``extents`` (``roles`` None: unpadded): ``shape`` its
+    buffer's shape where bound inference makes it smaller than ``extents`` (a window
+    clamped to the image), ``copies`` the steps a pipeline keeps. The padded dimension's
+    stride is the smallest at least its dense one with the bank offset; a step's copies
+    follow each other at its padded span; the last element ends the tile."""
+    shape = list(extents) if shape is None else shape
+    found = None if roles is None else row_alignment(tuple(roles), tiles, tuple(extents))
+    if found is None:
+        return math.prod(shape) * copies
+    outer, offset = found
+    dense = math.prod(shape[outer + 1:])
+    stride = dense + (offset - dense) % BANKS
+    rows = math.prod(shape[:outer + 1])
+    return (copies - 1) * rows * stride + (rows - 1) * stride + dense
 
 
 def lane_coordinates(side: str, tiles: int) -> tuple[list[int], list[int]]:
