@@ -105,3 +105,57 @@ def test_shared_is_a_temporary_scope_and_printed():
     assert "shared" in text and "sync_threads()" in text
     with pytest.raises(TensorExprError, match="scope"):
         E.Buffer("bad", (4,), "float32", "texture")
+
+
+def reverse_async(wait: bool) -> S.PrimFunc:
+    """out[i] = x[block start + 3 - lane] within blocks of 4 (10 elements), the tile filled
+    by async copies whose predicate zero-fills the lanes past the end (``wait``: with the
+    thread's wait for its group before the barrier)."""
+    x, out = E.Buffer("x", (10,), "float32"), E.Buffer("out", (10,), "float32")
+    bx, tx = E.Var("bx", "int32"), E.Var("tx", "int32")
+    tile = E.Buffer("tile", (4,), "float32", "shared")
+    i = bx * 4 + tx
+    inside = E.Min(i, E.IntImm(9, "int32"))  # (a clamped index: in bounds either way)
+    body = [S.AsyncCopy(tile, [tx], E.BufferLoad(x, [inside]), _lt(i, 10)), S.AsyncCommit(),
+            *([S.AsyncWait(0)] if wait else []), S.Barrier()]
+    body.append(S.IfThenElse(_lt(i, 10), S.BufferStore(out, E.BufferLoad(tile, [3 - tx]),
+                                                       [i])))
+    nest = S.For(bx, 0, 3, S.ForKind.BLOCK_X,
+                 S.Allocate(tile, S.For(tx, 0, 4, S.ForKind.THREAD_X, S.SeqStmt(body))))
+    return S.PrimFunc("reverse_async", [x, out], nest)
+
+
+def test_async_copies_land_at_the_wait_and_their_predicate_fills_zeros():
+    """The interpreter lands a thread's async copies at its wait for their group: with the
+    wait the lanes read the mirrored values, the last block's missing ones zero; without
+    it the tile is still unwritten (NaN), as on a GPU. The CUDA is ``cp.async`` with the
+    predicate as the source size, and NVRTC builds it."""
+    x = np.arange(1, 11, dtype="float32")
+    out = np.full(10, -1, "float32")
+    run(reverse_async(wait=True), x, out)
+    np.testing.assert_array_equal(out, [4, 3, 2, 1, 8, 7, 6, 5, 0, 0])
+    early = np.full(10, -1, "float32")
+    run(reverse_async(wait=False), x, early)
+    assert np.isnan(early).all()
+    from opfusion.backend.cuda.emitter import cuda_module
+    from opfusion.backend.cuda.nvrtc import compile_cuda, nvrtc_available
+    from opfusion.target import Target
+
+    code = cuda_module([reverse_async(wait=True)], target=Target("cuda -arch=sm_80")).code
+    assert "cp.async.ca.shared.global [%0], [%1], 4, %2;" in code
+    assert "cp.async.commit_group" in code and "cp.async.wait_group 0" in code
+    if nvrtc_available() is None:
+        assert "cp.async.ca.shared.global" in compile_cuda(code, "compute_80").decode()
+
+
+def test_an_async_copy_goes_from_a_load_into_a_shared_buffer():
+    x, local = E.Buffer("x", (4,), "float32"), E.Buffer("t", (4,), "float32", "local")
+    shared = E.Buffer("s", (4,), "float32", "shared")
+    with pytest.raises(TensorExprError, match="into a shared buffer"):
+        S.AsyncCopy(local, [0], E.BufferLoad(x, [0]))
+    with pytest.raises(TensorExprError, match="converts nothing"):
+        S.AsyncCopy(E.Buffer("i", (4,), "int32", "shared"), [0], E.BufferLoad(x, [0]))
+    with pytest.raises(TensorExprError, match="int >= 0"):
+        S.AsyncWait(-1)
+    copy = S.AsyncCopy(shared, [1], E.BufferLoad(x, [2]), _lt(E.IntImm(1, "int32"), 2))
+    assert "async_copy(s[1], x[2], if=" in str(copy)
