@@ -143,3 +143,16 @@ def test_missing_file_and_missing_location(data_dir):
 def test_base_dir_must_be_a_directory(data_dir):
     with pytest.raises(OnnxImportError, match="is not a directory"):
         from_onnx(external_model(), base_dir=data_dir / "weights.bin")
+
+
+def test_an_external_data_entry_that_is_not_utf8_is_refused_by_name(data_dir):
+    """A damaged model's entry whose bytes are not UTF-8 (protobuf hands them over as
+    bytes): an import error naming the tensor, not a TypeError from the digit check."""
+    model = external_model(offset=0, length=24)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "offset":
+            entry.value = "QQQQ"
+    data = model.SerializeToString().replace(b"QQQQ", b"-\xf6\xf6\xf6")
+    with pytest.raises(OnnxImportError, match="initializer 'w': an external data entry .* is "
+                                              "not UTF-8 text"):
+        from_onnx(data, base_dir=data_dir)

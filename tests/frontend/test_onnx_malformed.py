@@ -290,3 +290,17 @@ def test_function_body_of_an_earlier_opset_is_found(monkeypatch):
     x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)
     expected = np.maximum(x, 0) + np.minimum(0, 2.0 * (np.exp(x / 2.0) - 1))
     np.testing.assert_allclose(opf.ir.evaluate(from_onnx(model)[0], [x]), expected, rtol=1e-5)
+
+
+def test_names_that_are_not_utf8_are_refused():
+    """A damaged model whose names are not UTF-8 (protobuf hands them over as bytes, which
+    had become names like "b'x\\\\xf6'"): an import error saying which."""
+    w = helper.make_tensor("wQQ", TensorProto.FLOAT, [3, 2], [1.0] * 6)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["xQQ", "wQQ"], ["yQQ"], name="mmQQ")], "g",
+        [helper.make_tensor_value_info("xQQ", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("yQQ", TensorProto.FLOAT, None)], [w])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    damaged = data.SerializeToString().replace(b"QQ", b"\xf6\xf7")
+    with pytest.raises(OnnxImportError, match="graph input 0 is b'x.*not UTF-8 text"):
+        from_onnx(damaged)

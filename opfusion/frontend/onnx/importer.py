@@ -539,7 +539,8 @@ def _model_opset(proto: Any) -> int:
 def _check_names(graph: Any) -> None:
     """Every value is named once (SSA): initializers, graph inputs and node outputs; graph
     inputs and outputs and initializers have names. (An input may repeat an initializer's name:
-    models of IR version < 4 list initializers among the inputs.)"""
+    models of IR version < 4 list initializers among the inputs.) Every name is text."""
+    _check_text(graph)
     defined: dict[str, str] = {}
     for index, tensor in enumerate(graph.initializer):
         if not tensor.name:
@@ -566,6 +567,24 @@ def _check_names(graph: Any) -> None:
     for index, value in enumerate(graph.output):
         if not value.name:
             raise OnnxImportError(f"graph output {index} has no name; the model is malformed")
+
+
+def _check_text(graph: Any) -> None:
+    """Every name of ``graph`` and of the bodies inside it is text: protobuf hands over the
+    bytes of a string field that is not UTF-8 (a damaged model) as they are, which would
+    become a name like ``"b'x\\xf6'"``, or one no keyword can give."""
+    found = [(f"graph input {i}", v.name) for i, v in enumerate(graph.input)]
+    found += [(f"graph output {i}", v.name) for i, v in enumerate(graph.output)]
+    found += [(f"initializer {i}", t.name) for i, t in enumerate(graph.initializer)]
+    for index, node in enumerate(_nodes_with_bodies(graph)):
+        found += [(f"node {index}'s name", node.name), (f"node {index}'s op_type", node.op_type),
+                  (f"node {index}'s domain", node.domain)]
+        found += [(f"node {index}'s input {i}", n) for i, n in enumerate(node.input)]
+        found += [(f"node {index}'s output {i}", n) for i, n in enumerate(node.output)]
+        found += [(f"node {index}'s attribute {i}", a.name) for i, a in enumerate(node.attribute)]
+    for what, value in found:
+        if not isinstance(value, str):
+            raise OnnxImportError(f"{what} is {value!r}, not UTF-8 text; the model is damaged")
 
 
 def _node_name(node: Any) -> str:

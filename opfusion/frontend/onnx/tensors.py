@@ -179,7 +179,8 @@ def inline_external_data(model: Any, base_dir: Path) -> None:
 
 def read_external(tensor: Any, base: Path, what: str) -> bytes:
     """The bytes of external tensor ``tensor`` from inside the resolved directory ``base``."""
-    info = {entry.key: entry.value for entry in tensor.external_data}
+    info = {_entry_text(entry.key, what): _entry_text(entry.value, what)
+            for entry in tensor.external_data}
     location = info.get("location", "")
     path = _contained_path(location, base, what)
     dtype = np.dtype(onnx_dtype(tensor.data_type, what))
@@ -230,6 +231,18 @@ def _contained_path(location: str, base: Path, what: str) -> Path:
         raise OnnxImportError(f"{what}: external data file {shown} does not exist next to the "
                               f"model (in {str(base)!r})")
     return path
+
+
+def _entry_text(value: Any, what: str) -> str:
+    """An external-data entry's key or value as text: protobuf hands over the bytes of a
+    string field that is not UTF-8 (a damaged model) as they are."""
+    if isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except (UnicodeDecodeError, TypeError):
+        raise OnnxImportError(f"{what}: an external data entry {value!r} is not UTF-8 text; "
+                              "the model is damaged") from None
 
 
 def _byte_count(info: dict[str, str], key: str, what: str, default: int | None) -> int | None:
