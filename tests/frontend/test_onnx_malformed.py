@@ -302,5 +302,5 @@ def test_names_that_are_not_utf8_are_refused():
         [helper.make_tensor_value_info("yQQ", TensorProto.FLOAT, None)], [w])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     damaged = data.SerializeToString().replace(b"QQ", b"\xf6\xf7")
-    with pytest.raises(OnnxImportError, match="graph input 0 is b'x.*not UTF-8 text"):
+    with pytest.raises(OnnxImportError, match="graph input 0 is named b'x.*not UTF-8 text"):
         from_onnx(damaged)

@@ -570,21 +570,17 @@ def _check_names(graph: Any) -> None:
 
 
 def _check_text(graph: Any) -> None:
-    """Every name of ``graph`` and of the bodies inside it is text: protobuf hands over the
-    bytes of a string field that is not UTF-8 (a damaged model) as they are, which would
-    become a name like ``"b'x\\xf6'"``, or one no keyword can give."""
-    found = [(f"graph input {i}", v.name) for i, v in enumerate(graph.input)]
-    found += [(f"graph output {i}", v.name) for i, v in enumerate(graph.output)]
-    found += [(f"initializer {i}", t.name) for i, t in enumerate(graph.initializer)]
-    for index, node in enumerate(_nodes_with_bodies(graph)):
-        found += [(f"node {index}'s name", node.name), (f"node {index}'s op_type", node.op_type),
-                  (f"node {index}'s domain", node.domain)]
-        found += [(f"node {index}'s input {i}", n) for i, n in enumerate(node.input)]
-        found += [(f"node {index}'s output {i}", n) for i, n in enumerate(node.output)]
-        found += [(f"node {index}'s attribute {i}", a.name) for i, a in enumerate(node.attribute)]
-    for what, value in found:
-        if not isinstance(value, str):
-            raise OnnxImportError(f"{what} is {value!r}, not UTF-8 text; the model is damaged")
+    """The names of ``graph``'s inputs, outputs and initializers, which callers give and get
+    back, are text: protobuf hands over the bytes of a string field that is not UTF-8 (a
+    damaged model) as they are, which would become a name like ``"b'x\\xf6'"``, or one no
+    keyword can give. (Node and value names inside stay as protobuf gives them: the importer
+    only matches them with each other, and a node's messages show them as they are.)"""
+    for kind, values in (("graph input", graph.input), ("graph output", graph.output),
+                         ("initializer", graph.initializer)):
+        for index, value in enumerate(values):
+            if type(value.name) is not str:
+                raise OnnxImportError(f"{kind} {index} is named {value.name!r}, not UTF-8 "
+                                      "text; the model is damaged")
 
 
 def _node_name(node: Any) -> str:
