@@ -437,7 +437,8 @@ def main() -> int:
                              "lease's second call")
     parser.add_argument("--staging", type=float, default=0.0, metavar="SECONDS",
                         help="time resnet50's tensor-core convolutions with and without "
-                             "staged stores, and other staged tiles (for about this long)")
+                             "staged stores, with async copies 2 and 3 steps deep, and in "
+                             "other staged tiles (for about this long)")
     parser.add_argument("--tf32", action="store_true",
                         help="build resnet50 with -tf32=1 (products on tensor cores)")
     args = parser.parse_args()

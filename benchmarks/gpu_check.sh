@@ -2,9 +2,10 @@
 # Everything a GPU session checks, in one call (a lent GPU's time is short): the tests that
 # need a GPU, then benchmarks/gpu.py (products, the chain, resnet50's convolutions staged and
 # not, with async copies and not, the whole model against torch), then, with TUNE_SECONDS, a
-# tuning run and what double buffering and async copies were worth in its records. About 8 minutes without tuning (2026-11-29: the tests
-# 60 s, gpu.py 4-5 minutes). Logs go to $OUT (the device tool's folder that comes back) or
-# ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
+# tuning run and what double buffering and async copies were worth in its records. About
+# 8.5 minutes without tuning (2026-11-29: the tests 60 s, gpu.py 4-5 minutes; the staging
+# sweep is 30 s longer since). Logs go to $OUT (the device tool's folder that comes back)
+# or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
