@@ -88,21 +88,28 @@ def test_copies_of_both_operands_share_their_barriers():
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def _row_sums_of_shared_stages(out, stages, step):
+    """A schedule of ``out``'s row sums (one thread a row) whose ``stages`` are shared and
+    computed at each ``step`` of the sum: (schedule, its accumulator's stage)."""
+    s = te.create_schedule([out.op])
+    acc = s.cache_write(out, "local")
+    s[out].bind(out.op.axis[0], "threadIdx.x")
+    s[acc].compute_at(s[out], out.op.axis[0])
+    ro, _ = s[acc].split(s[acc].op.reduce_axis[0], factor=step)
+    for stage in stages:
+        s[stage].set_scope("shared")
+        s[stage].compute_at(s[acc], ro)
+        s[stage].bind(s[stage].op.axis[0], "threadIdx.x")
+    return s, s[acc]
+
+
 def test_a_shared_stage_that_reads_the_one_before_waits_for_it():
     a = te.placeholder((4, 8), "float32", name="A")
     twice = te.compute((4, 8), lambda i, k: a[i, k] * 2.0, name="twice")
     more = te.compute((4, 8), lambda i, k: twice[i, (k + 1) % 8] + 1.0, name="more")
     r = te.reduce_axis((0, 8), name="r")
     out = te.compute((4,), lambda i: te.sum(more[i, r], axis=r), name="out")
-    s = te.create_schedule([out.op])
-    acc = s.cache_write(out, "local")
-    s[out].bind(out.op.axis[0], "threadIdx.x")
-    s[acc].compute_at(s[out], out.op.axis[0])
-    ro, _ = s[acc].split(s[acc].op.reduce_axis[0], factor=4)
-    for stage in (twice, more):
-        s[stage].set_scope("shared")
-        s[stage].compute_at(s[acc], ro)
-        s[stage].bind(s[stage].op.axis[0], "threadIdx.x")
+    s, _ = _row_sums_of_shared_stages(out, (twice, more), 4)
     func = lower(s, [a, out], "chain")
     assert _barriers_in_loop(func, "r_outer") == 3
     x = np.random.default_rng(2).standard_normal((4, 8)).astype("float32")
@@ -194,14 +201,7 @@ def test_async_copies_need_a_load_and_shared_tiles():
     twice = te.compute((4, 8), lambda i, k: a[i, k] * 2.0, name="twice")
     r = te.reduce_axis((0, 8), name="r")
     out = te.compute((4,), lambda i: te.sum(twice[i, r], axis=r), name="out")
-    s = te.create_schedule([out.op])
-    acc = s.cache_write(out, "local")
-    s[out].bind(out.op.axis[0], "threadIdx.x")
-    s[acc].compute_at(s[out], out.op.axis[0])
-    ro, _ = s[acc].split(s[acc].op.reduce_axis[0], factor=2)
-    s[twice].set_scope("shared")
-    s[twice].compute_at(s[acc], ro)
-    s[twice].bind(s[twice].op.axis[0], "threadIdx.x")
+    s, acc = _row_sums_of_shared_stages(out, (twice,), 2)
     s[twice].async_pipeline(2)
     func = lower(s, [a, out], "computed")
     assert not any(isinstance(n, S.AsyncCopy) for n in S.walk_stmts(func.body))
@@ -212,7 +212,7 @@ def test_async_copies_need_a_load_and_shared_tiles():
     with pytest.raises(ScheduleError, match="2 or more stages"):
         s[twice].async_pipeline(1)
     with pytest.raises(ScheduleError, match="async_pipeline needs a shared stage"):
-        s[acc].async_pipeline(2)
+        acc.async_pipeline(2)
 
 
 def test_a_loop_of_one_step_keeps_its_copies_plain():
