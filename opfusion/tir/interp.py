@@ -226,15 +226,15 @@ class _Source:
             self.lines.append(f"{pad}yield")
         elif isinstance(s, S.AsyncCopy):
             self.async_copy(s, pad)
+        elif isinstance(s, (S.AsyncCommit, S.AsyncWait)) and not self.spmd:
+            self.lines.append(f"{pad}pass")  # (a plain run stored its copies at once)
         elif isinstance(s, S.AsyncCommit):
-            if self.spmd:
-                self.lines.append(f"{pad}_async_groups.append(_async_open)")
-                self.lines.append(f"{pad}_async_open = []")
-        elif isinstance(s, S.AsyncWait):
-            if self.spmd:  # the oldest groups land, all but the newest `pending`
-                self.lines.append(f"{pad}while len(_async_groups) > {s.pending}:")
-                self.lines.append(f"{pad}    for _t, _o, _v in _async_groups.pop(0):")
-                self.lines.append(f"{pad}        _t[_o] = _v")
+            self.lines.append(f"{pad}_async_groups.append(_async_open)")
+            self.lines.append(f"{pad}_async_open = []")
+        elif isinstance(s, S.AsyncWait):  # the oldest groups land, all but the newest `pending`
+            self.lines.append(f"{pad}while len(_async_groups) > {s.pending}:")
+            self.lines.append(f"{pad}    for _t, _o, _v in _async_groups.pop(0):")
+            self.lines.append(f"{pad}        _t[_o] = _v")
         elif isinstance(s, S.For):
             v = self.name(s.loop_var, s.loop_var.name)
             lo = self.expr(s.min)

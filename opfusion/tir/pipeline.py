@@ -30,6 +30,7 @@ tile, with constant serial loops of at most :data:`MAX_REGISTERS` iterations in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from . import expr as E
@@ -50,7 +51,7 @@ def double_buffer_loop(var: E.Var, start: int, extent: int, kind: S.ForKind,
     if extent < 2 or kind is not S.ForKind.SERIAL:
         return None
     phase = E.floormod(E.sub(var, start), 2)
-    tiles = {id(tile): _two_steps(tile) for tile, _ in copies}
+    tiles = {id(tile): _steps(tile, 2) for tile, _ in copies}
     found = [_split_copy(tile, copy, tiles[id(tile)], phase) for tile, copy in copies]
     parts = [part for part in found if part is not None]
     if len(parts) < len(found):
@@ -164,14 +165,10 @@ def async_source(value: E.PrimExpr) -> tuple[E.BufferLoad, E.PrimExpr | None] | 
                                   (value.false_value, value.true_value,
                                    E.Not(value.condition))):
             if (isinstance(load, E.BufferLoad) and load.buffer.scope == "global"
-                    and isinstance(other, (E.FloatImm, E.IntImm)) and other.value == 0):
+                    and isinstance(other, (E.FloatImm, E.IntImm)) and other.value == 0
+                    and math.copysign(1.0, other.value) > 0):  # (the fill is +0, not -0)
                 return load, cond
     return None
-
-
-def _two_steps(tile: E.Buffer) -> E.Buffer:
-    """``tile`` with an outer dimension of two steps, each laid out as ``tile`` is."""
-    return _steps(tile, 2)
 
 
 def _steps(tile: E.Buffer, count: int) -> E.Buffer:
