@@ -2,15 +2,22 @@
 
     pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm   # NVIDIA's wheels on PyPI
     python benchmarks/gpu_sass.py [resnet50] [--batch 32] [--arch sm_90] [--target "cuda -tf32=1"]
+                                  [--set KNOB=VALUE ...]
 
 The model is built for the GPU target (``build_gpu_model``: the default schedule configs),
 compiled by NVRTC to a cubin for ``--arch``, and disassembled by ``cuobjdump -sass``. For
 each kernel with tensor-core instructions (``HMMA``) it prints, for its innermost loop that
 holds them and for the outermost (the contraction step: the copies into shared memory and
 the barriers as well), how many instructions the loop body has per ``HMMA``, and of them the
-shared-memory loads (``LDS``) and stores (``STS``), global loads (``LDG``), barriers (``BAR``)
+shared-memory loads (``LDS``) and stores (``STS``), global loads (``LDG``), async copies
+(``LDGSTS``), barriers (``BAR``)
 and float compares (``FSETP``: the TF32 rounding's test for a finite value). Also the
 registers, spills and shared memory ptxas reports (NVRTC's ``--ptxas-options=-v``).
+
+``--set KNOB=VALUE`` (repeatable; e.g. ``--set async_stages=2 --set double_buffer=False``)
+counts the kernels with those knobs in place of the tensor-core rules' defaults, where a
+group's space admits them (the rest keep the default): what a knob does to the machine code,
+before a GPU times it.
 
 A loop's body is counted once, as the code stands (instructions between a backward branch
 and its target), not as it runs: inner loops that are not unrolled are counted once, and
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -38,7 +46,7 @@ from opfusion.backend.cuda import nvrtc
 from opfusion.compiler.gpu import build_gpu_model
 
 #: Instruction kinds reported per loop.
-KINDS = ("LDS", "STS", "LDG", "BAR", "FSETP")
+KINDS = ("LDS", "STS", "LDG", "LDGSTS", "BAR", "FSETP")
 
 
 def cuobjdump() -> str | None:
@@ -127,6 +135,45 @@ def loop_line(code: list[tuple[int, str]], loop: tuple[int, int]) -> str:
     return f"{len(body):5d} instr, {hmma:3d} HMMA, {len(body) / hmma:5.1f} per HMMA | {kinds}"
 
 
+@contextlib.contextmanager
+def overridden_defaults(knobs: dict[str, object]):
+    """The tensor-core rules' heuristic configs with ``knobs`` set, where the group's space
+    admits the result (else the heuristic's own), while the context lasts."""
+    from opfusion.backend.cuda.schedules import conv2d_mma, mma
+    from opfusion.backend.schedule_rule import ScheduleError
+
+    rules = (conv2d_mma.GPUConv2dMmaRule, mma.GPUMmaRule)
+    saved = [rule.default_config for rule in rules]
+
+    def wrapped(heuristic):
+        def default_config(self, anchor, output, target):
+            config = heuristic(self, anchor, output, target)
+            try:
+                return self.space(anchor, output, target).config(**{**dict(config), **knobs})
+            except ScheduleError:
+                return config
+        return default_config
+
+    try:
+        for rule, heuristic in zip(rules, saved):
+            rule.default_config = wrapped(heuristic)
+        yield
+    finally:
+        for rule, heuristic in zip(rules, saved):
+            rule.default_config = heuristic
+
+
+def knob_value(text: str) -> tuple[str, object]:
+    """``name=value`` as (name, value): an int, True/False, or the text."""
+    name, _, value = text.partition("=")
+    if value in ("True", "False"):
+        return name, value == "True"
+    try:
+        return name, int(value)
+    except ValueError:
+        return name, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="resnet50",
@@ -134,6 +181,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--target", default="cuda -tf32=1")
+    parser.add_argument("--set", action="append", default=[], type=knob_value,
+                        metavar="KNOB=VALUE", help="a knob of the tensor-core rules' configs "
+                        "in place of the default, where the space admits it")
     args = parser.parse_args()
     missing = nvrtc.nvrtc_available()
     tool = cuobjdump()
@@ -142,7 +192,8 @@ def main() -> int:
               f"({tool or 'pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm'})")
         return 1
     mod, params = testing.WORKLOADS[args.model](batch_size=args.batch)
-    model = build_gpu_model(mod, params, f"{args.target} -arch={args.arch}")
+    with overridden_defaults(dict(args.set)):
+        model = build_gpu_model(mod, params, f"{args.target} -arch={args.arch}")
     cubin, log = compile_with_report(model.source.code, args.arch)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.cubin"
