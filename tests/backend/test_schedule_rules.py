@@ -720,3 +720,19 @@ def test_a_one_pixel_convolution_in_parallel_computes_the_reference():
 def test_an_elementwise_stage_of_four_lane_blocks_runs_in_vectors():
     source = _default_source(nn.relu, (normal(1, 29, 7, 7, 4),), AVX2)
     assert "opf_store_float32x4(&" in source
+
+
+def test_divisors_of_a_hostile_axis_come_quickly():
+    """A padding of 2^31 or 2^63 - 1 rows makes an axis whose divisors the spaces list:
+    found in pairs up to the square root (or the limit, if smaller), and past 2^40 only
+    those from pairs up to 2^20, so the compile limits refuse the kernel in a second."""
+    import time
+
+    from opfusion.backend.cpu.schedules.common import divisors
+
+    start = time.perf_counter()
+    assert divisors(2**31 + 14, 4) == (1, 2)
+    assert divisors(2**63 - 1)[:4] == (1, 7, 49, 73)
+    assert divisors(2**62, 64) == (1, 2, 4, 8, 16, 32, 64)
+    assert divisors(3136) == tuple(d for d in range(1, 3137) if 3136 % d == 0)
+    assert time.perf_counter() - start < 2.0

@@ -69,3 +69,30 @@ def test_fuzzed_onnx_models_raise_only_opfusion_errors():
     assert len(outcomes) == CI_CASES
     if not all(is_acceptable(outcome) for outcome in outcomes):
         pytest.fail("\n" + summarize(outcomes), pytrace=False)
+
+
+def test_integers_cast_from_floats_compare_within_the_floats_rounding():
+    """An output that a Cast makes of a float value may differ by one (a truncation's
+    boundary) or by the floats' tolerance, relative to its largest value (a product of 24
+    values an ulp apart, cast to uint64: fuzz case 2413 of seed 62007); other integer
+    outputs must be equal."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from opfusion.testing.fuzz import _compare, _float_cast_outputs
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.UINT64),
+         helper.make_node("Cast", ["n"], ["m"], to=TensorProto.UINT64)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("n", TensorProto.INT32, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT64, [2]),
+         helper.make_tensor_value_info("m", TensorProto.UINT64, [2])])
+    data = helper.make_model(graph).SerializeToString()
+    assert _float_cast_outputs(data) == {0}
+    want = (np.array([6183685455872, 3], np.uint64), np.array([6183685455872, 3], np.uint64))
+    near = [np.array([6183685980160, 2], np.uint64)] * 2
+    assert _compare([near[0], want[1]], want, _float_cast_outputs(data)) == ""
+    assert "output 1: 2 of 2" in _compare([want[0], near[1]], want, _float_cast_outputs(data))
+    far = np.array([6245522314431, 3], np.uint64)  # 1% off: past the floats' tolerance
+    assert "output 0: 1 of 2" in _compare([far, want[1]], want, _float_cast_outputs(data))

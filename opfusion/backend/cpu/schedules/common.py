@@ -8,6 +8,7 @@ choices there and scale with another target's registers and caches."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .... import te
@@ -107,19 +108,23 @@ def divisor(extent: int, limit: int) -> int:
 
 
 def divisors(extent: int, limit: int | None = None) -> tuple[int, ...]:
-    """Every divisor of ``extent`` up to ``limit``, ascending ((1,) for an empty axis)."""
+    """Every divisor of ``extent`` up to ``limit``, ascending ((1,) for an empty axis).
+
+    Found in pairs (d, extent // d), d up to the square root, or up to ``limit`` where that
+    is smaller: a long axis costs its root, not its length (an axis of 2^31 rows from a
+    hostile model's padding). Past 2^40 elements, an axis no kernel runs (the compile limits
+    refuse it), only the divisors from d up to 2^20 are listed."""
     top = extent if limit is None else min(limit, extent)
     if extent < 1 or top < 1:
         return (1,)
-    # in pairs (d, extent // d) up to the square root: a long axis costs its root, not its
-    # length (an axis of 2^31 from a hostile model's padding)
     found = set()
-    d = 1
-    while d * d <= extent:
+    reach = min(math.isqrt(extent), top, 1 << 20)  # (a pair past top is past the limit)
+    for d in range(1, reach + 1):
         if extent % d == 0:
-            found.update((d, extent // d))
-        d += 1
-    return tuple(sorted(v for v in found if v <= top))
+            found.add(d)
+            if extent // d <= top:
+                found.add(extent // d)
+    return tuple(sorted(found))
 
 
 def powers_of_two_and(limit: int, *extra: int) -> tuple[int, ...]:
