@@ -258,6 +258,14 @@ def round_tf32_array(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), bits.view(np.float32), values)
 
 
+def tf32_exact_array(values: np.ndarray) -> bool:
+    """Whether TF32 holds every value of a float32 array exactly (its low 13 mantissa bits
+    clear; NaN and infinities count as held): :func:`round_tf32_array` would keep it."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    inexact = (bits & np.uint32(0x1FFF)) != 0
+    return not bool(np.any(inexact & np.isfinite(values)))
+
+
 def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int, t4: int
                    ) -> list[float]:
     """What the tensor core adds to lane (g, t4)'s four results, from every lane's
@@ -277,5 +285,6 @@ def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int
 
 __all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
            "MmaFragments", "MmaNest", "holds_tf32", "match_nest", "mma_fragments",
-           "round_tf32", "round_tf32_array", "tf32_exact_params", "tf32_operand_buffers",
+           "round_tf32", "round_tf32_array", "tf32_exact_array", "tf32_exact_params",
+           "tf32_operand_buffers",
            "warp_tile_sums"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import expr as E
+from .mma import tf32_exact_array
 from .simplify import structural_equal
 
 #: Magnitudes from which a bound counts as infinite: well below float32's largest (3.4e38),
@@ -65,17 +66,9 @@ def constant_fact(data: np.ndarray, tf32: bool = False) -> Fact | None:
     if data.dtype.kind != "f" or not data.size:
         return None
     fact = _value_fact(data)
-    if tf32 and data.dtype == np.float32 and _tf32_exact(data):
+    if tf32 and data.dtype == np.float32 and tf32_exact_array(data):
         return replace(fact, tf32=True)
     return fact
-
-
-def _tf32_exact(data: np.ndarray) -> bool:
-    """Whether every value of a float32 array has its low 13 mantissa bits clear (or is
-    NaN or infinite): TF32 holds it exactly, and rounding to TF32 keeps it."""
-    bits = np.ascontiguousarray(data).view(np.uint32)
-    inexact = (bits & np.uint32(0x1FFF)) != 0
-    return not bool(np.any(inexact & np.isfinite(data)))
 
 
 def _value_fact(data: np.ndarray) -> Fact:

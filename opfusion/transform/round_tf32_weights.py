@@ -30,7 +30,7 @@ from ..ir.expr import Call, Constant, Expr, Function
 from ..ir.module import IRModule
 from ..ir.visitor import ExprMutator
 from ..target import Target, as_target
-from ..tir.mma import round_tf32_array
+from ..tir.mma import round_tf32_array, tf32_exact_array
 from .context import PassContext
 from .pass_infra import Pass, function_pass, pass_factory, register_pass
 
@@ -80,10 +80,12 @@ class _Rounder(ExprMutator):
             return arg
         found = self.rounded.get(id(arg))
         if found is None:
-            values = round_tf32_array(arg.data).reshape(arg.data.shape)
-            values.setflags(write=False)  # (a Constant then holds it without a copy)
-            exact = np.array_equal(values, arg.data, equal_nan=True)
-            found = arg if exact else Constant(values)
+            if tf32_exact_array(arg.data):
+                found = arg
+            else:
+                values = round_tf32_array(arg.data).reshape(arg.data.shape)
+                values.setflags(write=False)  # (a Constant then holds it without a copy)
+                found = Constant(values)
             self.rounded[id(arg)] = found
         return found
 

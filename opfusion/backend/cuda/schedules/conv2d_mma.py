@@ -82,8 +82,7 @@ class GPUConv2dMmaRule(ScheduleRule):
             pixels, k_step = int(c["pixels"]), int(c["k_step"])
             warps = int(c["warps_m"]) * int(c["warps_n"]) * pixels
             tiles = copy_floats(c) * 4 if c["shared"] else 0
-            if c["staged_store"]:  # the block's sums, each image's padded off the banks
-                tiles += (rows * pixels + BANKS - 1) * cols * 4
+            tiles += _staged_bytes(c)
             return (channels % rows == 0 and batch % cols == 0 and width % pixels == 0
                     and pipelines_once(c) and (c["shared"] or not c["row_steps"])
                     and in_channels % k_step == 0 and warps <= MAX_WARPS
@@ -196,9 +195,7 @@ def _measured_budget(anchor: Any, target: Target) -> Callable[[Config], bool]:
         tiles = (tiles + (BANKS - 1) * (rows + cols)) * 4 * tile_copies(c)
         if not c["shared"]:
             tiles = 0
-        if c["staged_store"]:
-            tiles += (rows * pixels + BANKS - 1) * cols * 4
-        return tiles <= target.max_shared_memory_per_block
+        return tiles + _staged_bytes(c) <= target.max_shared_memory_per_block
 
     return accept
 
@@ -243,6 +240,15 @@ def shared_copies(anchor: Any) -> Callable[[Mapping[str, KnobValue]], int]:
                 + shared_tile_floats(roles[1], tiles, weight_tile, None, copies))
 
     return floats
+
+
+def _staged_bytes(c: Mapping[str, KnobValue]) -> int:
+    """The shared tile of a block's sums with ``staged_store`` (each image's rows padded
+    off the banks; at most 31 words), else none."""
+    if not c["staged_store"]:
+        return 0
+    rows, cols = _block(c)
+    return (rows * int(c["pixels"]) + BANKS - 1) * cols * 4
 
 
 def _window(anchor: Any) -> tuple[int, int, int] | None:

@@ -139,9 +139,10 @@ def tile_copies(c: Mapping[str, KnobValue]) -> int:
 def pipelines_once(c: Mapping[str, KnobValue]) -> bool:
     """Whether a config asks for at most one way of pipelining its copies, and only with
     shared tiles."""
-    pipelined = bool(c["double_buffer"]) or int(c["async_stages"]) > 0
-    return not (c["double_buffer"] and int(c["async_stages"])) and (c["shared"]
-                                                                    or not pipelined)
+    double, stages = bool(c["double_buffer"]), int(c["async_stages"])
+    if double and stages:
+        return False
+    return bool(c["shared"]) or not (double or stages)
 
 #: The heuristic's tiles, largest first: blocks of 4 warps from 128 x 128 down, each double
 #: buffered where two of its tiles fit; the small ones take 32 steps a stage where the
@@ -178,7 +179,7 @@ def shared_copies(anchor: Any) -> Callable[[Mapping[str, KnobValue]], int]:
         block = {"rows": rows, "cols": cols, "k": int(c["k_step"])}
         tiles = (int(c["tiles_m"]), int(c["tiles_n"]))
         return sum(shared_tile_floats(r, tiles, [block.get(role, 1) for role in r], None,
-                                      tile_copies(c)) for r in roles if r is not None)
+                                      tile_copies(c)) for r in roles)  # type: ignore[union-attr]
 
     return floats
 
