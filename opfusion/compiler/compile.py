@@ -376,6 +376,12 @@ class _ExecutorBuilder:
             if structural_equal(known, func):
                 return group
         name = _kernel_name(func, len(self.kernels))
+        # before lowering, which would meet a result no allocation holds (or no int64
+        # indexes) as an overflow that does not say which kernel
+        ret = func.body.checked_type
+        check_values((f"the result of kernel {name}", ty)
+                     for ty in (ret.fields if isinstance(ret, TupleType) else [ret])
+                     if isinstance(ty, TensorType))
         config = None if self.records is None else tuned_config(func, self.backend,
                                                                   self.records)
         group = lower_primitive_function(func, name, self.backend, config,

@@ -167,3 +167,14 @@ def test_kernel_work_counts_a_split_remainder_loop_by_its_largest_extent():
 def test_limits_are_declared_pass_configs():
     with pytest.raises(opf.errors.OpfusionError, match="takes a int"):
         PassContext(config={MAX_KERNEL_WORK: "many"})
+
+
+def test_a_result_no_allocation_holds_is_refused_before_lowering():
+    """A graph built without the ONNX importer: the kernel's result, wider than an int64
+    counts, is a ResourceLimitError naming the kernel, not an overflow in lowering."""
+    var = Var("x", TensorType((1, 1, 2, 2), "float32"))
+    func = Function([var], opf.op.nn.pad(var, 0.0, pad_width=(0, 0, 0, 0, 0, 0, 0,
+                                                              2**63 - 1)))
+    with pytest.raises(ResourceLimitError, match=r"the result of kernel fused_nn_pad_0 "
+                       rf".*{MAX_ALLOCATION_BYTES}"):
+        opf.compile(func)

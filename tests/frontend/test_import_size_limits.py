@@ -155,3 +155,21 @@ def test_an_unfolded_constant_compiles_to_the_same_values(name):
         kept, _ = from_onnx(model)
         exe = opf.compile(kept)
     np.testing.assert_array_equal(exe(), opf.ir.evaluate(folded, []))
+
+
+@pytest.mark.parametrize("op", ["Conv", "Pad"])
+def test_a_padding_no_int64_indexes_is_refused_naming_the_node(op):
+    """A padding of 2^63 - 1 columns (a damaged model) makes an output wider than an int64
+    counts: refused at import by the node's name, not met in lowering as an overflow."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])
+    big = 2**63 - 1
+    if op == "Conv":
+        weight = numpy_helper.from_array(np.ones((3, 2, 3, 3), np.float32), "w")
+        node = helper.make_node("Conv", ["x", "w"], ["y"], name="wide", pads=[0, 0, 0, big])
+    else:
+        weight = numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, big], np.int64), "w")
+        node = helper.make_node("Pad", ["x", "w"], ["y"], name="wide")
+    with pytest.raises(OpfusionError, match=rf"{op} \(node 'wide'\): output 'y' would have "
+                       r"shape \[1, \d, \d, 9223372036854775\d+\], more elements than an "
+                       "int64"):
+        from_onnx(_model([node], [x], [weight]))

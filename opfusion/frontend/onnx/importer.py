@@ -27,7 +27,7 @@ from ...errors import DataDependentError, OnnxImportError, OpfusionError
 from ...ir.expr import Constant, Expr, Function, Tuple, Var
 from ...ir.module import IRModule
 from ...ir.symbolic import Dim, SymbolicModule, SymbolicTensor
-from ...ir.types import TensorType
+from ...ir.types import TensorType, TupleType
 from ...transform.fold_constant import ConstantFolder
 from . import converters  # noqa: F401  (registers the converters)
 from .functions import expand_function, has_function_body
@@ -447,9 +447,9 @@ class _Importer:
             return False
         outputs = [result] if isinstance(result, Expr) else list(result)
         outputs = [self.folder.visit(out) if out is not None else None for out in outputs]
-        for out in outputs:
+        for name, out in zip(node.output, outputs):
             if out is not None:
-                _ = out.checked_type
+                _check_indexable(name, out.checked_type)
         if any(node.output[len(outputs):]):
             raise OnnxImportError(f"{node.op_type} (node {view.name!r}): the node has "
                                 f"{len(node.output)} outputs but opfusion produces only "
@@ -581,6 +581,27 @@ def _check_text(graph: Any) -> None:
             if type(value.name) is not str:
                 raise OnnxImportError(f"{kind} {index} is named {value.name!r}, not UTF-8 "
                                       "text; the model is damaged")
+
+
+#: The most elements a value may have: every index into it is an int64.
+MAX_INDEXABLE_ELEMENTS = 2**63 - 1
+
+
+def _check_indexable(name: str, ty: Any) -> None:
+    """A node's output whose elements an int64 cannot count (a padding or a size of 2^63 in
+    a damaged model) is refused here, where the node is known: no kernel could index it,
+    and lowering would meet the overflow without knowing which node made it."""
+    for item in ty.fields if isinstance(ty, TupleType) else [ty]:
+        if not isinstance(item, TensorType):
+            continue
+        count = 1
+        for dim in item.shape:
+            count *= int(dim)
+        if count > MAX_INDEXABLE_ELEMENTS or any(int(d) > MAX_INDEXABLE_ELEMENTS
+                                                 for d in item.shape):
+            raise OnnxImportError(f"output {name!r} would have shape {list(item.shape)}, "
+                                  f"more elements than an int64 index counts; check the "
+                                  "node's attributes and inputs (pads, sizes, repeats)")
 
 
 def _node_name(node: Any) -> str:
