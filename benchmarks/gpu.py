@@ -2,7 +2,7 @@
 
     python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep] [--products] [--tf32]
                              [--tune SECONDS [--records FILE]] [--staging SECONDS]
-                             [--skip chain,resnet50] [--no-check]
+                             [--product-sweep SECONDS] [--skip chain,resnet50] [--no-check]
 
 Two workloads, as the CUDA issue asks: ResNet-50 at batch 32 (224 x 224, random weights; the
 torch side is torchvision's resnet50 when torchvision is installed) and an elementwise chain
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import statistics
 import sys
 import time
@@ -272,6 +273,64 @@ def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
     report(f"resnet50, batch {batch}", results, None)
 
 
+#: The product sweep's tiles (warps_m, warps_n, tiles_m, tiles_n): blocks of 64 x 64 to
+#: 128 x 128, warp tiles of 32 x 32 to 64 x 64.
+PRODUCT_TILES = ((2, 2, 2, 4), (2, 2, 4, 4), (2, 2, 2, 8), (2, 2, 4, 8), (4, 2, 2, 8),
+                 (2, 4, 4, 4), (4, 4, 2, 4), (2, 1, 4, 8), (1, 2, 4, 8))
+
+#: Each tile's pipelines in the product sweep: (k_step, double_buffer, async_stages).
+PRODUCT_PIPELINES = ((16, False, 0), (32, False, 0), (16, True, 0), (32, True, 0),
+                     (16, False, 2), (16, False, 3), (32, False, 2), (8, False, 3))
+
+
+def product_sweep(device, seconds_cap: float, shape=(4096, 4096, 4096)) -> None:
+    """The tensor-core product ``shape`` (rows, contraction, columns; nn.dense, TF32)
+    through the GPU runner in :data:`PRODUCT_TILES` x :data:`PRODUCT_PIPELINES` where the
+    rule's space admits them (each checked against the reference first): TFLOP/s per config,
+    best first. What the product kernel reaches by its tiles and pipelines alone, beside
+    cuBLAS's figure in ``--products``."""
+    from opfusion.autotune.gpu_runner import GPURunner
+    from opfusion.autotune.measure import generate_candidates, task_data
+    from opfusion.autotune.task import extract_tasks
+
+    rows, depth, cols = shape
+    xv = Var("x", TensorType((rows, depth), "float32"))
+    wv = Var("w", TensorType((cols, depth), "float32"))
+    func = Function([xv, wv], op.nn.dense(xv, wv))
+    (task,) = [t for t in extract_tasks(func, {}, f"cuda -arch={device.arch} -tf32=1")
+               if t.rule == "gpu_mma"]
+    configs = []
+    for (wm, wn, tm, tn), (k_step, double, stages) in itertools.product(PRODUCT_TILES,
+                                                                       PRODUCT_PIPELINES):
+        try:
+            configs.append(task.space.config(
+                warps_m=wm, warps_n=wn, tiles_m=tm, tiles_n=tn, k_step=k_step, shared=True,
+                double_buffer=double, async_stages=stages))
+        except ScheduleError:
+            continue
+    configs = [task.default] + [c for c in configs if dict(c) != dict(task.default)]
+    print(f"\n  product sweep: {rows} x {depth} x {cols} in TF32, {len(configs)} configs "
+          f"(default first: {dict(task.default)})")
+    runner = GPURunner(device)
+    flops = 2.0 * rows * depth * cols
+    timed = []
+    start = time.perf_counter()
+    for config in configs:
+        if time.perf_counter() - start > seconds_cap:
+            print("  (time cap reached)")
+            break
+        (result,) = runner.run(task_data(task), generate_candidates(task, [config]),
+                               MeasureOptions(repeat=3))
+        if result.ok:
+            timed.append((result.seconds, config))
+        else:
+            print(f"    failed {dict(config)}: {result.error[:100]}")
+    for seconds, config in sorted(timed, key=lambda item: item[0]):
+        mark = " (default)" if dict(config) == dict(task.default) else ""
+        print(f"    {seconds * 1e3:8.3f} ms {flops / seconds / 1e12:6.1f} TFLOP/s  "
+              f"{dict(config)}{mark}")
+
+
 #: The staged-store sweep's variants of each tensor-core convolution (besides its default
 #: and the earlier heuristic's config): block tiles and pixels, staged, single-buffered.
 STAGING_VARIANTS = tuple(
@@ -432,6 +491,9 @@ def main() -> int:
                         help="where the tuning records go (default: kept in memory)")
     parser.add_argument("--products", action="store_true",
                         help="first time three large products in float32 and in TF32")
+    parser.add_argument("--product-sweep", type=float, default=0.0, metavar="SECONDS",
+                        help="time the 4096-square TF32 product in the tiles and pipelines "
+                             "of PRODUCT_TILES x PRODUCT_PIPELINES (for about this long)")
     parser.add_argument("--skip", default="", metavar="WORKLOADS",
                         help="comma-separated workloads not to run (chain, resnet50): a short "
                              "lease's second call")
@@ -452,6 +514,8 @@ def main() -> int:
           f"{bandwidth:.0f} GB/s (read + write)")
     if args.products:
         product_rows(device, args.repeat)
+    if args.product_sweep:
+        product_sweep(device, args.product_sweep)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     if "chain" not in skip:
         chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)

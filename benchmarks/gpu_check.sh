@@ -4,7 +4,7 @@
 # not, with async copies and not, the whole model against torch), then, with TUNE_SECONDS, a
 # tuning run and what double buffering and async copies were worth in its records. About
 # 8.5 minutes without tuning (2026-11-29: the tests 60 s, gpu.py 4-5 minutes; the staging
-# sweep is 30 s longer since). Logs go to $OUT (the device tool's folder that comes back)
+# sweep is 30 s longer since; the product sweep after them adds 70 s). Logs go to $OUT (the device tool's folder that comes back)
 # or ./gpu-logs. Usage: bash benchmarks/gpu_check.sh [TUNE_SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,10 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
 # model, checked
 timeout 450 python3 benchmarks/gpu.py --products --tf32 --staging 120 --profile 30 2>&1 \
   | tee "$out/bench.log"
+# the 4096-square product in other tiles and pipelines (last: the first thing a 600 s call
+# cuts)
+timeout 80 python3 benchmarks/gpu.py --skip chain,resnet50 --product-sweep 60 2>&1 \
+  | tee "$out/products.log"
 # a tuning run when asked for (seconds as the argument): the tuned model, and what double
 # buffering was worth per layer in its search (ms, best with each)
 if [ "${1:-0}" != 0 ]; then
