@@ -69,6 +69,10 @@ class Config(Mapping[str, KnobValue]):
                                 f"{', '.join(self._values) or 'none'}")
         return self._values[name]
 
+    def __contains__(self, name: object) -> bool:
+        # (Mapping's own calls __getitem__ and expects a KeyError, not a ScheduleError)
+        return name in self._values
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 

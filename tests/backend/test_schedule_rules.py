@@ -328,6 +328,18 @@ def test_an_out_of_space_value_is_an_error_naming_the_knob():
         space.check({**default, "channel_block": 16, "col_blocks": 2})  # 32 accumulators
     with pytest.raises(ScheduleError, match="rule 'pool'"):
         space.check(Config(default, "pool"))
+
+
+def test_a_config_missing_a_knob_is_refused_by_name():
+    """A config (a record written before a knob existed) that lacks one: ``in`` says so,
+    and the space's check names the knob (Mapping's ``in`` had raised the lookup's
+    ScheduleError instead of answering False)."""
+    rule, space, group, target = _conv_rule_and_space()
+    default = rule.default_config(group.anchor, group.anchor, target)
+    short = Config({k: v for k, v in default.items() if k != "channel_pass"}, "conv2d")
+    assert "channel_pass" in default and "channel_pass" not in short
+    with pytest.raises(ScheduleError, match="lacks knob 'channel_pass'"):
+        space.check(short)
     with pytest.raises(ScheduleError, match="not JSON"):
         Config.from_json("{channel_block: 4")
 
