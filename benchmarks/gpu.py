@@ -1,6 +1,6 @@
 """opfusion on an NVIDIA GPU against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep] [--products] [--tf32]
+    python benchmarks/gpu.py [--repeat 20] [--batch 32] [--sweep] [--products] [--tf32 [fast]]
                              [--tune SECONDS [--records FILE]] [--staging SECONDS]
                              [--product-sweep SECONDS] [--skip chain,resnet50] [--no-check]
 
@@ -18,7 +18,11 @@ runs after warm-up, measured with CUDA events (opfusion) and ``torch.cuda.Event`
 all in this one process. Without an NVIDIA GPU and its driver it says so and exits.
 
 ``--tf32`` builds resnet50 for ``cuda -tf32=1``: its convolutions and products on tensor
-cores in TF32 (``gpu_conv2d_mma``, ``gpu_mma``), the arithmetic of torch's default rows.
+cores in TF32 (``gpu_conv2d_mma``, ``gpu_mma``), the arithmetic of torch's default rows, and
+times it built for ``-tf32=fast`` as well (the operands truncated by the tensor cores, as
+cuDNN's are under torch, instead of rounded: no instructions to round); ``--tf32 fast``
+builds for ``-tf32=fast`` first and times ``-tf32=1`` as the other, and the staging and
+product sweeps run in the mode given.
 ``--products`` first times three products (dense, random operands) in float32 tiles and on
 tensor cores in TF32 (``-tf32=1``, ``backend/cuda/schedules/mma.py``), each checked against
 NumPy, against ``torch.matmul`` in float32 and in TF32 (``allow_tf32``). With ``--tf32`` the
@@ -179,7 +183,8 @@ def product_rows(device, repeat: int, shapes=PRODUCTS) -> None:
         func = Function([xv, wv], op.nn.dense(xv, wv))
         want = x.astype(np.float64) @ w.astype(np.float64).T
         results = {}
-        for label, option in (("opfusion", ""), ("opfusion tf32", " -tf32=1")):
+        for label, option in (("opfusion", ""), ("opfusion tf32", " -tf32=1"),
+                              ("opfusion tf32 fast", " -tf32=fast")):
             model = build_gpu_model(func, target=f"cuda -arch={device.arch}{option}")
             configs = [k.schedule_config for k in model.kernels if k.schedule_config]
             exe = GPUExecutor(model, device)
@@ -223,12 +228,12 @@ def chain_sweep(func, target: str) -> None:
 
 
 def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
-                tune_seconds: float, records: str | None, tf32: bool = False) -> None:
+                tune_seconds: float, records: str | None, tf32: str | None = None) -> None:
     start = time.perf_counter()
     mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
     print(f"\n  resnet50 workload (random weights, calibrated) in "
           f"{time.perf_counter() - start:.1f} s")
-    target = f"cuda -arch={device.arch}" + (" -tf32=1" if tf32 else "")
+    target = f"cuda -arch={device.arch}" + (f" -tf32={tf32}" if tf32 else "")
     (image,) = [p for p in mod["main"].params if p.name_hint not in params]
     data = np.random.default_rng(0).standard_normal(
         [int(d) for d in image.type_annotation.shape]).astype("float32")
@@ -246,6 +251,11 @@ def resnet_rows(device, batch: int, repeat: int, check: bool, profile: int,
             want = rounded
     results = {"opfusion": opfusion_row(device, mod, params, target, data, want, repeat,
                                         profile, None)}
+    if tf32:  # the other way to give the tensor cores their operands
+        other = "fast" if tf32 == "1" else "1"
+        results[f"opfusion -tf32={other}"] = opfusion_row(
+            device, mod, params, target.replace(f"-tf32={tf32}", f"-tf32={other}"), data,
+            want, repeat, 0, None)
     if tune_seconds:
         start = time.perf_counter()
         tuned = opf.tune(mod, params, target=target, trials=100000, seconds=tune_seconds,
@@ -283,12 +293,13 @@ PRODUCT_PIPELINES = ((16, False, 0), (32, False, 0), (16, True, 0), (32, True, 0
                      (16, False, 2), (16, False, 3), (32, False, 2), (8, False, 3))
 
 
-def product_sweep(device, seconds_cap: float, shape=(4096, 4096, 4096)) -> None:
+def product_sweep(device, seconds_cap: float, shape=(4096, 4096, 4096), mode: str = "1"
+                  ) -> None:
     """The tensor-core product ``shape`` (rows, contraction, columns; nn.dense, TF32)
     through the GPU runner in :data:`PRODUCT_TILES` x :data:`PRODUCT_PIPELINES` where the
     rule's space admits them (each checked against the reference first): TFLOP/s per config,
     best first. What the product kernel reaches by its tiles and pipelines alone, beside
-    cuBLAS's figure in ``--products``."""
+    cuBLAS's figure in ``--products``; ``mode``: ``-tf32=`` 1 or fast."""
     from opfusion.autotune.gpu_runner import GPURunner
     from opfusion.autotune.measure import generate_candidates, task_data
     from opfusion.autotune.task import extract_tasks
@@ -297,7 +308,7 @@ def product_sweep(device, seconds_cap: float, shape=(4096, 4096, 4096)) -> None:
     xv = Var("x", TensorType((rows, depth), "float32"))
     wv = Var("w", TensorType((cols, depth), "float32"))
     func = Function([xv, wv], op.nn.dense(xv, wv))
-    (task,) = [t for t in extract_tasks(func, {}, f"cuda -arch={device.arch} -tf32=1")
+    (task,) = [t for t in extract_tasks(func, {}, f"cuda -arch={device.arch} -tf32={mode}")
                if t.rule == "gpu_mma"]
     configs = []
     for (wm, wn, tm, tn), (k_step, double, stages) in itertools.product(PRODUCT_TILES,
@@ -309,7 +320,7 @@ def product_sweep(device, seconds_cap: float, shape=(4096, 4096, 4096)) -> None:
         except ScheduleError:
             continue
     configs = [task.default] + [c for c in configs if dict(c) != dict(task.default)]
-    print(f"\n  product sweep: {rows} x {depth} x {cols} in TF32, {len(configs)} configs "
+    print(f"\n  product sweep: {rows} x {depth} x {cols}, -tf32={mode}, {len(configs)} configs "
           f"(default first: {dict(task.default)})")
     runner = GPURunner(device)
     flops = 2.0 * rows * depth * cols
@@ -352,7 +363,7 @@ def async_variant(task, stages: int):
     return None
 
 
-def staging_rows(device, batch: int, seconds_cap: float) -> None:
+def staging_rows(device, batch: int, seconds_cap: float, mode: str = "1") -> None:
     """Each tensor-core convolution of resnet50 (TF32) through the GPU runner: the default,
     the default with ``staged_store`` flipped, the default with async copies two and three
     steps deep (:func:`async_variant`), and :data:`STAGING_VARIANTS` staged; ms per config
@@ -362,7 +373,7 @@ def staging_rows(device, batch: int, seconds_cap: float) -> None:
     from opfusion.autotune.task import extract_tasks
 
     mod, params = testing.WORKLOADS["resnet50"](batch_size=batch)
-    tasks = [t for t in extract_tasks(mod, params, f"cuda -arch={device.arch} -tf32=1")
+    tasks = [t for t in extract_tasks(mod, params, f"cuda -arch={device.arch} -tf32={mode}")
              if t.rule == "gpu_conv2d_mma"]
     runner = GPURunner(device)
     totals = {"default": 0.0, "flipped": 0.0, "async2": 0.0, "async3": 0.0, "best": 0.0}
@@ -501,8 +512,9 @@ def main() -> int:
                         help="time resnet50's tensor-core convolutions with and without "
                              "staged stores, with async copies 2 and 3 steps deep, and in "
                              "other staged tiles (for about this long)")
-    parser.add_argument("--tf32", action="store_true",
-                        help="build resnet50 with -tf32=1 (products on tensor cores)")
+    parser.add_argument("--tf32", nargs="?", const="1", default=None, choices=("1", "fast"),
+                        help="build resnet50 with -tf32=1 (products on tensor cores; "
+                             "--tf32 fast: -tf32=fast), and time the other mode too")
     args = parser.parse_args()
     try:
         device = cuda_device()
@@ -515,12 +527,12 @@ def main() -> int:
     if args.products:
         product_rows(device, args.repeat)
     if args.product_sweep:
-        product_sweep(device, args.product_sweep)
+        product_sweep(device, args.product_sweep, mode=args.tf32 or "1")
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     if "chain" not in skip:
         chain_rows(device, args.repeat, bandwidth, bool(args.tune) or args.sweep)
     if args.staging:
-        staging_rows(device, args.batch, args.staging)
+        staging_rows(device, args.batch, args.staging, mode=args.tf32 or "1")
     if "resnet50" not in skip:
         resnet_rows(device, args.batch, args.repeat, not args.no_check, args.profile,
                     args.tune, args.records, args.tf32)

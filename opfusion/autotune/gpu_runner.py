@@ -155,10 +155,11 @@ def measure_candidate(device: Any, data: TaskData, candidate: Candidate,
             for index, (arg, want) in enumerate(zip(outputs, data.expected)):
                 error = _relative_error(device.download(arg.offset, arg.shape, arg.dtype),
                                         want)
-                if not error <= options.rtol:
+                tolerance = data.tolerance(options)
+                if not error <= tolerance:
                     raise ValueError(f"output {index} differs from the reference{when}: max "
                                      f"error {error:.3g} x max|reference| (tolerance "
-                                     f"{options.rtol:g})")
+                                     f"{tolerance:g})")
 
         call()
         check("")

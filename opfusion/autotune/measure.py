@@ -36,6 +36,11 @@ from .task import Task, task_inputs
 #: space computes the same numbers up to rounding (Winograd's transforms round the most).
 DEFAULT_RTOL = 1e-3
 
+#: The tolerance of a task whose tensor cores truncate their operands (``-tf32=fast``): up to
+#: one TF32 ulp an operand, toward zero, moves a product by about 8e-4 of its largest value
+#: (random operands, 64 to 4608 steps), near DEFAULT_RTOL; rounded operands move it 3e-4.
+TRUNCATED_TF32_RTOL = 2e-3
+
 
 @dataclass
 class Candidate:
@@ -78,11 +83,19 @@ class MeasureResult:
 @dataclass
 class TaskData:
     """What a worker needs to check a task's candidates: its ``inputs`` (one array per
-    parameter) and the reference interpreter's ``expected`` outputs on them."""
+    parameter), the reference interpreter's ``expected`` outputs on them, and the least
+    tolerance its arithmetic needs (``rtol``, x max|reference|; the options' own where
+    larger)."""
 
     key: str
     inputs: list[np.ndarray]
     expected: list[np.ndarray]
+    rtol: float = 0.0
+
+    def tolerance(self, options: MeasureOptions) -> float:
+        """The output tolerance a candidate is checked with: ``options.rtol``, or this
+        task's where its arithmetic needs more."""
+        return max(options.rtol, self.rtol)
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,9 @@ def task_data(task: Task, seed: int = 0) -> TaskData:
     inputs = task_inputs(task, seed)
     result = evaluate(task.func, inputs)
     expected = list(result) if isinstance(result, tuple) else [result]
-    return TaskData(task.key, inputs, [np.asarray(e) for e in expected])
+    truncates = task.target.allow_tf32 and not task.target.tf32_rounds_operands
+    return TaskData(task.key, inputs, [np.asarray(e) for e in expected],
+                    TRUNCATED_TF32_RTOL if truncates else 0.0)
 
 
 def build_candidates(task: Task, configs: Sequence[Config], workers: int | None = None

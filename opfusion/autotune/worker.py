@@ -101,7 +101,7 @@ def load(request: MeasureRequest, data: TaskData) -> Loaded:
     (ValueError when they differ), then time one call."""
     loaded = Loaded(request, data)
     loaded.call()
-    loaded.check(data, request.options.rtol, "")
+    loaded.check(data, data.tolerance(request.options), "")
     start = time.perf_counter()
     loaded.call()
     loaded.once = max(time.perf_counter() - start, 1e-7)
@@ -128,7 +128,7 @@ def time_interleaved(candidates: list[Loaded], data: TaskData, options: MeasureO
                 candidate.call()
             repeats[index].append((time.perf_counter() - start) / numbers[index])
     for candidate in candidates:
-        candidate.check(data, options.rtol, " after the timed runs")
+        candidate.check(data, data.tolerance(options), " after the timed runs")
     return [(float(np.median(r)), r) for r in repeats]
 
 

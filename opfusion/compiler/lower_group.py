@@ -33,6 +33,7 @@ from ..ir.op import Op, OpPatternKind
 from ..ir.types import TensorType, TupleType
 from ..ir.visitor import post_order
 from ..te.lower import lower
+from ..tir import mma
 from ..tir.nan_free import Fact, constant_fact
 from ..tir.stmt import PrimFunc
 from ..tir.work import kernel_work
@@ -104,6 +105,8 @@ def lower_primitive_function(func: Function, name: str, backend: Backend | None 
     facts.update(constant_facts(builder.constants, len(builder.placeholders),
                                 backend.target.allow_tf32))
     prim.attrs["constant_facts"] = facts
+    if backend.target.allow_tf32 and not backend.target.tf32_rounds_operands:
+        prim.attrs[mma.TRUNCATES_ATTR] = True  # -tf32=fast: see tir.mma.truncates_operands
     return LoweredGroup(name, prim, output_types, builder.constants, op_names=op_names,
                         function=func,
                         schedule_config=used.to_dict() if used is not None else None)

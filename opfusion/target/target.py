@@ -84,10 +84,13 @@ DEFAULT_CUDA_ARCH = "sm_80"
 CUDA_MULTIPROCESSORS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
 
 register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores", "sms", "tf32"),
-                                "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132 -tf32=1)"))
+                                "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132 -tf32=1|fast)"))
 
 #: The first architecture with TF32 tensor cores (Ampere).
 TF32_ARCH = 80
+
+#: ``-tf32=`` values: off, operands rounded to nearest, operands truncated by the tensor cores.
+TF32_MODES = ("0", "1", "fast")
 
 
 def target_kinds() -> list[str]:
@@ -215,19 +218,31 @@ class Target:
 
     @property
     def allow_tf32(self) -> bool:
-        """Whether float32 products may run on tensor cores in TF32 (``-tf32=1``; off by
-        default): their operands rounded to 10 bits of mantissa, as PyTorch's
-        ``allow_tf32`` and cuDNN's default convolutions do. Results then differ from float32
-        ones by about 1e-3 of their size. Needs sm_80 or newer."""
+        """Whether float32 products may run on tensor cores in TF32 (``-tf32=1`` or
+        ``-tf32=fast``; off by default): their operands reduced to 10 bits of mantissa, as
+        PyTorch's ``allow_tf32`` and cuDNN's default convolutions do. Results then differ
+        from float32 ones by about 1e-3 of their size. Needs sm_80 or newer. ``1`` rounds
+        each operand to nearest (:attr:`tf32_rounds_operands`), ``fast`` gives the tensor
+        cores the float32 values, of which they read the top 19 bits (a truncation, what
+        cuBLAS and cuDNN do under PyTorch's ``allow_tf32``)."""
         if self.device != "cuda":
             return False
         text = self.options.get("tf32", "0")
-        if text not in ("0", "1"):
-            raise TargetError(f"target {self}: -tf32={text} is not 0 or 1")
-        if text == "1" and int(re.sub(r"[^0-9]", "", self.cuda_arch)) < TF32_ARCH:
+        if text not in TF32_MODES:
+            raise TargetError(f"target {self}: -tf32={text} is not one of "
+                              f"{', '.join(TF32_MODES)}")
+        if text != "0" and int(re.sub(r"[^0-9]", "", self.cuda_arch)) < TF32_ARCH:
             raise TargetError(f"target {self}: TF32 tensor cores need sm_80 or newer, not "
                               f"{self.cuda_arch}")
-        return text == "1"
+        return text != "0"
+
+    @property
+    def tf32_rounds_operands(self) -> bool:
+        """Whether TF32 products round their operands to nearest (``-tf32=1``: ``cvt.rna``,
+        half a TF32 ulp at most, at a compare, an add and a mask a value where the value is
+        not rounded already) rather than give the tensor cores float32 values to truncate
+        (``-tf32=fast``: up to one ulp, no instructions)."""
+        return self.allow_tf32 and self.options.get("tf32") == "1"
 
     @property
     def max_threads_per_block(self) -> int:

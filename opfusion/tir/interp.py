@@ -127,6 +127,7 @@ class _Source:
         self.spmd = False  # GPU semantics: bound loops read the thread's indices
         self.temporaries: set[int] = set()  # ids of a launch's global temporaries
         self.bound: dict[str, E.Var] = {}  # GPU index -> the variable of the loop bound to it
+        self.tf32 = "_tf32"  # how tensor-core nests reduce their operands to TF32
 
     def name(self, obj: object, hint: str) -> str:
         got = self.names.get(obj)
@@ -300,8 +301,8 @@ class _Source:
             fragments = mma.mma_fragments(mma.match_nest(loop, t4, g), t4, g)
         except TensorExprError as err:
             raise EvaluationError(str(err)) from None
-        a = ", ".join(f"_tf32({self.expr(x)})" for x in fragments.a)
-        b = ", ".join(f"_tf32({self.expr(x)})" for x in fragments.b)
+        a = ", ".join(f"{self.tf32}({self.expr(x)})" for x in fragments.a)
+        b = ", ".join(f"{self.tf32}({self.expr(x)})" for x in fragments.b)
         lanes = f"{self.expr(g)}, {self.expr(t4)}"
         self.lines.append(f"{pad}_mma_put(_shared, _idx, {lanes}, ([{a}], [{b}]))")
         self.lines.append(f"{pad}yield 'warp'")
@@ -332,6 +333,8 @@ def launch_to_python(func: S.PrimFunc, buffers: Sequence[E.Buffer], body: S.Stmt
     src = _Source()
     src.spmd = True
     src.temporaries = {id(b) for b in buffers[len(func.params):]}
+    if mma.truncates_operands(func):
+        src.tf32 = "_tf32_truncated"
     params = [src.name(b, b.name) for b in buffers]
     src.lines.append(f"def kernel({', '.join([*params, '_idx', '_shared', '_read', '_write'])}):")
     src.lines.append("    if False:")  # a generator, barrier or not
@@ -503,6 +506,7 @@ def _mma_sums(shared: dict[str, Any], index: dict[str, int], g: int, t4: int) ->
 def _namespace() -> dict[str, Any]:
     return {"math": math, "_fdiv": _fdiv, "_max": _max, "_min": _min, "_intrin": _INTRINSICS,
             "_cast_int": _cast_int, "_oob": _oob, "_tf32": mma.round_tf32,
+            "_tf32_truncated": mma.truncate_tf32,
             "_mma_put": _mma_put, "_mma_sums": _mma_sums}
 
 

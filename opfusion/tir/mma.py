@@ -24,13 +24,16 @@ zero)::
     a0 = A[g][t4]      a1 = A[g + 8][t4]      a2 = A[g][t4 + 4]      a3 = A[g + 8][t4 + 4]
     b0 = B[t4][g]      b1 = B[t4 + 4][g]
 
-(PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32). :func:`mma_fragments` gives these six
-values as the nest's own expressions with its variables substituted: ``a`` at ``h = 0, 1`` and
-``k = t4, t4 + 4``; ``b`` at ``t4 := g // 2``, ``c := g % 2`` and the same ``k``. The CUDA emitter
-loads them and issues the instruction; the loop-IR interpreter exchanges the same values
-between the lanes of a simulated warp (:func:`warp_tile_sums`), so a schedule whose mapping
-disagrees with the hardware's computes wrong numbers in its interpreter check, not only on a
-GPU. On a CPU the nest is an ordinary loop."""
+(PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32); or, in a PrimFunc built for
+``-tf32=fast`` (:func:`truncates_operands`), as they are, float32 values of which the
+tensor cores read the top 19 bits: truncated (PyTorch's notes on TF32: "only the first 10
+bits of the input mantissa are read"; what cuBLAS and cuDNN give them).
+:func:`mma_fragments` gives these six values as the nest's own expressions with its
+variables substituted: ``a`` at ``h = 0, 1`` and ``k = t4, t4 + 4``; ``b`` at ``t4 := g // 2``,
+``c := g % 2`` and the same ``k``. The CUDA emitter loads them and issues the instruction;
+the loop-IR interpreter exchanges the same values between the lanes of a simulated warp
+(:func:`warp_tile_sums`), so a schedule whose mapping disagrees with the hardware's computes
+wrong numbers in its interpreter check, not only on a GPU. On a CPU the nest is an ordinary loop."""
 
 from __future__ import annotations
 
@@ -161,6 +164,17 @@ def mma_fragments(nest: MmaNest, t4: E.Var, g: E.Var) -> MmaFragments:
     return MmaFragments(a, b, acc, nest.store.buffer)  # type: ignore[arg-type]
 
 
+#: The PrimFunc attribute (True) of a kernel built for ``-tf32=fast``: its tensor-core nests
+#: give the instruction float32 operands to truncate, rounding none.
+TRUNCATES_ATTR = "tf32_truncates"
+
+
+def truncates_operands(func: S.PrimFunc) -> bool:
+    """Whether ``func``'s tensor-core nests truncate their operands (``-tf32=fast``) rather
+    than round them to nearest: see :data:`TRUNCATES_ATTR`."""
+    return bool(func.attrs.get(TRUNCATES_ATTR, False))
+
+
 def tf32_exact_params(func: S.PrimFunc) -> frozenset[int]:
     """Ids of ``func``'s parameters that every call passes as constants TF32 holds exactly
     (the ``tf32`` of their facts in ``func.attrs["constant_facts"]``: a product's weights
@@ -179,7 +193,10 @@ def tf32_operand_buffers(func: S.PrimFunc) -> frozenset[int]:
     rounded once per copy rather than once per use, which is once per warp and tile that
     reads it. The numbers are the same either way. A tile filled by async copies
     (``cp.async``) holds its values as loaded, and is one only when they are loads of
-    parameters TF32 holds exactly (:func:`tf32_exact_params`)."""
+    parameters TF32 holds exactly (:func:`tf32_exact_params`). None in a function whose
+    nests truncate their operands (:func:`truncates_operands`): nothing is rounded."""
+    if truncates_operands(func):
+        return frozenset()
     exact = tf32_exact_params(func)
     loads: collections.Counter[int] = collections.Counter()
     as_operands: collections.Counter[int] = collections.Counter()
@@ -251,6 +268,22 @@ def round_tf32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
+def truncate_tf32(x: float) -> float:
+    """``x`` (a float32 value) as the tensor cores read a float32 operand: its low 13
+    mantissa bits dropped (toward zero); NaN and infinities unchanged."""
+    if not math.isfinite(x):
+        return x
+    bits = struct.unpack("<I", struct.pack("<f", x))[0] & 0xFFFFE000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def truncate_tf32_array(values: np.ndarray) -> np.ndarray:
+    """:func:`truncate_tf32` of every value of a float32 array (a new array)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    bits = values.view(np.uint32) & np.uint32(0xFFFFE000)
+    return np.where(np.isfinite(values), bits.view(np.float32), values)
+
+
 def round_tf32_array(values: np.ndarray) -> np.ndarray:
     """:func:`round_tf32` of every value of a float32 array (a new array)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
@@ -285,6 +318,7 @@ def warp_tile_sums(fragments: dict[int, tuple[list[float], list[float]]], g: int
 
 __all__ = ["INSTRUCTION", "LANE_X", "LANE_Y", "TILE_COLS", "TILE_ROWS", "TILE_STEPS", "WARP",
            "MmaFragments", "MmaNest", "holds_tf32", "match_nest", "mma_fragments",
-           "round_tf32", "round_tf32_array", "tf32_exact_array", "tf32_exact_params",
-           "tf32_operand_buffers",
+           "TRUNCATES_ATTR", "round_tf32", "round_tf32_array", "tf32_exact_array",
+           "tf32_exact_params", "tf32_operand_buffers", "truncate_tf32", "truncate_tf32_array",
+           "truncates_operands",
            "warp_tile_sums"]

@@ -70,6 +70,30 @@ def test_every_launch_argument_is_in_bounds_and_written():
     assert all(r.ok and r.reference is not None for r in results)
 
 
+def test_truncating_tensor_cores_are_checked_within_their_arithmetic():
+    """A task built for ``-tf32=fast`` (operands truncated, about 8e-4 of the largest output
+    from float32) checks its candidates within TRUNCATED_TF32_RTOL, a wrong one still
+    fails; other tasks keep the options' tolerance."""
+    from opfusion.autotune.measure import TRUNCATED_TF32_RTOL
+
+    x = Var("x", TensorType((32, 64), "float32"))
+    w = Var("w", TensorType((32, 64), "float32"))
+    func = Function([x, w], op.nn.dense(x, w))
+    (task,) = extract_tasks(func, None, "cuda -arch=sm_90 -tf32=fast")
+    assert task.rule == "gpu_mma"
+    data = task_data(task)
+    assert data.tolerance(QUICK) == TRUNCATED_TF32_RTOL > QUICK.rtol
+    (plain,) = extract_tasks(func, None, "cuda -arch=sm_90 -tf32=1")
+    assert task_data(plain).tolerance(QUICK) == QUICK.rtol
+    (result,) = GPURunner(InterpretedDevice()).run(
+        data, generate_candidates(task, [task.default]), QUICK)
+    assert result.ok
+    data.expected = [e * 1.01 for e in data.expected]
+    (result,) = GPURunner(InterpretedDevice()).run(
+        data, generate_candidates(task, [task.default]), QUICK)
+    assert result.error.startswith("wrong: output 0 differs")
+
+
 class _FaultingDevice(InterpretedDevice):
     """A device whose first launch faults, as a kernel with a bad address does."""
 

@@ -24,6 +24,8 @@ from opfusion.tir import mma
 from opfusion.tir.interp import run
 
 TF32 = Target("cuda -arch=sm_90 -tf32=1")
+#: TF32 as cuBLAS and cuDNN do it: the float32 operands truncated by the tensor cores.
+FAST = Target("cuda -arch=sm_90 -tf32=fast")
 NO_NVRTC = nvrtc_available()
 needs_nvrtc = pytest.mark.skipif(NO_NVRTC is not None, reason=f"NVRTC: {NO_NVRTC}")
 #: TF32 keeps 10 bits of mantissa: a product's relative error grows to about 1e-3.
@@ -85,10 +87,27 @@ def test_tf32_rounds_to_ten_bits_of_mantissa_ties_away_from_zero():
 def test_the_tf32_target_option():
     assert TF32.allow_tf32 and not Target("cuda -arch=sm_90").allow_tf32
     assert not Target("c").allow_tf32
-    with pytest.raises(TargetError, match="0 or 1"):
+    with pytest.raises(TargetError, match="one of 0, 1, fast"):
         _ = Target("cuda -tf32=yes").allow_tf32
     with pytest.raises(TargetError, match="sm_80 or newer"):
         _ = Target("cuda -arch=sm_75 -tf32=1").allow_tf32
+    with pytest.raises(TargetError, match="sm_80 or newer"):
+        _ = Target("cuda -arch=sm_75 -tf32=fast").allow_tf32
+    assert TF32.tf32_rounds_operands
+    assert FAST.allow_tf32 and not FAST.tf32_rounds_operands
+    assert not Target("cuda -arch=sm_90").tf32_rounds_operands
+
+
+def test_the_tensor_cores_truncate_float32_operands_toward_zero():
+    assert mma.truncate_tf32(1.0 + 2.0 ** -11) == 1.0  # rounding gives 1 + 2^-10
+    assert mma.truncate_tf32(-(1.0 + 2.0 ** -10 + 2.0 ** -11)) == -(1.0 + 2.0 ** -10)
+    assert mma.truncate_tf32(np.float32(np.pi)) == 3.140625
+    assert mma.truncate_tf32(np.inf) == np.inf and np.isnan(mma.truncate_tf32(np.nan))
+    values = np.random.default_rng(0).standard_normal(1000).astype("float32")
+    values[:3] = (np.nan, -np.inf, 1e-40)  # and a denormal: its low bits dropped too
+    want = [mma.truncate_tf32(float(v)) for v in values]
+    np.testing.assert_array_equal(mma.truncate_tf32_array(values), np.float32(want))
+    assert np.all(np.abs(mma.truncate_tf32_array(values[3:])) <= np.abs(values[3:]))
 
 
 @pytest.mark.parametrize("shape", [(32, 16, 16), (64, 48, 32), (128, 64, 256)])
@@ -233,17 +252,22 @@ NO_GPU = gpu_unavailable()
 
 
 @pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
-def test_tensor_core_products_on_the_gpu_match_the_reference():
+@pytest.mark.parametrize("mode", ["1", "fast"])
+def test_tensor_core_products_on_the_gpu_match_the_reference(mode):
+    """``-tf32=fast`` checks that the tensor cores truncate the float32 operands they are
+    given, as the interpreter does (PyTorch's notes on TF32 say they read the first 10 bits
+    of the mantissa)."""
     func = _typed(_dense_relu(256, 128, 512))
-    exe = opf.compile(opf.IRModule.from_expr(func), target="cuda -tf32=1")
+    exe = opf.compile(opf.IRModule.from_expr(func), target=f"cuda -tf32={mode}")
     assert "gpu_mma" in {str(s.group.schedule_config.get("rule"))
                          for s in exe.model.steps if s.group.schedule_config}
     rng = np.random.default_rng(5)
     inputs = [rng.standard_normal(tuple(p.type_annotation.shape)).astype("float32")
               for p in func.params]
     got = exe.run(*inputs)[0]
-    testing.assert_close(got, evaluate(func, inputs), TF32_RTOL)
-    rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
+    testing.assert_close(got, evaluate(func, inputs), 2 * TF32_RTOL)
+    reduce = _tf32 if mode == "1" else mma.truncate_tf32_array
+    rounded = [reduce(a).astype("float32") if a.ndim > 1 else a for a in inputs]
     # The tensor cores sum in float32 in their own order: within 1e-4, a third of what
     # TF32's rounding alone moves the result (3-4e-4), so the layout and the rounding are
     # both checked.
@@ -665,3 +689,29 @@ def test_the_spaces_size_shared_tiles_as_lowering_lays_them_out(func, monkeypatc
             assert actual == estimate, (dict(config), actual, estimate)
         else:
             assert actual < estimate
+
+
+@pytest.mark.parametrize("func", [
+    _dense_relu(64, 32, 64), _batch_matmul(2, 16, 24, 32),
+    _conv_relu(16, 16, 32, 4, 1, 1, 0), _conv_relu(8, 16, 32, 6, 3, 1, 1),
+], ids=["dense", "batch_matmul", "pointwise", "3x3"])
+def test_fast_tf32_gives_the_tensor_cores_float32_operands_to_truncate(func):
+    """``-tf32=fast``: no operand is rounded (no ``cvt.rna`` in the CUDA, none where a tile
+    is stored), and the interpreter truncates each as the tensor cores read it: the result
+    is the reference of truncated operands to float32's tolerance, and not that of rounded
+    ones (random operands: rounding and truncation differ in about half of them)."""
+    group, inputs, out = _run_group(func, target=FAST)
+    assert group.schedule_config["rule"] in ("gpu_mma", "gpu_conv2d_mma")
+    assert mma.truncates_operands(group.prim_func)
+    typed = _typed(func)
+    testing.assert_close(out, evaluate(typed, inputs), 2 * TF32_RTOL)
+    truncated = [mma.truncate_tf32_array(a) if a.ndim > 1 else a for a in inputs]
+    testing.assert_close(out, evaluate(typed, truncated), 1e-5)
+    rounded = [_tf32(a).astype("float32") if a.ndim > 1 else a for a in inputs]
+    with pytest.raises(AssertionError):
+        testing.assert_close(out, evaluate(typed, rounded), 1e-5)
+    code = cuda_module([group.prim_func], target=FAST).code
+    assert mma.INSTRUCTION in code and "cvt.rna" not in code and "opf_tf32" not in code
+    if NO_NVRTC is None:
+        assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_90").decode()
+

@@ -17,7 +17,9 @@ the rest):
   rounded to TF32 by each lane (:mod:`opfusion.tir.mma`), or rounded once as they are
   stored where a shared tile holds nothing but such operands
   (:func:`~opfusion.tir.mma.tf32_operand_buffers`), or not at all where they are constants
-  rounded when the model was built (:func:`~opfusion.tir.mma.tf32_exact_params`);
+  rounded when the model was built (:func:`~opfusion.tir.mma.tf32_exact_params`), or, for
+  ``-tf32=fast``, never: the tensor cores truncate float32 operands
+  (:func:`~opfusion.tir.mma.truncates_operands`);
 - helpers are ``__device__`` functions, and the file includes nothing: NVRTC has no C
   library headers, so the fixed-width integer types and ``INFINITY``/``NAN`` are defined in
   the prelude; the math functions (``expf``, ``erff``, ``tanhf``, ...) are CUDA's own, each
@@ -82,6 +84,8 @@ class CUDAEmitter(CFamilyEmitter):
         self.tf32_tiles = mma.tf32_operand_buffers(func)
         # constants every call passes rounded to TF32 already (RoundTF32Weights)
         self.tf32_params = mma.tf32_exact_params(func)
+        # -tf32=fast: the tensor cores truncate the float32 operands; nothing is rounded
+        self.tf32_truncates = mma.truncates_operands(func)
 
     def param_declaration(self, buffer: E.Buffer, name: str, is_written: bool) -> str:
         const = "" if is_written else "const "
@@ -138,16 +142,18 @@ class CUDAEmitter(CFamilyEmitter):
             fragments = mma.mma_fragments(mma.match_nest(loop, t4, g), t4, g)
         except TensorExprError as err:
             raise BuildError(f"kernel {self.func.name!r}: {err}") from None
-        helper = self.need_helper("opf_tf32", _TF32_HELPER)
         self.line(indent, "{")
         names = []
         for kind, values in (("a", fragments.a), ("b", fragments.b)):
             for number, value in enumerate(values):
                 name = self.names.fresh(f"mma_{kind}{number}")
                 names.append(name)
-                rounded = mma.holds_tf32(value, self.tf32_tiles | self.tf32_params)
-                bits = f"{'__float_as_uint' if rounded else helper}({self.expr(value)})"
-                self.line(indent + 1, f"const uint32_t {name} = {bits};")
+                # as it is: truncated by the tensor cores (-tf32=fast), or rounded already
+                as_is = (self.tf32_truncates
+                         or mma.holds_tf32(value, self.tf32_tiles | self.tf32_params))
+                convert = "__float_as_uint" if as_is else \
+                    self.need_helper("opf_tf32", _TF32_HELPER)
+                self.line(indent + 1, f"const uint32_t {name} = {convert}({self.expr(value)});")
         acc = self.buffer_name(fragments.buffer)
         outs = ", ".join(f'"+f"({acc}[{self.expr(self.offset(fragments.buffer, i))}])'
                          for i in fragments.acc)
