@@ -233,11 +233,13 @@ def _serial_loops_around(copy: S.Stmt, store: S.BufferStore) -> list[S.For] | No
 
 def _rebuild(stmt: S.Stmt, store: Callable[[S.BufferStore], S.Stmt]) -> S.Stmt:
     """``stmt`` (one path of loops and conditions to a store) with the store replaced by
-    ``store(it)`` and its serial loops unrolled (their indices then constant: registers)."""
+    ``store(it)`` and its serial loops unrolled (their indices then constant: registers);
+    a vectorized loop stays one (a 16-byte access into or out of the registers)."""
     if isinstance(stmt, S.BufferStore):
         return store(stmt)
     if isinstance(stmt, S.For):
-        kind = stmt.kind if stmt.kind.is_thread_binding else S.ForKind.UNROLLED
+        keep = stmt.kind.is_thread_binding or stmt.kind is S.ForKind.VECTORIZED
+        kind = stmt.kind if keep else S.ForKind.UNROLLED
         return S.For(stmt.loop_var, stmt.min, stmt.extent, kind, _rebuild(stmt.body, store))
     if isinstance(stmt, S.IfThenElse):
         return S.IfThenElse(stmt.condition, _rebuild(stmt.then_case, store))

@@ -483,9 +483,13 @@ def test_tiles_only_tensor_cores_read_are_rounded_once_as_they_are_stored(func):
               if isinstance(s, S.BufferStore) and s.buffer in operands]
     assert len(stores) in (2, 4)  # (double-buffered: a first step's, then the next ones')
     code = cuda_module([group.prim_func], target=TF32).code
-    # every operand taken as it is; the rounding is at the stores into the two tiles
+    # every operand taken as it is; the rounding is at the stores into the two tiles (four
+    # where a thread stores a vector it loaded whole)
+    vectors = [s for s in S.walk_stmts(group.prim_func.body)
+               if isinstance(s, S.For) and s.kind is S.ForKind.VECTORIZED
+               and isinstance(s.body, S.BufferStore) and s.body.buffer in operands]
     assert code.count("__float_as_uint(") == 6
-    assert code.count("__uint_as_float(opf_tf32(") == len(stores)
+    assert code.count("__uint_as_float(opf_tf32(") == len(stores) + 3 * len(vectors)
     if NO_NVRTC is None:
         assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_80").decode()
 
@@ -715,3 +719,48 @@ def test_fast_tf32_gives_the_tensor_cores_float32_operands_to_truncate(func):
     if NO_NVRTC is None:
         assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_90").decode()
 
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+@pytest.mark.parametrize("target", [TF32, FAST], ids=["tf32", "fast"])
+def test_operand_tiles_are_copied_in_16_byte_vectors(double_buffer, target):
+    """Each thread copies 4 consecutive steps of a row at a time (``copy_vector``): one
+    float4 load from the operand (or into the next step's registers), then the tile's
+    elements one by one (its rows padded to an odd stride off the banks), rounded there
+    with -tf32=1; the interpreter runs the same loops, so the numbers are checked."""
+    func = _dense_relu(64, 32, 64)
+    _, space, _ = schedule_space(_typed(func), get_backend(target))
+    config = space.config(warps_m=2, warps_n=2, tiles_m=1, tiles_n=2, k_step=16, shared=True,
+                          double_buffer=double_buffer, async_stages=0)
+    group, inputs, out = _run_group(func, {"rule": "gpu_mma", "knobs": dict(config)}, target)
+    testing.assert_close(out, evaluate(_typed(func), inputs), 2 * TF32_RTOL)
+    code = cuda_module([group.prim_func], target=target).code
+    # x's and w's: the first step's and the next ones' (into registers, whole), then the
+    # tile's elements one by one from a float4
+    operands = sum(code.count(f"reinterpret_cast<const float4*>({p} + ") for p in ("p0", "p1"))
+    assert operands == (4 if double_buffer else 2)
+    assert code.count("const float4 v") == (4 if double_buffer else 2)
+    assert ("opf_tf32(v" in code) == (target is TF32)
+    if NO_NVRTC is None:
+        assert "mma.sync.aligned.m16n8k8" in compile_cuda(code, "compute_90").decode()
+
+
+@pytest.mark.parametrize("case, vectors", [
+    ((16, 16, 32, 8, 1, 1, 0), 2),  # pointwise: the input's 4 pixels and the weights' steps
+    ((16, 16, 32, 8, 3, 1, 1), 0),  # 3x3, padded: windows that start off a vector
+    ((16, 16, 32, 8, 1, 2, 0), 1),  # strided 1x1: the weights; the input every other pixel
+])
+def test_convolution_tiles_are_copied_in_vectors_where_aligned(case, vectors):
+    """A 1x1 convolution's weights are copied 4 input channels at a time, and its input 4
+    pixels at a time where it is unpadded, unstrided and a block's pixels are whole vectors
+    of a row that whole vectors make; other windows are copied element by element."""
+    func = _conv_relu(*case)
+    _, space, _ = schedule_space(_typed(func), get_backend(FAST))
+    config = space.config(warps_m=1, warps_n=1, tiles_m=1, tiles_n=2, pixels=4, k_step=16,
+                          row_steps=False, shared=True, double_buffer=False,
+                          staged_store=True, async_stages=0)
+    group, inputs, out = _run_group(func, {"rule": "gpu_conv2d_mma", "knobs": dict(config)},
+                                    FAST)
+    testing.assert_close(out, evaluate(_typed(func), inputs), 2 * TF32_RTOL)
+    code = cuda_module([group.prim_func], target=FAST).code
+    assert code.count("const float4 v") == vectors

@@ -163,27 +163,45 @@ class CUDAEmitter(CFamilyEmitter):
         self.line(indent, "}")
 
     def _emit_vector_copy(self, loop: S.For, indent: int) -> bool:
-        """A vectorized loop of 4 float32 copies between two buffers at consecutive,
-        16-byte aligned elements as one ``float4`` load and store (one 16-byte access each
-        instead of four); False (emit a plain loop) for anything else. Aligned: the
-        offsets without the loop variable are multiples of 4 elements, and every buffer
-        is 16-byte aligned (device buffers at 256, local and shared arrays by
-        ``__align__(16)``)."""
+        """A vectorized loop of 4 float32 copies from consecutive, 16-byte aligned elements
+        as one ``float4`` load (one 16-byte access instead of four), stored as one
+        ``float4`` where the destination's elements are consecutive and aligned too, else
+        one by one to consecutive elements (a shared tile whose rows are padded off the
+        banks: an odd stride), each rounded to TF32 there where the tile holds rounded
+        operands (:func:`~opfusion.tir.mma.tf32_operand_buffers`); False (emit a plain loop)
+        for anything else. Aligned: the offset without the loop variable is a multiple of 4
+        elements, and every buffer is 16-byte aligned (device buffers at 256, local and
+        shared arrays by ``__align__(16)``)."""
         store = loop.body
         if not (isinstance(loop.extent, E.IntImm) and loop.extent.value == VECTOR_FLOATS
                 and isinstance(loop.min, E.IntImm) and loop.min.value == 0
                 and isinstance(store, S.BufferStore) and isinstance(store.value, E.BufferLoad)
-                and store.buffer.dtype == "float32" and store.value.buffer.dtype == "float32"
-                and id(store.buffer) not in self.tf32_tiles):
+                and store.buffer.dtype == "float32" and store.value.buffer.dtype == "float32"):
             return False
-        bases = [_aligned_base(self.offset(b.buffer, b.indices), loop.loop_var)
-                 for b in (store, store.value)]
-        if any(base is None for base in bases):
+        lane = loop.loop_var
+        source = _aligned_base(self.offset(store.value.buffer, store.value.indices), lane)
+        target = self.offset(store.buffer, store.indices)
+        if source is None or linear_form(target).coef_of(lane) != 1:
             return False
-        dst, src = (f"{self.buffer_name(b.buffer)} + {self.expr(base)}"
-                    for b, base in zip((store, store.value), bases))
-        self.line(indent, f"*reinterpret_cast<float4*>({dst}) = "
-                          f"*reinterpret_cast<const float4*>({src});")
+        src = f"{self.buffer_name(store.value.buffer)} + {self.expr(source)}"
+        rounds = (id(store.buffer) in self.tf32_tiles
+                  and not mma.holds_tf32(store.value, self.tf32_params))
+        aligned = _aligned_base(target, lane)
+        if aligned is not None and not rounds:
+            dst = f"{self.buffer_name(store.buffer)} + {self.expr(aligned)}"
+            self.line(indent, f"*reinterpret_cast<float4*>({dst}) = "
+                              f"*reinterpret_cast<const float4*>({src});")
+            return True
+        name = self.names.fresh("v")
+        self.line(indent, "{")
+        self.line(indent + 1, f"const float4 {name} = *reinterpret_cast<const float4*>({src});")
+        base = self.expr(E.substitute(target, {lane: E.IntImm(0, lane.dtype)}))
+        helper = self.need_helper("opf_tf32", _TF32_HELPER) if rounds else None
+        for number, part in enumerate("xyzw"):
+            value = f"__uint_as_float({helper}({name}.{part}))" if helper else f"{name}.{part}"
+            self.line(indent + 1, f"{self.buffer_name(store.buffer)}[{base} + {number}] = "
+                                  f"{value};")
+        self.line(indent, "}")
         return True
 
     def _emit_async_copy(self, stmt: S.AsyncCopy, indent: int) -> None:

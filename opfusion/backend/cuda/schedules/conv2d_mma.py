@@ -265,6 +265,14 @@ def _window(anchor: Any) -> tuple[int, int, int] | None:
     return steps if all(step >= 1 for step in steps) and row.coef_of(y.var) >= 1 else None
 
 
+def _unpadded(anchor: Any) -> bool:
+    """Whether a convolution reads its input without padding: its row and column indices
+    (``y * stride + ry * dilation - pad``, clamped) have no constant part."""
+    loads = te.reads_of(anchor.op, anchor.op.input_tensors[0])
+    return len(loads) == 1 and all(linear_form(_unclamped(i)).const == 0
+                                   for i in loads[0].indices[2:])
+
+
 def _unclamped(index: Any) -> Any:
     """``index`` without its clamps to the input (a max or min with a constant)."""
     while isinstance(index, (E.Min, E.Max)) and (isinstance(index.a, E.IntImm)
@@ -331,9 +339,14 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
                 return spans[dim]
             return 1 if row_steps and dim == 2 else int(weight.shape[dim])
 
+        # a 1x1 convolution's input at consecutive pixels of a row from a multiple of 4:
+        # copied in 16-byte vectors where the block's pixels are whole vectors
+        pointwise = (int(weight.shape[2]) == int(weight.shape[3]) == 1 and stride == 1
+                     and _unpadded(anchor) and int(data.shape[3]) % pixels == 0
+                     and pixels % 4 == 0)
         stage_in_shared(s, acc, [data, weight], stage, step, pixels * warps_m * warps_n,
                         (tiles_m, tiles_n), extent, axes=(1, 0), double_buffer=double_buffer,
-                        async_stages=async_stages)
+                        async_stages=async_stages, aligned=(data,) if pointwise else ())
 
 
 def _arrange_lanes(s: te.Schedule, acc: Any, owner: te.Stage, axes: list[Any], warps_m: int,

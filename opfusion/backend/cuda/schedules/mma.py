@@ -267,7 +267,7 @@ def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Sta
                     step: Any, warps: int, tiles: tuple[int, int],
                     extent: Callable[[Any, str, int], int],
                     axes: tuple[int, int] = (-2, -1), double_buffer: bool = False,
-                    async_stages: int = 0) -> None:
+                    async_stages: int = 0, aligned: tuple[Any, ...] = ()) -> None:
     """Copy each of ``operands``' tiles that ``acc`` reads in a contraction step into shared
     memory at ``step``, by the whole block together, each tile's rows spaced so that a
     warp's operand loads meet the fewest bank conflicts (:func:`bank_offset`). ``tiles``:
@@ -276,16 +276,22 @@ def stage_in_shared(s: te.Schedule, acc: Any, operands: list[Any], stage: te.Sta
     ``acc``'s axes are the tile's rows and columns; ``double_buffer``: two of each tile,
     the next step's loaded while this one's computes (:meth:`te.Stage.double_buffer`);
     ``async_stages`` (2 or more): that many of each tile, filled by async copies up to
-    ``async_stages - 1`` steps ahead (:meth:`te.Stage.async_pipeline`)."""
+    ``async_stages - 1`` steps ahead (:meth:`te.Stage.async_pipeline`); ``aligned``: the
+    operands whose tile's innermost dimension of role ``other`` starts at a multiple of 4
+    elements (a 1x1 convolution's pixels), copied in vectors where it is whole vectors
+    long (:func:`copy_vector`)."""
     for operand in operands:
         # before the copy replaces the operand in the accumulating stage
         roles = operand_roles(s[acc].op.output(0), operand, axes)
         copy = s.cache_read(operand, "shared", [acc])
         s[copy].compute_at(stage, step)
+        vector = 1
         if roles is not None:
-            align_rows(s[copy], roles, tiles,
-                       [extent(operand, r, d) for d, r in enumerate(roles)])
-        warp_copy(s[copy], warps)
+            extents = [extent(operand, r, d) for d, r in enumerate(roles)]
+            align_rows(s[copy], roles, tiles, extents)
+            vector = copy_vector(roles, extents, [int(d) for d in operand.shape],
+                                 any(operand is a for a in aligned))
+        warp_copy(s[copy], warps, vector=vector)
         if async_stages:
             s[copy].async_pipeline(async_stages)
         elif double_buffer:
@@ -400,15 +406,45 @@ def bank_offset(outer: tuple[int, ...], inner: tuple[int, ...], inner_stride: in
     return best[1]
 
 
-def warp_copy(stage: te.Stage, warps: int, axes: list[Any] | None = None) -> None:
+#: float32 elements of one 16-byte access: a copy's vector.
+VECTOR = 4
+
+
+def copy_vector(roles: list[str], extents: list[int], shape: list[int],
+                aligned_other: bool = False) -> int:
+    """How many consecutive elements a thread copies of a shared tile (``roles`` and
+    ``extents`` of its dimensions) from an operand of ``shape``: :data:`VECTOR`, one
+    16-byte load, where the tile's innermost dimension longer than one is a contraction
+    step, row or column run (starting at a multiple of 8; with ``aligned_other``, a
+    dimension of role ``other`` too, which the caller knows to start at a multiple of 4),
+    whole vectors long and contiguous in the operand, whose rows are whole vectors too;
+    else 1. The CUDA emitter checks the alignment again and loads element by element where
+    it cannot prove it."""
+    inner = max((d for d, e in enumerate(extents) if e > 1), default=None)
+    if inner is None or roles[inner] not in ("k", "rows", "cols", *(("other",) * aligned_other)):
+        return 1
+    contiguous = all(d == 1 for d in shape[inner + 1:])
+    whole = extents[inner] % VECTOR == 0 and shape[inner] % VECTOR == 0
+    return VECTOR if contiguous and whole else 1
+
+
+def warp_copy(stage: te.Stage, warps: int, axes: list[Any] | None = None,
+              vector: int = 1) -> None:
     """The block's threads copy a tile together, its elements in order, thread after thread
     (lanes in x, then y, then warps in z), as many rounds as it takes; ``axes``: the
-    stage's loops that span the tile (default: all its axes)."""
+    stage's loops that span the tile (default: all its axes); ``vector``: each thread
+    copies that many consecutive elements at a time (a vectorized loop: one 16-byte load
+    of 4, :func:`copy_vector`), the tile's size a multiple of it."""
     axes = list(stage.op.axis) if axes is None else axes
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    lanes = None
+    if vector > 1:
+        fused, lanes = stage.split(fused, factor=vector)
     _, inside = stage.split(fused, factor=warps * LANE_X * LANE_Y)  # the rounds, serial
     tz, lane = stage.split(inside, factor=LANE_X * LANE_Y)
     ty, tx = stage.split(lane, factor=LANE_X)
     stage.bind(tz, "threadIdx.z")
     stage.bind(ty, "threadIdx.y")
     stage.bind(tx, "threadIdx.x")
+    if lanes is not None:
+        stage.vectorize(lanes)
