@@ -44,12 +44,13 @@ from ....tir import expr as E
 from ....tir.mma import LANE_X, LANE_Y, TILE_COLS, TILE_ROWS, TILE_STEPS
 from ....tir.simplify import linear_form
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
-from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise
+from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise, full_inputs
 from .matmul import MAX_GRID_Z
 from .mma import (
     ASYNC_STAGES,
     BANKS,
     DOUBLE_BUFFER,
+    VECTOR,
     bank_offset,
     operand_roles,
     pipelines_once,
@@ -312,7 +313,7 @@ def arrange_conv2d_mma(s: te.Schedule, anchor: Any, output: Any, warps_m: int, w
     convolution: see the space)."""
     if staged_store:  # the lanes fill a block's shared tile; the output is computed from it
         acc, owner = _staged_tile(s, anchor, output, warps_m, warps_n, tiles_m, tiles_n,
-                                  pixels)
+                                  pixels, vector_pixels(output, pixels))
     else:  # the lanes compute the output (the epilogue) from their registers
         acc, owner = accumulator_and_owner(s, anchor, output)
     _arrange_lanes(s, acc, owner, list(owner.op.axis), warps_m, warps_n, tiles_m, tiles_n,
@@ -387,8 +388,18 @@ def _arrange_lanes(s: te.Schedule, acc: Any, owner: te.Stage, axes: list[Any], w
     s[acc].compute_at(owner, t4)
 
 
+def vector_pixels(output: Any, pixels: int) -> int:
+    """How many consecutive pixels of a row a thread takes in a staged epilogue: 4 (one
+    16-byte load of each input of the output's shape, one store) where a block's pixels
+    and the rows are whole vectors of 4, so that each vector starts at a multiple of 4;
+    else 1."""
+    width = int(output.shape[3])
+    return VECTOR if pixels % VECTOR == 0 and width % VECTOR == 0 else 1
+
+
 def _staged_tile(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n: int,
-                 tiles_m: int, tiles_n: int, pixels: int) -> tuple[Any, te.Stage]:
+                 tiles_m: int, tiles_n: int, pixels: int, vector: int = 1
+                 ) -> tuple[Any, te.Stage]:
     """The block's sums stored into a shared tile by its lanes, and the group's output (the
     epilogue: bias, activation, residual) computed from that tile by the block's threads in
     the output's own order: consecutive threads take consecutive pixels of a row, then the
@@ -398,6 +409,9 @@ def _staged_tile(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n
     tile = s.cache_write(anchor, "local") if output.op is anchor.op else anchor
     acc = s.cache_write(tile, "local")
     s[tile].set_scope("shared")
+    # with vectors, a thread computes its pixels' epilogue into registers (its inputs of
+    # the output's shape loaded whole) and stores them as one 16-byte vector
+    local = s.cache_write(output, "local") if vector > 1 else None
     owner = s[output]
     n, o, y, x = owner.op.axis
     no, ni = owner.split(n, factor=warps_n * tiles_n * TILE_COLS)
@@ -410,7 +424,14 @@ def _staged_tile(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n
     owner.bind(pixel, "blockIdx.x")
     s[tile].compute_at(owner, pixel)
     inner = [ni, oi] + ([xi] if xi is not None else [])
-    warp_copy(owner, pixels * warps_m * warps_n, inner)
+    step = warp_copy(owner, pixels * warps_m * warps_n, inner, vector=vector)
+    if local is not None:
+        s[local].compute_at(owner, step)
+        s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
+        for source, readers in full_inputs(s, local, tuple(output.shape)):
+            copy = s.cache_read(source, "local", readers)
+            s[copy].compute_at(owner, step)
+            s[copy].vectorize(s[copy].op.axis[-1])
     # a lane's first sum (images 2 tiles_n t4 apart, channels 2 tiles_m g apart) on the
     # fewest words per bank: the images' stride in the tile padded
     lanes = [divmod(lane, LANE_X) for lane in range(LANE_X * LANE_Y)]  # (g, t4)

@@ -114,13 +114,13 @@ def arrange_vectors(s: te.Schedule, tensor: Any, threads: int, elements: int,
     owner.vectorize(lane)
     s[local].compute_at(owner, step_loop)
     s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
-    for source, readers in _full_inputs(s, local, tuple(tensor.shape)):
+    for source, readers in full_inputs(s, local, tuple(tensor.shape)):
         copy = s.cache_read(source, "local", readers)
         s[copy].compute_at(owner, step_loop)
         s[copy].vectorize(s[copy].op.axis[-1])
 
 
-def _full_inputs(s: te.Schedule, local: Any, shape: tuple[Any, ...]
+def full_inputs(s: te.Schedule, local: Any, shape: tuple[Any, ...]
                  ) -> list[tuple[Any, list[Any]]]:
     """The group's inputs (placeholders) of the result's ``shape`` that ``local`` reads,
     directly or through stages inlined into it, each with those readers: the operands a

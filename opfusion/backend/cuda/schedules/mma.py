@@ -429,16 +429,22 @@ def copy_vector(roles: list[str], extents: list[int], shape: list[int],
 
 
 def warp_copy(stage: te.Stage, warps: int, axes: list[Any] | None = None,
-              vector: int = 1) -> None:
+              vector: int = 1) -> Any:
     """The block's threads copy a tile together, its elements in order, thread after thread
     (lanes in x, then y, then warps in z), as many rounds as it takes; ``axes``: the
     stage's loops that span the tile (default: all its axes); ``vector``: each thread
     copies that many consecutive elements at a time (a vectorized loop: one 16-byte load
-    of 4, :func:`copy_vector`), the tile's size a multiple of it."""
+    of 4, :func:`copy_vector`), the tile's size a multiple of it. Returns the loop bound
+    to ``threadIdx.x``, inside which a thread's step is."""
     axes = list(stage.op.axis) if axes is None else axes
-    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     lanes = None
-    if vector > 1:
+    if vector > 1 and int(axes[-1].dom.extent) % vector == 0:
+        # the vector a split of the last axis itself, so that a stage computed inside a
+        # thread's step (a staged epilogue's registers) is bounded to the vector's elements
+        outer, lanes = stage.split(axes[-1], factor=vector)
+        axes = [*axes[:-1], outer]
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    if vector > 1 and lanes is None:
         fused, lanes = stage.split(fused, factor=vector)
     _, inside = stage.split(fused, factor=warps * LANE_X * LANE_Y)  # the rounds, serial
     tz, lane = stage.split(inside, factor=LANE_X * LANE_Y)
@@ -448,3 +454,4 @@ def warp_copy(stage: te.Stage, warps: int, axes: list[Any] | None = None,
     stage.bind(tx, "threadIdx.x")
     if lanes is not None:
         stage.vectorize(lanes)
+    return tx
