@@ -86,6 +86,13 @@ CUDA_MULTIPROCESSORS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
 register_target_kind(TargetKind("cuda", "cuda", ("arch", "num-cores", "sms", "tf32"),
                                 "CUDA C for an NVIDIA GPU (-arch=sm_90 -sms=132 -tf32=1|fast)"))
 
+#: Shared memory one block may opt in to, per architecture (CUDA C++ Programming Guide,
+#: "Technical Specifications per Compute Capability": 96 KB on 7.0, 64 KB on 7.5, 163 KB on
+#: 8.0 and 8.7, 99 KB on 8.6 and 8.9, 227 KB on 9.0).
+CUDA_SHARED_MEMORY_PER_BLOCK = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
+                                "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+                                "sm_90": 227 * 1024}
+
 #: The first architecture with TF32 tensor cores (Ampere).
 TF32_ARCH = 80
 
@@ -253,6 +260,14 @@ class Target:
     def max_shared_memory_per_block(self) -> int:
         """Bytes of statically allocated shared memory one block may use (48 KiB)."""
         return 48 * 1024
+
+    @property
+    def max_dynamic_shared_memory_per_block(self) -> int:
+        """Bytes of shared memory one block may use when its kernel opts in to more than
+        the static 48 KiB (dynamic shared memory): the architecture's, or 48 KiB for one
+        not listed (:data:`CUDA_SHARED_MEMORY_PER_BLOCK`)."""
+        family = self.cuda_arch.rstrip(string.ascii_lowercase)  # sm_90a: an sm_90
+        return CUDA_SHARED_MEMORY_PER_BLOCK.get(family, self.max_shared_memory_per_block)
 
     @property
     def warp_size(self) -> int:

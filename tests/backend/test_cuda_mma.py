@@ -769,3 +769,75 @@ def test_convolution_tiles_are_copied_in_vectors_where_aligned(case, vectors):
     testing.assert_close(out, evaluate(_typed(func), inputs), 2 * TF32_RTOL)
     code = cuda_module([group.prim_func], target=FAST).code
     assert code.count("const float4 v") == vectors
+
+
+def test_the_shared_memory_a_block_may_opt_in_to():
+    assert Target("cuda -arch=sm_90").max_dynamic_shared_memory_per_block == 227 * 1024
+    assert Target("cuda -arch=sm_90a").max_dynamic_shared_memory_per_block == 227 * 1024
+    assert Target("cuda -arch=sm_80").max_dynamic_shared_memory_per_block == 163 * 1024
+    assert Target("cuda -arch=sm_86").max_dynamic_shared_memory_per_block == 99 * 1024
+    assert Target("cuda -arch=sm_60").max_dynamic_shared_memory_per_block == 48 * 1024
+
+
+class _Driver:
+    """The driver calls a CUDADevice makes to load a module and launch, recorded."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self):
+        self.calls = []
+
+    def cuModuleLoadData(self, image):
+        return 0, "module"
+
+    def cuModuleGetFunction(self, module, symbol):
+        return 0, symbol.decode()
+
+    def cuFuncSetAttribute(self, fn, attribute, value):
+        self.calls.append(("attribute", fn, attribute, value))
+        return (0,)
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.calls.append(("launch", fn, shared))
+        return (0,)
+
+
+@needs_nvrtc
+def test_tiles_past_48_kib_take_dynamic_shared_memory(monkeypatch):
+    """A 128 x 128 block with 32 steps double-buffered (66 KiB of tiles): the space admits
+    it on sm_90 (not the heuristic); its CUDA takes the tiles at offsets into dynamic
+    shared memory, ptxas accepts it, the interpreter computes the reference with it, and
+    the device opts the function in to those bytes when it loads the module and launches
+    it with them."""
+    from opfusion.backend.cuda import runtime
+    from opfusion.backend.cuda.emitter import STATIC_SHARED_BYTES
+
+    func = _dense_relu(128, 64, 128)
+    _, space, default = schedule_space(_typed(func), get_backend(FAST))
+    config = space.config(warps_m=2, warps_n=2, tiles_m=4, tiles_n=8, k_step=32, shared=True,
+                          double_buffer=True, async_stages=0)
+    assert dict(config) != dict(default)
+    group, inputs, out = _run_group(func, {"rule": "gpu_mma", "knobs": dict(config)}, FAST)
+    truncated = [mma.truncate_tf32_array(a) if a.ndim > 1 else a for a in inputs]
+    testing.assert_close(out, evaluate(_typed(func), truncated), 1e-5)
+    source = cuda_module([group.prim_func], target=FAST)
+    (launch,) = source.groups[0].launches
+    assert STATIC_SHARED_BYTES < launch.shared_bytes <= FAST.max_dynamic_shared_memory_per_block
+    assert "extern __shared__ __align__(16) unsigned char opf_dynamic_shared[];" in source.code
+    assert "__shared__ float" not in source.code
+    assert compile_cuda(source.code, "sm_90").startswith(b"\x7fELF")  # ptxas took it
+    device = runtime.CUDADevice.__new__(runtime.CUDADevice)
+    device.cu, device.arch, device.module, device._stream = _Driver(), "sm_90", None, 0
+    device.functions, device.shared_bytes, device._params = {}, {}, {}
+    device.pointer, device._generation = 0, 0
+    monkeypatch.setattr("opfusion.backend.cuda.nvrtc.compile_cuda_cached",
+                        lambda code, arch: b"cubin")
+    device.load(source, {})
+    device.prepare(group.name, 0, launch.symbol, launch.grid, launch.block, [])()
+    assert device.cu.calls == [
+        ("attribute", launch.symbol, 8, launch.shared_bytes),
+        ("launch", launch.symbol, launch.shared_bytes)]

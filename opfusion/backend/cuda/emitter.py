@@ -8,7 +8,9 @@ the rest):
 
 - a loop bound to ``blockIdx.x`` or ``threadIdx.x`` is the index itself, with an ``if`` when
   its extent is smaller than the launch's size along that index;
-- a "shared" temporary is a ``__shared__`` array, a "local" one a per-thread array;
+- a "shared" temporary is a ``__shared__`` array (or, when a launch's shared buffers pass
+  48 KiB, a pointer at its offset into the dynamic shared memory the launch is given:
+  :func:`shared_layout`, ``KernelLaunch.shared_bytes``), a "local" one a per-thread array;
 - a barrier is ``__syncthreads()``; an async copy into a shared tile is ``cp.async`` of one
   element (its shared address in 32 bits, a predicate as its source size), and its group's
   commit and wait are ``cp.async.commit_group`` and ``cp.async.wait_group``;
@@ -86,6 +88,9 @@ class CUDAEmitter(CFamilyEmitter):
         self.tf32_params = mma.tf32_exact_params(func)
         # -tf32=fast: the tensor cores truncate the float32 operands; nothing is rounded
         self.tf32_truncates = mma.truncates_operands(func)
+        # past the static limit, the shared buffers at offsets into dynamic shared memory
+        self.shared_offsets, total = shared_layout(launch.body)
+        self.dynamic_shared_bytes = total if total > STATIC_SHARED_BYTES else 0
 
     def param_declaration(self, buffer: E.Buffer, name: str, is_written: bool) -> str:
         const = "" if is_written else "const "
@@ -94,8 +99,10 @@ class CUDAEmitter(CFamilyEmitter):
     def function_text(self, declarations: list[str], body: list[str]) -> list[str]:
         signature = ", ".join(declarations) if declarations else "void"
         bounds = self.launch.threads_per_block
+        dynamic = ["  extern __shared__ __align__(16) unsigned char opf_dynamic_shared[];"] \
+            if self.dynamic_shared_bytes else []
         return [f'extern "C" __global__ void __launch_bounds__({bounds}) '
-                f"{self.entry_name}({signature}) {{", *body, "}"]
+                f"{self.entry_name}({signature}) {{", *dynamic, *body, "}"]
 
     def loop_pragma(self, loop: S.For) -> str | None:
         return "#pragma unroll" if loop.kind is S.ForKind.UNROLLED else None
@@ -233,8 +240,14 @@ class CUDAEmitter(CFamilyEmitter):
         name = self.bind_buffer(buffer)
         size = max(buffer.size, 1)
         shared = "__shared__ " if buffer.scope == "shared" else ""
-        # 16-byte aligned, so that float4 accesses (_emit_vector_copy) may use any of them.
-        self.line(indent, f"{shared}{c_type(buffer.dtype)} __align__(16) {name}[{size}];")
+        ctype = c_type(buffer.dtype)
+        if shared and self.dynamic_shared_bytes:  # at its 16-byte aligned offset
+            offset = self.shared_offsets[id(buffer)]
+            self.line(indent, f"{ctype}* const {name} = reinterpret_cast<{ctype}*>("
+                              f"opf_dynamic_shared + {offset});")
+        else:
+            # 16-byte aligned, so that float4 accesses (_emit_vector_copy) may use any of them.
+            self.line(indent, f"{shared}{ctype} __align__(16) {name}[{size}];")
         stack.append((alloc.body, indent))
 
     def emit_prefetch(self, stmt: S.Prefetch, indent: int) -> None:
@@ -307,11 +320,13 @@ def _aligned_base(offset: E.PrimExpr, lane: E.Var) -> E.PrimExpr | None:
 @dataclass(frozen=True)
 class KernelLaunch:
     """One ``__global__`` function of a group: its symbol and launch sizes. It takes the
-    group's buffers, then its temporaries, in order."""
+    group's buffers, then its temporaries, in order. ``shared_bytes``: the dynamic shared
+    memory it is launched with (0: its shared buffers are static, 48 KiB at most)."""
 
     symbol: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    shared_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -352,12 +367,30 @@ def check_launch(name: str, launch: Launch, target: Any) -> None:
     if launch.threads_per_block > target.max_threads_per_block:
         raise BuildError(f"kernel {name!r}: {launch.threads_per_block} threads per block; "
                          f"{target} allows {target.max_threads_per_block}")
-    shared = sum(stmt.buffer.size * np.dtype(stmt.buffer.dtype).itemsize
-                 for stmt in S.walk_stmts(launch.body)
-                 if isinstance(stmt, S.Allocate) and stmt.buffer.scope == "shared")
-    if shared > target.max_shared_memory_per_block:
+    _, shared = shared_layout(launch.body)
+    if shared > target.max_dynamic_shared_memory_per_block:
         raise BuildError(f"kernel {name!r}: {shared} bytes of shared memory; {target} allows "
-                         f"{target.max_shared_memory_per_block} per block")
+                         f"{target.max_dynamic_shared_memory_per_block} per block")
+
+
+#: Bytes of shared memory a kernel may declare statically; past them it takes its shared
+#: buffers from dynamic shared memory, which it is launched with (up to the target's
+#: ``max_dynamic_shared_memory_per_block``, opted in when the module is loaded).
+STATIC_SHARED_BYTES = 48 * 1024
+
+
+def shared_layout(body: S.Stmt) -> tuple[dict[int, int], int]:
+    """Each shared buffer ``body`` allocates at its byte offset in one block of shared
+    memory (by buffer id, in order, each 16-byte aligned, none reused), and the block's
+    bytes."""
+    offsets: dict[int, int] = {}
+    total = 0
+    for stmt in S.walk_stmts(body):
+        if isinstance(stmt, S.Allocate) and stmt.buffer.scope == "shared":
+            offsets[id(stmt.buffer)] = total
+            size = max(stmt.buffer.size, 1) * np.dtype(stmt.buffer.dtype).itemsize
+            total += -(-size // 16) * 16
+    return offsets, total
 
 
 def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None,
@@ -386,7 +419,8 @@ def cuda_module(funcs: Sequence[S.PrimFunc], header: str | None = None,
             bodies.append(emitter.emit_function())
             for key, text in emitter.helpers.items():
                 helpers.setdefault(key, _device_helper(text))
-            made.append(KernelLaunch(emitter.entry_name, launch.grid, launch.block))
+            made.append(KernelLaunch(emitter.entry_name, launch.grid, launch.block,
+                                     emitter.dynamic_shared_bytes))
         groups.append(GroupCode(func.name, tuple(made),
                                 tuple((t.shape, t.dtype) for t in temps)))
     parts = [PRELUDE]
@@ -411,5 +445,6 @@ def _check_dtypes(func: S.PrimFunc) -> None:
                 "done yet): compile the model in float32")
 
 
-__all__ = ["MAX_BLOCK", "MAX_GRID", "PRELUDE", "CUDAEmitter", "CUDASource", "GroupCode",
-           "KernelLaunch", "check_launch", "cuda_module"]
+__all__ = ["MAX_BLOCK", "MAX_GRID", "PRELUDE", "STATIC_SHARED_BYTES", "CUDAEmitter",
+           "CUDASource", "GroupCode", "KernelLaunch", "check_launch", "cuda_module",
+           "shared_layout"]

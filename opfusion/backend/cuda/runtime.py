@@ -176,6 +176,7 @@ class CUDADevice(Device):
         self.pointer = None
         self.module = None
         self.functions: dict[str, Any] = {}
+        self.shared_bytes: dict[str, int] = {}  # a launch's dynamic shared memory, by symbol
         # Each launch's kernelParams (an array of pointers, each to one argument's value),
         # built once per distinct argument list: a model launches the same lists every run.
         self._params: dict[tuple[Arg, ...], tuple[np.ndarray, np.ndarray]] = {}
@@ -228,6 +229,14 @@ class CUDADevice(Device):
                 err, fn = self.cu.cuModuleGetFunction(self.module, launch.symbol.encode())
                 _check(self.cu, err, f"cuModuleGetFunction({launch.symbol})")
                 self.functions[launch.symbol] = fn
+                self.shared_bytes[launch.symbol] = launch.shared_bytes
+                if launch.shared_bytes:  # more than 48 KiB: the function opts in
+                    attribute = self.cu.CUfunction_attribute
+                    (err,) = self.cu.cuFuncSetAttribute(
+                        fn, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        launch.shared_bytes)
+                    _check(self.cu, err, f"cuFuncSetAttribute({launch.symbol}, "
+                                         f"{launch.shared_bytes} bytes of shared memory)")
 
     def launch(self, group: str, number: int, symbol: str, grid: tuple[int, int, int],
                block: tuple[int, int, int], args: Sequence[Arg]) -> None:
@@ -243,6 +252,7 @@ class CUDADevice(Device):
         arrays = self._params[key]
         params = int(arrays[1].ctypes.data)
         function, launch_kernel, cu = self.functions[symbol], self.cu.cuLaunchKernel, self.cu
+        shared = self.shared_bytes.get(symbol, 0)  # dynamic shared memory, bytes
         generation = self._generation
 
         # kernelParams: pointers, each to one argument's value; the call holds both arrays.
@@ -250,7 +260,7 @@ class CUDADevice(Device):
             if self._generation != generation:
                 raise DeviceError(f"kernel {symbol}: the device memory it was prepared for "
                                   "was released or given to another model")
-            (err,) = launch_kernel(function, *grid, *block, 0, self._stream, params, 0)
+            (err,) = launch_kernel(function, *grid, *block, shared, self._stream, params, 0)
             if err != cu.CUresult.CUDA_SUCCESS:
                 _check(cu, err, f"cuLaunchKernel({symbol})")
 
@@ -337,6 +347,7 @@ class CUDADevice(Device):
             self.cu.cuModuleUnload(self.module)
             self.module = None
             self.functions.clear()
+            self.shared_bytes.clear()
 
 
 def cuda_device(ordinal: int = 0) -> CUDADevice:

@@ -75,7 +75,7 @@ class GPUConv2dMmaRule(ScheduleRule):
         batch, channels, width = (int(anchor.shape[i]) for i in (0, 1, 3))
         in_channels = int(anchor.op.input_tensors[1].shape[1])
         limit = target.max_threads_per_block
-        shared_bytes = target.max_shared_memory_per_block
+        shared_bytes = target.max_dynamic_shared_memory_per_block
         copy_floats = shared_copies(anchor)
 
         def fits(c: dict[str, KnobValue]) -> bool:

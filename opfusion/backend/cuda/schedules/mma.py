@@ -34,8 +34,10 @@ when the model was built (``RoundTF32Weights``).
 
 Knobs: ``warps_m``, ``warps_n`` (1, 2, 4), ``tiles_m`` (1, 2, 4), ``tiles_n`` (1, 2, 4, 8),
 ``k_step`` (8, 16, 32), ``shared``, ``double_buffer``, ``async_stages`` (0, 2, 3); a point must
-tile the product exactly, with blocks of at most the target's threads and tiles that fit its
-shared memory as lowering lays them out (:func:`shared_tile_floats`)."""
+tile the product exactly, with blocks of at most the target's threads and tiles that fit the
+shared memory a block may opt in to (``Target.max_dynamic_shared_memory_per_block``: past 48
+KiB a kernel takes dynamic shared memory) as lowering lays them out
+(:func:`shared_tile_floats`). The heuristic keeps to 48 KiB (:func:`_measured_budget`)."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ class GPUMmaRule(ScheduleRule):
         rows, cols = (int(d) for d in anchor.shape[-2:])
         depth = int(anchor.op.reduce_axis[0].dom.extent)
         limit = target.max_threads_per_block
-        shared_bytes = target.max_shared_memory_per_block
+        shared_bytes = target.max_dynamic_shared_memory_per_block
         copy_floats = shared_copies(anchor)
 
         def fits(c: dict[str, KnobValue]) -> bool:
