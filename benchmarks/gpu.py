@@ -352,6 +352,15 @@ STAGING_VARIANTS = tuple(
                                    (2, 1, 2, 2, 7), (4, 1, 2, 2, 2)))
 
 
+#: The sweep's larger warp tiles (64 channels or 32 images a warp: fewer operand loads per
+#: instruction; past 48 KiB of tiles they take dynamic shared memory), each with the
+#: default's staging and pipeline.
+WIDE_VARIANTS = tuple(
+    {"warps_m": wm, "warps_n": wn, "tiles_m": tm, "tiles_n": tn, "pixels": pixels}
+    for wm, wn, tm, tn, pixels in ((2, 1, 4, 2, 4), (1, 2, 4, 2, 4), (2, 2, 4, 2, 2),
+                                   (2, 1, 4, 4, 2), (1, 1, 4, 4, 4)))
+
+
 def async_variant(task, stages: int):
     """The default config with its copies async (``async_stages``), its contraction in
     8-channel steps where the default's steps would leave one; None where it does not fit."""
@@ -367,8 +376,9 @@ def async_variant(task, stages: int):
 def staging_rows(device, batch: int, seconds_cap: float, mode: str = "1") -> None:
     """Each tensor-core convolution of resnet50 (TF32) through the GPU runner: the default,
     the default with ``staged_store`` flipped, the default with async copies two and three
-    steps deep (:func:`async_variant`), and :data:`STAGING_VARIANTS` staged; ms per config
-    and the sums weighted by the layers' counts."""
+    steps deep (:func:`async_variant`), :data:`STAGING_VARIANTS` staged and
+    :data:`WIDE_VARIANTS` as the default stages; ms per config and the sums weighted by the
+    layers' counts."""
     from opfusion.autotune.gpu_runner import GPURunner
     from opfusion.autotune.measure import generate_candidates, task_data
     from opfusion.autotune.task import extract_tasks
@@ -389,7 +399,8 @@ def staging_rows(device, batch: int, seconds_cap: float, mode: str = "1") -> Non
         flip = {**task.default, "staged_store": not task.default["staged_store"]}
         variants = [("flipped", flip)] + [
             (f"v{i}", {**task.default, **v, "staged_store": True, "double_buffer": False})
-            for i, v in enumerate(STAGING_VARIANTS)]
+            for i, v in enumerate(STAGING_VARIANTS)] + [
+            (f"w{i}", {**task.default, **v}) for i, v in enumerate(WIDE_VARIANTS)]
         for label, values in variants:
             try:
                 named[label] = task.space.config(**values)
