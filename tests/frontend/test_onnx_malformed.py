@@ -304,3 +304,29 @@ def test_names_that_are_not_utf8_are_refused():
     damaged = data.SerializeToString().replace(b"QQ", b"\xf6\xf7")
     with pytest.raises(OnnxImportError, match="graph input 0 is named b'x.*not UTF-8 text"):
         from_onnx(damaged)
+
+
+@pytest.mark.parametrize("op_type, dtype, refused", [
+    ("HardSwish", TensorProto.INT16, True),  # float16, float, double only
+    ("Sqrt", TensorProto.INT32, True),
+    ("Relu", TensorProto.INT32, False),  # ints since opset 14
+    ("Concat", TensorProto.INT64, False),  # a variadic input: every part checked
+])
+def test_an_input_of_a_type_the_schema_refuses_names_the_node(op_type, dtype, refused):
+    """A tensor input of an element type the op's schema does not take (a damaged model's
+    Cast before a HardSwish: fuzzing found its kernel failing to lower) is refused at import
+    with the node's name and the types it takes, as ONNX Runtime refuses it."""
+    attrs = {"axis": 0} if op_type == "Concat" else {}
+    inputs = ["xi", "xi"] if op_type == "Concat" else ["xi"]
+    nodes = [helper.make_node("Cast", ["x"], ["xi"], name="cast", to=dtype),
+             helper.make_node(op_type, inputs, ["y"], name="op", **attrs)]
+    model = make_model(nodes, outputs=(helper.make_tensor_value_info("y", dtype, None),))
+    if refused:
+        with pytest.raises(OnnxImportError, match=rf"{op_type} \(node 'op', opset 17\): input "
+                                                  r"0 \(\w+\) is int\d+, but the operator "
+                                                  r"takes .*float.*; the model is malformed"):
+            from_onnx(model)
+    else:
+        mod, params = from_onnx(model)
+        assert mod["main"].checked_type.ret_type.dtype == helper.tensor_dtype_to_np_dtype(
+            dtype).name

@@ -155,6 +155,35 @@ def test_a_loop_that_never_ends_is_an_error_not_a_hang(monkeypatch):
         exe.run({"h0": np.zeros((1, 16), np.float32)})
 
 
+def test_a_loop_trip_count_of_many_values_is_an_error_naming_the_loop():
+    """A trip count computed at run time (here an input) that holds more than one value:
+    an OpfusionError naming the Loop node, not numbers from its first element."""
+    proto = recurrence(trip=3)
+    graph = proto.graph
+    kept = [n for n in graph.node if n.output[0] != "M"]
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.input.append(value("M", INT64, [2, 3]))
+    mod, params = from_onnx(proto)
+    exe = opf.compile(mod, params=params)
+    with pytest.raises(OpfusionError, match=r"Loop \(node 'recur'.*must hold one value, got "
+                                            r"shape \(2, 3\)"):
+        exe.run({"h0": np.zeros((1, 16), np.float32), "M": np.full((2, 3), 3000, np.int64)})
+
+
+def test_a_loop_run_as_a_loop_names_itself_for_a_trip_count_of_many_values():
+    """The staged runner's own check (a Loop it runs as a loop, its trip count computed by
+    earlier stages: fuzzing found a ReduceMean turned Loop reading a data tensor)."""
+    from opfusion.frontend.onnx.staged import _loop_scalar
+
+    node = helper.make_node("Loop", ["M", "", "h0"], ["h"], name="recur")
+    assert _loop_scalar(np.array([7]), "trip count M", node) == 7
+    assert _loop_scalar(None, "condition", node) is None
+    with pytest.raises(OpfusionError, match=r"Loop \(node 'recur'\): its trip count M must "
+                                            r"hold one value, got shape \(1, 8, 3, 2\)"):
+        _loop_scalar(np.zeros((1, 8, 3, 2)), "trip count M", node)
+
+
 def test_staged_runs_from_many_threads_at_once_agree_with_single_runs():
     mod, params = from_onnx(nms_model(boxes=24, features=8, classes=2))
     exe = opf.compile(mod, params=params)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -429,6 +430,7 @@ class _Importer:
         inputs = [self.lookup(name, f"input of node {node.name!r} ({node.op_type}):")
                   if name else None for name in node.input]
         _check_attribute_kinds(node, opset)
+        _check_input_types(node, opset, inputs)
         attrs = {attr.name: _attribute_value(attr, node) for attr in node.attribute}
         # Trailing outputs with an empty name are not requested: a converter sees how many
         # outputs the model actually uses (BatchNormalization ["y", "", ""] asks for one).
@@ -659,6 +661,59 @@ def _check_attribute_kinds(node: Any, opset: int) -> None:
                                   f"attribute {attr.name!r} must be "
                                   f"{_kind_name(int(declared.type))} but the model gives "
                                   f"{_kind_name(attr.type)}; the model is malformed")
+
+
+#: opfusion's tensor dtypes as ONNX's schemas name them.
+_ONNX_TYPE_NAMES = {"float32": "float", "float64": "double", "bool": "bool",
+                    **{name: name for name in ("float16", "bfloat16", "int8", "int16", "int32",
+                                               "int64", "uint8", "uint16", "uint32",
+                                               "uint64")}}
+
+
+def _check_input_types(node: Any, opset: int, inputs: Sequence[Expr | None]) -> None:
+    """A tensor input of a type the op's schema does not allow (HardSwish of int16 values,
+    which a damaged model may hold) is refused naming the node and the types it takes, as
+    ONNX Runtime refuses the model: the converters may rely on the schema's types."""
+    rules = _input_type_rules(node.op_type, opset, node.domain or "")
+    if rules is None:
+        return
+    formals, variadic = rules
+    for index, value in enumerate(inputs):
+        if value is None or (index >= len(formals) and not variadic):
+            continue
+        formal, types = formals[min(index, len(formals) - 1)]
+        ty = value.checked_type
+        name = _ONNX_TYPE_NAMES.get(getattr(ty, "dtype", ""))
+        if types is None or not isinstance(ty, TensorType) or name is None:
+            continue
+        if name not in types:
+            raise OnnxImportError(
+                f"{node.op_type} (node {node.name!r}, opset {opset}): input {index} "
+                f"({formal}) is {ty.dtype}, but the operator takes {', '.join(types)}; the "
+                "model is malformed")
+
+
+@functools.lru_cache(maxsize=1024)
+def _input_type_rules(op_type: str, opset: int, domain: str
+                      ) -> tuple[tuple[tuple[str, tuple[str, ...] | None], ...], bool] | None:
+    """Per formal input of an op's schema, its name and the tensor element types it takes
+    (None: also other kinds, sequences or optionals, left to the converter), and whether the
+    last one is variadic; None for an op with no schema at this opset."""
+    onnx = _onnx()
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None  # not an op of this opset's standard; its converter checks what it reads
+    if not schema.inputs:
+        return None
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = []
+    for formal in schema.inputs:
+        types = allowed.get(formal.type_str, [formal.type_str])
+        tensors = all(t.startswith("tensor(") for t in types)
+        formals.append((formal.name, tuple(t[7:-1] for t in types) if tensors else None))
+    variadic = schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    return tuple(formals), variadic
 
 
 def _attribute_value(attr: Any, node: Any) -> Any:

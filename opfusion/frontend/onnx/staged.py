@@ -270,8 +270,8 @@ class StagedExecutor:
         scan outputs stacked. At most ``MAX_LOOP_ITERATIONS`` iterations, never a hang."""
         node = self._nodes[index]
         inputs = list(node.input) + [""] * max(0, 2 - len(node.input))
-        trip = _loop_scalar(self._value(inputs[0], known), "M")
-        first = _loop_scalar(self._value(inputs[1], known), "cond")
+        trip = _loop_scalar(self._value(inputs[0], known), "trip count M", node)
+        first = _loop_scalar(self._value(inputs[1], known), "condition", node)
         running = True if first is None else bool(first)
         limit = None if trip is None else max(int(trip), 0)
         states = [np.asarray(self._value(name, known)) for name in inputs[2:]]
@@ -428,12 +428,17 @@ class _Runner:
         return list(self.executor.run(inputs))
 
 
-def _loop_scalar(value: np.ndarray | None, what: str) -> Any:
+def _loop_scalar(value: np.ndarray | None, what: str, node: Any) -> Any:
+    """A Loop node's trip count or condition as one value (None when not given); an
+    OpfusionError naming the node when it holds more or fewer (ONNX's Loop takes a scalar
+    or a one-element tensor)."""
     if value is None:
         return None
     value = np.asarray(value)
     if value.size != 1:
-        raise OpfusionError(f"Loop's {what} must hold one value, got shape {value.shape}")
+        raise OpfusionError(f"Loop (node {node.name or node.output[0]!r}): its {what} must "
+                            f"hold one value, got shape {value.shape}; ONNX's Loop takes a "
+                            "scalar or a one-element tensor")
     return value.reshape(-1)[0]
 
 
