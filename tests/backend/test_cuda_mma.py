@@ -752,7 +752,7 @@ def test_operand_tiles_are_copied_in_16_byte_vectors(double_buffer, target):
 
 @pytest.mark.parametrize("case, vectors", [
     ((16, 16, 32, 8, 1, 1, 0), 2),  # pointwise: the input's 4 pixels and the weights' steps
-    ((16, 16, 32, 8, 3, 1, 1), 0),  # 3x3, padded: windows that start off a vector
+    ((16, 16, 32, 4, 3, 1, 1), 0),  # 3x3, padded: windows that start off a vector
     ((16, 16, 32, 8, 1, 2, 0), 1),  # strided 1x1: the weights; the input every other pixel
 ])
 def test_convolution_tiles_are_copied_in_vectors_where_aligned(case, vectors):
