@@ -155,8 +155,10 @@ def linear_to_expr(lin: Linear) -> E.PrimExpr:
     the constant last (``xo*64 + xi - 3``)."""
     dtype = lin.dtype
     items = sorted(lin.terms.items(), key=_term_order)
-    pos = [(c, a) for _, (c, a) in items if c > 0]
-    neg = [(-c, a) for _, (c, a) in items if c < 0]
+    # (a coefficient whose negation the dtype cannot hold, int32's -2^31, stays added)
+    top = E.integer_range(dtype)[1] if dtype != "bool" else 1
+    pos = [(c, a) for _, (c, a) in items if c > 0 or -c > top]
+    neg = [(-c, a) for _, (c, a) in items if c < 0 and -c <= top]
 
     def term(c: int, a: E.PrimExpr) -> E.PrimExpr:
         return a if c == 1 else E.Mul(a, E.IntImm(c, dtype))
@@ -176,7 +178,7 @@ def linear_to_expr(lin: Linear) -> E.PrimExpr:
         const_left = lin.const
     for c, a in neg:
         out = E.Sub(out, term(c, a))
-    if const_left > 0:
+    if const_left > 0 or -const_left > top:
         out = E.Add(out, E.IntImm(const_left, dtype))
     elif const_left < 0:
         out = E.Sub(out, E.IntImm(-const_left, dtype))
@@ -277,8 +279,18 @@ def _is_index(e: E.PrimExpr) -> bool:
     return E.is_int(e.dtype)
 
 
-def _canonical(e: E.PrimExpr) -> E.PrimExpr:
-    return linear_to_expr(_merge_div_mod(linear_form(e)))
+def _canonical(e: E.PrimExpr, wrap: bool = False) -> E.PrimExpr:
+    """``e`` as its linear form; with ``wrap`` (a value computed modulo 2^n), the merged
+    constants and coefficients reduced into the dtype's range as the arithmetic would
+    (``a * 2147483647 + a`` is ``a * -2147483648`` in int32)."""
+    lin = _merge_div_mod(linear_form(e))
+    if wrap and lin.dtype != "bool":
+        low, high = E.integer_range(lin.dtype)
+        span = high - low + 1
+        lin.const = (lin.const - low) % span + low
+        for slot in lin.terms.values():
+            slot[0] = (slot[0] - low) % span + low
+    return linear_to_expr(lin)
 
 
 def _merge_div_mod(lin: Linear) -> Linear:
@@ -450,10 +462,16 @@ def _simplify_minmax(e: E.BinaryOp, ranges: Ranges) -> E.PrimExpr:
     return e
 
 
-def _simplify_node(e: E.PrimExpr, ranges: Ranges) -> E.PrimExpr | None:
-    """One rewrite step on a node whose children are already simplified."""
+def _simplify_node(e: E.PrimExpr, ranges: Ranges, data: bool = False) -> E.PrimExpr | None:
+    """One rewrite step on a node whose children are already simplified. ``data``: the node
+    computes on values read from memory, whose integer arithmetic may have wrapped (as
+    NumPy's does, and the C that ``-fwrapv`` compiles): its sums and products are still
+    canonicalised (a ring's laws hold modulo 2^n), but nothing that assumes exact integers
+    is decided (``a * 2147483647 < 0`` is not ``a < 0`` once the product wraps)."""
     if isinstance(e, (E.Add, E.Sub, E.Mul)) and _is_index(e):
-        return _canonical(e)
+        return _canonical(e, wrap=data)
+    if data and isinstance(e, (E.FloorDiv, E.FloorMod, E.Min, E.Max, E.CmpOp)):
+        return None
     if isinstance(e, E.FloorDiv):
         return _simplify_floordiv(e, ranges)
     if isinstance(e, E.FloorMod):
@@ -468,9 +486,22 @@ def _simplify_node(e: E.PrimExpr, ranges: Ranges) -> E.PrimExpr | None:
 
 
 def simplify(e: E.PrimExpr, ranges: Ranges | None = None) -> E.PrimExpr:
-    """Fold constants, canonicalise integer arithmetic and decide what the ranges decide."""
+    """Fold constants, canonicalise integer arithmetic and decide what the ranges decide
+    (on indices: values read from memory may have wrapped, see :func:`_simplify_node`)."""
     ranges = ranges or {}
-    return E.rewrite(e, lambda node: _simplify_node(node, ranges))
+    data: set[int] = set()  # ids of rewritten nodes whose value depends on a load
+    keep: list[E.PrimExpr] = []  # (so that those ids stay theirs)
+
+    def step(node: E.PrimExpr) -> E.PrimExpr | None:
+        reads = isinstance(node, E.BufferLoad) or any(id(c) in data for c in node.children())
+        out = _simplify_node(node, ranges, reads)
+        if reads:
+            result = node if out is None else out
+            data.add(id(result))
+            keep.append(result)
+        return out
+
+    return E.rewrite(e, step)
 
 
 # ---------------------------------------------------------------------------------------------

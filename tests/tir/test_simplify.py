@@ -203,3 +203,21 @@ def test_const_bound_contains_every_value(e):
     lo, hi = const_bound(e, ranges)
     for p in itertools.product(*(range(n) for n in EXTENTS)):
         assert lo <= _evaluate(e, dict(zip(VARS, p))) <= hi
+
+
+def test_values_read_from_memory_are_not_assumed_exact_integers():
+    """A product of a loaded int32 value may wrap (NumPy's and the -fwrapv C's arithmetic),
+    so ``a * 2147483647 < 0`` is not rewritten to ``a < 0``, nor its division or minimum
+    decided, while sums and products still canonicalise (a ring's laws hold modulo 2^32)
+    and an index of loop variables is still decided by its ranges (fuzzing, seed 63008:
+    a fused ``Mul -> Div`` chain computed a truncated quotient's sign from ``a``)."""
+    buf = E.Buffer("a", (8,), "int32")
+    a = E.BufferLoad(buf, [xi])
+    product = a * 2147483647
+    assert str(simplify(product < 0, RANGES)) == str(product < 0)
+    # a * 2^31 is a * -2^31 modulo 2^32; the division of it is left as it is
+    assert str(simplify(E.floordiv(product + a, 2), RANGES)) == "a[xi]*-2147483648 // 2"
+    low = E.Min(a * 4 + 1, a * 4 + 3)
+    assert str(simplify(low, RANGES)) == str(low)
+    assert str(simplify(a * 2 + a * 3, RANGES)) == "a[xi]*5"
+    assert str(simplify(E.floordiv(xo * 64 + xi, 64), RANGES)) == "xo"

@@ -65,9 +65,13 @@ from . import units
 #: transformer models' kernels only softmax, the input's layout transform, attention and
 #: GELU epilogues compile differently without it, and no model measured slower. There is no
 #: ``-march=native``: the code may use only the features the target names, so that what an
-#: artifact needs is what its target says.
+#: artifact needs is what its target says. ``-fwrapv``: signed integer arithmetic wraps, as
+#: NumPy's (the reference's) does; without it an int32 product that overflows is undefined in
+#: C, and GCC, free to assume it does not, computed a fused ``(a * 2147483647) / -2`` chain
+#: differently from the same operators in separate kernels (fuzzing, seed 63008). Indices
+#: are unaffected where their ranges are known (static shapes: constant loop extents).
 BASE_FLAGS: tuple[str, ...] = (
-    "-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno",
+    "-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fwrapv",
 )
 
 
