@@ -65,13 +65,15 @@ from . import units
 #: transformer models' kernels only softmax, the input's layout transform, attention and
 #: GELU epilogues compile differently without it, and no model measured slower. There is no
 #: ``-march=native``: the code may use only the features the target names, so that what an
-#: artifact needs is what its target says. ``-fwrapv``: signed integer arithmetic wraps, as
-#: NumPy's (the reference's) does; without it an int32 product that overflows is undefined in
-#: C, and GCC, free to assume it does not, computed a fused ``(a * 2147483647) / -2`` chain
-#: differently from the same operators in separate kernels (fuzzing, seed 63008). Indices
-#: are unaffected where their ranges are known (static shapes: constant loop extents).
+#: artifact needs is what its target says. ``-fwrapv`` (signed overflow wraps, as NumPy's
+#: arithmetic does) is absent too: it made ResNet-50 1.12x and the BERT layer 1.08x slower
+#: (AVX-512 Xeon, 2026-11-30, `benchmarks/ab_checkouts.py`), since index arithmetic may then
+#: wrap as well. Integer values that overflow wrap instead because the emitter computes
+#: sums, differences and products of values read from memory in unsigned types
+#: (``c_family._wrapping``) and the loop-IR simplifier decides nothing on such values as if
+#: they were exact integers (fuzzing, seed 63008).
 BASE_FLAGS: tuple[str, ...] = (
-    "-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fwrapv",
+    "-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno",
 )
 
 
