@@ -44,7 +44,12 @@ from ....tir import expr as E
 from ....tir.mma import LANE_X, LANE_Y, TILE_COLS, TILE_ROWS, TILE_STEPS
 from ....tir.simplify import linear_form
 from ...schedule_rule import Config, ConfigSpace, Knob, KnobValue, ScheduleError, ScheduleRule
-from .default import DEFAULT_THREADS, accumulator_and_owner, arrange_elementwise, full_inputs
+from .default import (
+    DEFAULT_THREADS,
+    accumulator_and_owner,
+    arrange_elementwise,
+    compute_in_registers,
+)
 from .matmul import MAX_GRID_Z
 from .mma import (
     ASYNC_STAGES,
@@ -426,12 +431,7 @@ def _staged_tile(s: te.Schedule, anchor: Any, output: Any, warps_m: int, warps_n
     inner = [ni, oi] + ([xi] if xi is not None else [])
     step = warp_copy(owner, pixels * warps_m * warps_n, inner, vector=vector)
     if local is not None:
-        s[local].compute_at(owner, step)
-        s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
-        for source, readers in full_inputs(s, local, tuple(output.shape)):
-            copy = s.cache_read(source, "local", readers)
-            s[copy].compute_at(owner, step)
-            s[copy].vectorize(s[copy].op.axis[-1])
+        compute_in_registers(s, local, owner, step, tuple(output.shape))
     # a lane's first sum (images 2 tiles_n t4 apart, channels 2 tiles_m g apart) on the
     # fewest words per bank: the images' stride in the tile padded
     lanes = [divmod(lane, LANE_X) for lane in range(LANE_X * LANE_Y)]  # (g, t4)

@@ -112,11 +112,20 @@ def arrange_vectors(s: te.Schedule, tensor: Any, threads: int, elements: int,
     step_loop = _bind_steps(owner, steps, threads, elements)
     assert owner.leaf_iter_vars[-1] is lane  # the binding reorders only the steps' loops
     owner.vectorize(lane)
-    s[local].compute_at(owner, step_loop)
+    compute_in_registers(s, local, owner, step_loop, tuple(tensor.shape))
+
+
+def compute_in_registers(s: te.Schedule, local: Any, owner: te.Stage, step: Any,
+                         shape: tuple[Any, ...]) -> None:
+    """A thread's vector step of ``owner`` (its last loop vectorized) computed into the
+    registers of ``local`` (its ``cache_write``) at loop ``step``, each input of the result's
+    ``shape`` loaded whole into registers there (one vector load): what ``owner`` then
+    stores as one vector."""
+    s[local].compute_at(owner, step)
     s[local].unroll(s[local].op.axis[-1])  # its registers indexed by constants
-    for source, readers in full_inputs(s, local, tuple(tensor.shape)):
+    for source, readers in full_inputs(s, local, shape):
         copy = s.cache_read(source, "local", readers)
-        s[copy].compute_at(owner, step_loop)
+        s[copy].compute_at(owner, step)
         s[copy].vectorize(s[copy].op.axis[-1])
 
 
