@@ -465,7 +465,8 @@ def _simplify_minmax(e: E.BinaryOp, ranges: Ranges) -> E.PrimExpr:
 def _simplify_node(e: E.PrimExpr, ranges: Ranges, data: bool = False) -> E.PrimExpr | None:
     """One rewrite step on a node whose children are already simplified. ``data``: the node
     computes on values read from memory, whose integer arithmetic may have wrapped (as
-    NumPy's does, and the C that ``-fwrapv`` compiles): its sums and products are still
+    NumPy's does, and the C emitter's unsigned sums and products, ``c_family._wrapping``, do):
+    its sums and products are still
     canonicalised (a ring's laws hold modulo 2^n), but nothing that assumes exact integers
     is decided (``a * 2147483647 < 0`` is not ``a < 0`` once the product wraps)."""
     if isinstance(e, (E.Add, E.Sub, E.Mul)) and _is_index(e):
