@@ -65,13 +65,20 @@ _set = object.__setattr__
 #: Math intrinsics a :class:`Call` may name. Each takes float arguments of one dtype and
 #: returns that dtype. "round" rounds half to even (C ``nearbyint``); the rest are C99 <math.h>.
 #: (``exp_neg`` is exp(-x): the CPU code generator's form of exp(0 - x), which it computes
-#: without the negation; see opfusion.backend.cpu.vector_math.)
+#: without the negation; ``exp_normal`` is its form of ``opfusion.te.exp_normal``, exp or 0
+#: where that is subnormal; see opfusion.backend.cpu.vector_math.)
 #: ``dot4_u8s8(a, b)`` and ``dot2_s16(a, b)`` are the integer intrinsics: int32 words holding
 #: four bytes each (those of ``a`` unsigned, of ``b`` signed, byte 0 the lowest) or two signed
 #: 16-bit halves, and the int32 sum of their products, part by part: one lane of an x86 VNNI
 #: ``vpdpbusd`` or of a ``vpmaddwd`` (see :func:`dot4_u8s8`, :func:`dot2_s16`).
+#: Below this float32 argument, ``exp_normal`` (and ``opfusion.te.exp_normal``) is 0: exp(x)
+#: is then below the smallest normal float32, 2^-126 (ln 2^-126 = -87.336545; exp of this,
+#: float32(-87.3365) exactly, is just above it).
+EXP_NORMAL_BELOW = -87.33650207519531
+
 INTRINSICS: dict[str, int] = {
-    "exp": 1, "exp_neg": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
+    "exp": 1, "exp_neg": 1, "exp_normal": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1,
+    "log10": 1, "log1p": 1,
     "sqrt": 1, "tanh": 1, "erf": 1, "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
     "fabs": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1,
     "sinh": 1, "cosh": 1, "pow": 2, "atan2": 2, "fmod": 2, "dot4_u8s8": 2,

@@ -87,6 +87,7 @@ def _log(x: float) -> float:
 
 _INTRINSICS: dict[str, Any] = {
     "exp": _safe(math.exp), "exp_neg": _safe(lambda x: math.exp(-x)),
+    "exp_normal": _safe(lambda x: 0.0 if x < E.EXP_NORMAL_BELOW else math.exp(x)),
     "exp2": _safe(lambda x: 2.0 ** x), "expm1": _safe(math.expm1),
     "log": _log, "log2": _safe(lambda x: _log(x) / math.log(2)),
     "log10": _safe(lambda x: _log(x) / math.log(10)), "log1p": _safe(lambda x: _log(1 + x)),

@@ -15,7 +15,9 @@ in memory):
   rows read the last query and are cropped);
 - ``attention_max_lanes`` / ``attention_max``: each row's maximum of the scaled, biased
   scores, first as vector-wide partial maxima, then across the lanes;
-- ``attention_exp``: ``exp(score - max)`` (0 in the padding columns);
+- ``attention_exp``: ``exp(score - max)`` (0 in the padding columns, and where it is below
+  the normal floats: :func:`opfusion.te.exp_normal`, so that the products by the values
+  read no subnormal weight);
 - ``attention_sum_lanes`` / ``attention_sum``: their row sums, the same way;
 - ``attention_acc``: ``exp @ value`` over the real keys;
 - ``attention``: the accumulator divided by the row sum (normalized last, as flash attention
@@ -120,7 +122,7 @@ def attention(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
                         ATTN_MAX_LANES, ATTN_MAX)
 
     exps = te.compute((*batch, padded_rows, padded_keys),
-                      lambda *i: te.exp(biased(i) - _shift(peak, i[:-1])),
+                      lambda *i: te.exp_normal(biased(i) - _shift(peak, i[:-1])),
                       name="attention_exp", tag=ATTN_EXP)
     total = _lane_reduce(shape, padded_keys, lanes, lambda i: exps[tuple(i)], te.sum,
                          "attention_sum", ATTN_SUM_LANES, ATTN_SUM)

@@ -68,13 +68,17 @@ def _shift(peak: te.Tensor, row: Sequence[Any]) -> te.PrimExpr:
 def softmax(inputs: list[Any], attrs: Any, out_type: Any) -> te.Tensor:
     """exp(x - max) / sum(exp(x - max)) along ``axis``; the exponentials are a stage of their
     own (``norm_exp``), read by the sum and the result: exp costs more than a memory pass.
-    The sum accumulates in :func:`._util.sum_dtype`."""
+    The sum accumulates in :func:`._util.sum_dtype`. An exponential below the normal floats
+    is 0 (:func:`opfusion.te.exp_normal`): a weight under 2^-126 against a largest of 1,
+    whose products downstream would each take a microcode assist as a subnormal (Swin's
+    attention masks of -100)."""
     (data,) = inputs
     axis = normalize_axis_of(attrs.axis, data.ndim)
     peak = _row_max(data, axis, "softmax_max")
     acc = accumulator_dtype(data.dtype)
     exps = te.compute(data.shape,
-                      lambda *i: te.exp(te.cast(data[i] - _shift(peak, _drop(i, axis)), acc)),
+                      lambda *i: te.exp_normal(te.cast(data[i] - _shift(peak, _drop(i, axis)),
+                                                       acc)),
                       name="softmax_exp", tag=NORM_EXP)
     wide = sum_dtype(data.dtype)
     total = _row_sum(exps, axis, lambda i, x: te.cast(x, wide), "softmax_sum", NORM_SUM)

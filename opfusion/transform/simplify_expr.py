@@ -6,10 +6,12 @@ consecutive ones compose, and one that moves only axes of extent 1 is a reshape 
 ``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); an elementwise
 operator with a constant moves above a reshape that inserts unit axes (``add(reshape(x), c)``
 -> ``reshape(add(x, c'))``: a bias after the reshapes around a packed product of a batch of
-rows then follows the product and fuses into its epilogue); a ``take`` of one constant index
-moves before a transpose, and before a reshape that keeps the axis it takes (torch's split
-of ``nn.MultiheadAttention``'s projection into q, k and v then reads the projection, not a
-transposed copy of it); casts to the
+rows then follows the product and fuses into its epilogue), or above one that regroups the
+rows and keeps the last axis when the constant varies along that axis only (a bias after a
+product of a (1, 56, 56, 96) image's pixels, flattened to rows for its kernel); a ``take``
+of one constant index moves before a transpose, and before a reshape that keeps the axis it
+takes (torch's split of ``nn.MultiheadAttention``'s projection into q, k and v then reads
+the projection, not a transposed copy of it); casts to the
 same dtype go and a cast through a dtype that holds every value exactly is skipped; ``x *
 1``, ``x / 1``, ``x + 0``, ``x - 0`` and ``-(-x)`` become ``x``; a quantize step (``clip(round(x
 / s) + z)``) of dequantized codes (``(c - z) * s``) with the same scale and zero point gives
@@ -165,6 +167,13 @@ def _inserted_unit_axes(source: Sequence[int], result: Sequence[int]) -> list[in
     return inserted if j == len(source) else None
 
 
+def _keeps_last_axis(source: Sequence[int], result: Sequence[int]) -> bool:
+    """Whether a reshape of ``source`` to ``result`` only regroups the rows: both have at
+    least two axes and the same last one (``(3136, 96)`` -> ``(1, 56, 56, 96)``)."""
+    return (len(source) >= 2 and len(result) >= 2 and source[-1] == result[-1]
+            and tuple(source) != tuple(result))
+
+
 def _elementwise_before_reshape() -> PatternCallback:
     # add(reshape(x), c) -> reshape(add(x, c'))    (any of ELEMENTWISE_BINARY, either operand
     #                                               order; c a constant; the reshape inserts
@@ -190,8 +199,9 @@ def _elementwise_before_reshape() -> PatternCallback:
 def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
                 side: int) -> Expr | None:
     """``reshape(op(x, c'))`` for ``node = op(reshaped, const)`` (``side`` 1: ``op(const,
-    reshaped)``) when ``reshaped`` is a reshape of ``x`` that inserts unit axes and ``const``
-    a constant, else None. Only constants move: a computed operand would need a reshape of
+    reshaped)``) when ``reshaped`` is a reshape of ``x`` that inserts unit axes, or one that
+    keeps the last axis (:func:`_keeps_last_axis`) and ``const`` varies along it only, and
+    ``const`` a constant, else None. Only constants move: a computed operand would need a reshape of
     its own, which takes the operator from that operand's producer instead (a residual add
     between two products' results fuses with one or the other)."""
     if not (isinstance(reshaped, Call) and reshaped.op.name in RESHAPE_OPS
@@ -202,15 +212,22 @@ def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
     if (not isinstance(source, TensorType) or reshaped.checked_type != out
             or const.data.dtype != np.dtype(out.dtype) or len(const_shape) > len(out.shape)):
         return None  # the constant enlarges the result or changes its dtype
-    inserted = _inserted_unit_axes(source.shape, out.shape)
-    if inserted is None:
-        return None
-    # The constant right-aligned to the result has extent 1 at every inserted axis (it does
-    # not enlarge the result, whose extent there is 1): without them it aligns with x.
     full = (1,) * (len(out.shape) - len(const_shape)) + const_shape
-    shape = tuple(e for i, e in enumerate(full) if i not in inserted)
-    while len(shape) > len(const_shape) and shape[0] == 1:
-        shape = shape[1:]  # leading unit axes broadcast alike: keep the constant's rank
+    inserted = _inserted_unit_axes(source.shape, out.shape)
+    if inserted is not None:
+        # The constant right-aligned to the result has extent 1 at every inserted axis (it
+        # does not enlarge the result, whose extent there is 1): without them it aligns
+        # with x.
+        shape = tuple(e for i, e in enumerate(full) if i not in inserted)
+        while len(shape) > len(const_shape) and shape[0] == 1:
+            shape = shape[1:]  # leading unit axes broadcast alike: keep the constant's rank
+    elif _keeps_last_axis(source.shape, out.shape) and all(e == 1 for e in full[:-1]):
+        # Rows regrouped, the last axis kept (a packed product's rows flattened for its
+        # kernel, then given back their leading axes): a constant along the last axis only
+        # pairs with the same elements of every row either way.
+        shape = const_shape[-1:]
+    else:
+        return None
     if shape != const_shape:
         const = Constant(np.ascontiguousarray(const.data.reshape(shape)))
     operands = [reshaped.args[0], const] if side == 0 else [const, reshaped.args[0]]
@@ -224,9 +241,10 @@ def _elementwise_of_reshapes() -> PatternCallback:
     # add(reshape(x), reshape(y))    -> reshape(add(x, y))    (any elementwise or broadcasting
     # where(reshape(m), 0, reshape(x)) -> reshape(where(m, 0, x))   operator; x, y of one
     #                                                          shape; scalar constants stay)
-    # (every reshape inserts unit axes, as for elementwise_before_reshape): the chain of
-    # operators after a packed product of a batch of rows, and the product of two values of
-    # that chain (a quantized GELU), follow the product into its epilogue
+    # (every reshape inserts unit axes or keeps the last axis, as for
+    # elementwise_before_reshape): the chain of operators after a packed product of a batch
+    # of rows, and the product of two values of that chain (a quantized GELU), follow the
+    # product into its epilogue
     def movable(node: Expr) -> bool:
         return (isinstance(node, Call) and isinstance(node.op, Op)
                 and node.op.pattern <= OpPatternKind.kBroadcast
@@ -246,7 +264,8 @@ def _elementwise_of_reshapes() -> PatternCallback:
         (source,) = shapes
         if any(_shape_of(arg) != out.shape for arg in reshaped):
             return None  # an operand broadcasts: its elements do not pair up one to one
-        if _inserted_unit_axes(source, out.shape) is None:
+        if (_inserted_unit_axes(source, out.shape) is None
+                and not _keeps_last_axis(source, out.shape)):
             return None
         operands = [arg.args[0] if _is_reshape(arg) else arg for arg in post.args]
         return Call(get_op("reshape"), [Call(post.op, operands, post.attrs)],

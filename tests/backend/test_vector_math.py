@@ -219,3 +219,44 @@ def test_a_product_with_a_reciprocal_is_one_division():
         in_range = np.isfinite(np.exp(-values.astype("float64")).astype("float32"))
     assert ulps(got[in_range], exact[in_range]).max() <= 2
     np.testing.assert_array_equal(got[~in_range], reference[~in_range])
+
+
+def _te_kernel(fn, shape, vector):
+    """A kernel of ``fn`` on a float32 tensor of ``shape``, its inner loop in vectors of 16
+    (or scalar)."""
+    from opfusion import te
+
+    x = te.placeholder(shape, name="x", dtype="float32")
+    y = te.compute(shape, lambda i, j: fn(x[i, j]), name="y")
+    s = te.create_schedule(y.op)
+    if vector:
+        _, inner = s[y].split(y.op.axis[1], factor=16)
+        s[y].vectorize(inner)
+    return opf.build(s, [x, y]), y
+
+
+def test_exp_normal_is_exp_or_zero_below_the_normal_floats():
+    """te.exp_normal (softmax's and attention's weights): exp's bits, vector and scalar
+    alike, from EXP_NORMAL_BELOW up, 0 below it where exp gives a subnormal, never a
+    subnormal; one helper of the vector loop, not an exp and a select."""
+    from opfusion import te
+    from opfusion.tir.expr import EXP_NORMAL_BELOW
+
+    rng = np.random.default_rng(6)
+    values = np.concatenate([rng.uniform(-110, 89, 48 * 1024),
+                             np.linspace(-104, -87, 16 * 1024)]).astype("float32")
+    values[:len(SPECIALS)] = SPECIALS
+    values = values.reshape(64, 1024)
+    exact, _ = _te_kernel(te.exp, values.shape, vector=True)
+    want = np.empty_like(values)
+    exact(values, want)
+    want[values < np.float32(EXP_NORMAL_BELOW)] = 0.0
+    for vector in (True, False):
+        kernel, _ = _te_kernel(te.exp_normal, values.shape, vector)
+        got = np.empty_like(values)
+        kernel(values, got)
+        np.testing.assert_array_equal(got, want)
+        tiny = np.finfo(np.float32).tiny
+        assert not np.any((got != 0) & (np.abs(got) < tiny))
+        if vector:
+            assert "opf_exp_normal_float32x" in kernel.get_source()

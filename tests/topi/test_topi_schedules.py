@@ -220,10 +220,35 @@ def test_softmax_rows_take_their_maxima_and_exponentials_in_vectors(name):
     x = opf.var("x", shape=(1, 12, 128, 128))
     mod = IRModule.from_expr(Function([x], getattr(nn, name)(x, axis=3)))
     exe = opf.compile(mod)
-    assert f"{name}_max_lanes" in exe.source() and "opf_exp_float32x" in exe.source()
+    # (softmax's exponentials flushed below the normal floats: te.exp_normal)
+    helper = "opf_exp_normal_float32x" if name == "softmax" else "opf_exp_float32x"
+    assert f"{name}_max_lanes" in exe.source() and helper in exe.source()
     value = normal(1, 12, 128, 128) * 4
     value[0, 0, 0, :3] = [np.inf, -np.inf, np.nan]
     assert_close(exe(value), evaluate(mod, [value]))
+
+
+def test_softmax_weights_below_the_normal_floats_are_zero():
+    """Scores 88-104 below their row's largest give weights of 2^-150 to 2^-126: 0 rather
+    than subnormal (te.exp_normal), within 2^-126 of the reference; NaN and infinities as
+    there. Swin's attention masks of -100 made such weights, and each product of them by
+    the values a microcode assist."""
+    x = opf.var("x", shape=(4, 49))
+    mod = IRModule.from_expr(Function([x], nn.softmax(x, axis=1)))
+    exe = opf.compile(mod)
+    value = normal(4, 49)
+    value[0] = 0.0
+    value[0, ::2] = -92.0  # masked: e^-92 below the largest, subnormal in the reference
+    value[1, :5] = [-95.0, -88.0, -87.3, np.inf, 1.0]
+    value[2, :3] = [-np.inf, np.nan, 0.0]
+    with np.errstate(invalid="ignore"):  # the reference's row with +inf: NaN, as ours
+        got, want = exe(value), evaluate(mod, [value])
+    tiny = np.finfo(np.float32).tiny
+    assert np.all((got == 0) | (np.abs(got) >= tiny) | np.isnan(got))  # no subnormal
+    assert np.all(got[0, ::2] == 0) and np.all(want[0, ::2] > 0)
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6,
+                               atol=tiny)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])

@@ -137,8 +137,12 @@ def test_transposes_that_cancel_disappear():
 def test_a_transpose_of_axes_of_one_is_a_reshape():
     # torch's transpose(0, 1) of a batch of one around nn.MultiheadAttention: the same order
     x = opf.var("x", (197, 1, 768))
+    _check([x], opf.op.transpose(x, axes=[1, 0, 2]),
+           lambda x: opf.op.reshape(x, newshape=[1, 197, 768]))
+    # (an elementwise operator after it then moves above the reshape, which keeps the last
+    # axis)
     _check([x], opf.op.exp(opf.op.transpose(x, axes=[1, 0, 2])),
-           lambda x: opf.op.exp(opf.op.reshape(x, newshape=[1, 197, 768])))
+           lambda x: opf.op.reshape(opf.op.exp(x), newshape=[1, 197, 768]))
     y = opf.var("y", (1, 3, 1, 4))
     _check([y], opf.op.transpose(y, axes=[2, 1, 3, 0]),
            lambda y: opf.op.reshape(y, newshape=[1, 3, 4, 1]))
@@ -170,6 +174,26 @@ def test_a_bias_moves_above_a_reshape_that_inserts_unit_axes():
     _check([x], opf.op.divide(opf.const(scale), opf.op.expand_dims(x, axis=0)),
            lambda x: opf.op.reshape(opf.op.divide(opf.const(scale.reshape(1, 6)), x),
                                     newshape=[1, 4, 6]))
+
+
+def test_a_bias_moves_above_a_reshape_that_regroups_rows():
+    # a packed product of an image's pixels as rows (swin's and ConvNeXt's linear layers on
+    # (1, H, W, C)), reshaped back before its bias and GELU: all of it follows the product
+    x = opf.var("x", (12, 6))
+    bias = np.arange(6, dtype="float32")
+    _check([x], opf.op.add(opf.op.reshape(x, newshape=[1, 3, 4, 6]), opf.const(bias)),
+           lambda x: opf.op.reshape(opf.op.add(x, opf.const(bias)), newshape=[1, 3, 4, 6]))
+    scale = bias.reshape(1, 1, 6)
+    _check([x], opf.op.multiply(opf.const(scale), opf.op.reshape(x, newshape=[2, 6, 6])),
+           lambda x: opf.op.reshape(opf.op.multiply(opf.const(bias), x), newshape=[2, 6, 6]))
+    half = opf.const(np.float32(0.5))
+    r = opf.op.reshape(x, newshape=[1, 3, 4, 6])
+    _check([x], opf.op.multiply(opf.op.multiply(r, half), opf.op.erf(r)),
+           lambda x: opf.op.reshape(opf.op.multiply(opf.op.multiply(x, half), opf.op.erf(x)),
+                                    newshape=[1, 3, 4, 6]))
+    # a constant that varies along the regrouped rows stays below the reshape
+    rows = opf.const(np.ones((3, 1, 6), "float32"))
+    _unchanged([x], opf.op.add(opf.op.reshape(x, newshape=[1, 3, 4, 6]), rows))
 
 
 def test_elementwise_operators_stay_below_other_reshapes():

@@ -166,16 +166,16 @@ class CPUEmitter(CFamilyEmitter):
     # -- hooks of the C-family emitter ------------------------------------------------------
 
     def _call(self, node: E.Call, args: list[str]) -> str:
-        """The intrinsics :mod:`.vector_math` computes (float32 exp and exp_neg) by its scalar
-        helper, the same algorithm as the vector one; ``dot4_u8s8`` and ``dot2_s16`` by loops
-        over their parts; the rest as libm calls."""
+        """The intrinsics :mod:`.vector_math` computes (float32 exp, exp_neg, exp_normal) by
+        its scalar helper, the same algorithm as the vector one; ``dot4_u8s8`` and
+        ``dot2_s16`` by loops over their parts; the rest as libm calls."""
         if node.name in WORD_DOTS:
             self.need_helper(f"1_opf_{node.name}", WORD_DOTS[node.name]())
             return f"opf_{node.name}({args[0]}, {args[1]})"
         if node.dtype in HELPER_INTRINSICS.get(node.name, ()):
             name = f"opf_{node.name}_{node.dtype}"
             self.includes.add("string.h")
-            self.need_helper(f"1_{name}", scalar_exp_helper(name, node.name == "exp_neg"))
+            self.need_helper(f"1_{name}", scalar_exp_helper(name, node.name))
             return f"{name}({args[0]})"
         return super()._call(node, args)
 

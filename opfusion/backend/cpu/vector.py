@@ -42,6 +42,7 @@ from .loop_planning import (
     value_nodes,
 )
 from .vector_math import (
+    EXP_FORMS,
     WORD_DOTS,
     has_scalef,
     vector_dot2_helper,
@@ -166,7 +167,7 @@ class VectorEmitter:
             nan = " | (a != a)" if dtype.startswith("float") else ""
             text = (f"static inline {vt} {name}({vt} a, {vt} b) "
                     f"{{ return {select}((a {cmp} b){nan}, a, b); }}")
-        elif kind in ("exp", "exp_neg"):
+        elif kind in EXP_FORMS:
             self.c.includes.add("string.h")
             nbytes = lanes * VECTOR_DTYPES[dtype]
             scalef = self.target.has("avx512f") and has_scalef(nbytes)
@@ -174,7 +175,7 @@ class VectorEmitter:
                 self._include_intrinsics()
             text = vector_exp_helper(name, vt, self.vtype("int32", lanes),
                                      self.helper("splat", dtype, lanes), nbytes, scalef,
-                                     negated=kind == "exp_neg")
+                                     kind=kind)
         elif kind in ("sqrt", "round"):
             self.c.includes.add("math.h")
             base = "sqrt" if kind == "sqrt" else "nearbyint"

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 from ...tir import expr as E
 from ...tir import stmt as S
-from ...tir.simplify import map_nested, map_stmt
+from ...tir.simplify import map_nested, map_stmt, structural_equal
 
 #: Functions a vectorized loop computes in vectors, by the IR intrinsic's name, and the dtypes
 #: they cover: ``exp`` by the helpers here, ``sqrt`` lane by lane with libm's correctly
@@ -58,12 +58,14 @@ from ...tir.simplify import map_nested, map_stmt
 #: loop before); ``dot4_u8s8`` and ``dot2_s16`` by their helpers (VNNI's ``vpdpbusd``, the
 #: ``vpmaddwd`` of SSE2, AVX2 and AVX512-BW).
 VECTOR_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",),
+                                                 "exp_normal": ("float32",),
                                                  "sqrt": ("float32", "float64"),
                                                  "round": ("float32", "float64"),
                                                  "dot4_u8s8": ("int32",),
                                                  "dot2_s16": ("int32",)}
 #: Those whose scalar form is computed here as well (the rest are libm calls).
-HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",)}
+HELPER_INTRINSICS: dict[str, tuple[str, ...]] = {"exp": ("float32",), "exp_neg": ("float32",),
+                                                 "exp_normal": ("float32",)}
 
 # Cephes expf: ln 2 in two parts, and the polynomial for e^r - 1 - r over r^2.
 _LN2_HI = "0.693359375f"
@@ -98,15 +100,22 @@ class _Form(NamedTuple):
     log2e: str
 
 
-#: exp's form, and exp_neg's (by ``negated``): its mirror image, 0 above 103.98 and +inf
-#: below -89.
-_FORMS = {False: _Form(_ZERO_BELOW, "<", "_CMP_NLT_UQ", _HIGH, ">", "min", _LOG2E),
-          True: _Form("103.98f", ">", "_CMP_NGT_UQ", "-89.0f", "<", "max",
-                      "-1.44269504088896341f")}
+#: exp's form, exp_neg's: its mirror image, 0 above 103.98 and +inf below -89; and
+#: exp_normal's: exp's, 0 from where the result would be subnormal
+#: (:data:`opfusion.tir.expr.EXP_NORMAL_BELOW`), so that no lane is scaled into the
+#: subnormals (a microcode assist) and none comes out one (an assist in each product that
+#: reads it).
+_FORMS = {"exp": _Form(_ZERO_BELOW, "<", "_CMP_NLT_UQ", _HIGH, ">", "min", _LOG2E),
+          "exp_neg": _Form("103.98f", ">", "_CMP_NGT_UQ", "-89.0f", "<", "max",
+                           "-1.44269504088896341f"),
+          "exp_normal": _Form(f"{E.EXP_NORMAL_BELOW!r}f", "<", "_CMP_NLT_UQ", _HIGH, ">",
+                              "min", _LOG2E)}
+#: The intrinsics :func:`exp_body` computes.
+EXP_FORMS = tuple(_FORMS)
 
 
 def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] | None = None,
-             negated: bool = False) -> str:
+             kind: str = "exp") -> str:
     """The body of ``exp`` for a value type ``vt`` whose integer twin is ``it`` (float and
     int32_t for the scalar; the vector types otherwise): ``splat`` makes a constant of the
     type (None for the scalar). Selects are written with comparisons that give all-ones
@@ -118,18 +127,20 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
     bit, in about 20 instructions a vector instead of 30: 0.28 -> 0.17 ns an element on a
     Xeon, one core), and the clamp one min (see :func:`_avx512_clamp_and_scale`).
 
-    ``negated``: the body of ``exp_neg(x) = exp(0 - x)`` (a sigmoid's exp), without the
-    negation: the clamps mirrored, ``k`` rounded from ``x * -log2(e)``, and the reduction's
-    first step ``-(k ln2_hi) - v``, one fused negated multiply-subtract of the same value
-    as exp's ``(0 - v) - k ln2_hi``; the same bits as exp of the negation, an instruction
-    fewer."""
+    ``kind`` ``exp_neg``: the body of ``exp_neg(x) = exp(0 - x)`` (a sigmoid's exp), without
+    the negation: the clamps mirrored, ``k`` rounded from ``x * -log2(e)``, and the
+    reduction's first step ``-(k ln2_hi) - v``, one fused negated multiply-subtract of the
+    same value as exp's ``(0 - v) - k ln2_hi``; the same bits as exp of the negation, an
+    instruction fewer. ``exp_normal``: exp's body, 0 below
+    :data:`opfusion.tir.expr.EXP_NORMAL_BELOW` instead of -103.98."""
+    negated = kind == "exp_neg"
     def c(text: str) -> str:
         return text if splat is None else f"{splat}({text})"
 
     poly = c(_POLY[0])
     for coefficient in _POLY[1:]:
         poly = f"({poly} * r + {c(coefficient)})"
-    form = _FORMS[negated]
+    form = _FORMS[kind]
     zero, zero_side, bound, bound_side = form.zero, form.zero_side, form.bound, form.bound_side
     if splat is None:
         clamp = (f"float v = (x != x || x {zero_side} {zero}) ? 0.0f : x; "
@@ -168,7 +179,7 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
 
 
 def _avx512_clamp_and_scale(vt: str, c: Callable[[str], str], prefix: str, register: str,
-                            mask: str, form: _Form = _FORMS[False]) -> tuple[str, str]:
+                            mask: str, form: _Form = _FORMS["exp"]) -> tuple[str, str]:
     """exp's clamp and its scaling by ``2^k`` in AVX-512's instructions for vectors of type
     ``register`` (intrinsics ``prefix``_..., masks of type ``mask``). The clamp is a min
     above, whose operand order keeps a NaN (it returns its second operand when one is NaN),
@@ -187,9 +198,10 @@ def _avx512_clamp_and_scale(vt: str, c: Callable[[str], str], prefix: str, regis
     return clamp, result
 
 
-def scalar_exp_helper(name: str, negated: bool = False) -> str:
-    """``static inline float name(float x)``: the scalar form (of exp_neg with ``negated``)."""
-    body = exp_body("float", "int32_t", None, negated=negated)
+def scalar_exp_helper(name: str, kind: str = "exp") -> str:
+    """``static inline float name(float x)``: the scalar form of ``kind`` (one of
+    :data:`EXP_FORMS`)."""
+    body = exp_body("float", "int32_t", None, kind=kind)
     return f"static inline float {name}(float x) {{ {body} }}"
 
 
@@ -206,19 +218,19 @@ def has_scalef(nbytes: int) -> bool:
 
 
 def vector_exp_helper(name: str, vt: str, it: str, splat: str, nbytes: int = 0,
-                      scalef: bool = False, negated: bool = False) -> str:
+                      scalef: bool = False, kind: str = "exp") -> str:
     """``static inline vt name(vt x)``: the vector form (``it`` the int32 vector of as many
     lanes, ``splat`` the float splat helper). With ``scalef`` (a target with AVX-512, and a
     vector of ``nbytes`` that has the instruction), the scalef form where the compiler has
     the instruction set (see :func:`exp_body`), the plain one elsewhere: the same values."""
     plain = (f"static inline {vt} {name}({vt} x) "
-             f"{{ {exp_body(vt, it, splat, negated=negated)} }}")
+             f"{{ {exp_body(vt, it, splat, kind=kind)} }}")
     entry = _SCALEF.get(nbytes)
     if not scalef or entry is None:
         return plain
     prefix, register, mask, guard = entry
     fast = (f"static inline {vt} {name}({vt} x) "
-            f"{{ {exp_body(vt, it, splat, (prefix, register, mask), negated)} }}")
+            f"{{ {exp_body(vt, it, splat, (prefix, register, mask), kind)} }}")
     return f"#if {guard}\n{fast}\n#else\n{plain}\n#endif"
 
 
@@ -336,6 +348,9 @@ def _expansion(node: E.PrimExpr, lets: list[tuple[E.Var, E.PrimExpr]] | None
     negated = _exp_of_negation(node)
     if negated is not None:
         return E.Call("exp_neg", [negated], "float32")
+    flushed = _exp_normal_argument(node)
+    if flushed is not None:
+        return E.Call("exp_normal", [flushed], "float32")
     quotient = _times_reciprocal(node)
     if quotient is not None:
         return quotient
@@ -359,6 +374,21 @@ def _exp_of_negation(node: E.PrimExpr) -> E.PrimExpr | None:
         if _is_constant(argument.a, -1.0):
             return argument.b
     return None
+
+
+def _exp_normal_argument(node: E.PrimExpr) -> E.PrimExpr | None:
+    """``x`` where ``node`` is ``select(x < EXP_NORMAL_BELOW, 0, exp(x))`` in float32
+    (:func:`opfusion.te.exp_normal`), else None: computed as ``exp_normal(x)``, the same
+    values in one helper whose flushed lanes are never scaled into the subnormals."""
+    if not (isinstance(node, E.Select) and isinstance(node.condition, E.LT)
+            and _is_constant(node.condition.b, E.EXP_NORMAL_BELOW)
+            and _is_constant(node.true_value, 0.0)):
+        return None
+    exp = node.false_value
+    if not (isinstance(exp, E.Call) and exp.name == "exp" and exp.dtype == "float32"
+            and structural_equal(exp.args[0], node.condition.a)):
+        return None
+    return exp.args[0]
 
 
 def _is_constant(node: E.PrimExpr, value: float) -> bool:
