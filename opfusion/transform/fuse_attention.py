@@ -9,7 +9,9 @@ products, each an anchor of its own, and a softmax between them)::
 ``transpose_b``, which reads the keys as (..., Sk, D), gets a transpose of them, which fuses
 with their producer) with the scale as ``divide`` by a constant (BERT: sqrt of the head
 size), ``multiply`` by one (either side), or absent (a vision transformer that scales q and
-k before the product), and the ``add`` of a mask or bias optional (GPT's causal mask). This
+k before the product), and the ``add`` of a mask or bias optional (GPT's causal mask), or
+several in turn, summed into one (Swin's relative position bias, then its shifted windows'
+mask). This
 pass replaces each such chain by ``nn.attention(q, k_t, v, bias, scale=...)`` (bias a scalar
 0 when there is none), which the CPU backend computes a block of queries at a time with the
 block's scores in cache (see :mod:`opfusion.topi.nn_attention`). The reshapes and
@@ -61,6 +63,10 @@ class _fuse_attention_pass:  # noqa: N801 - a pass class, named like the others
 
 register_pass("FuseAttention", FuseAttention)
 
+#: Biases an attention chain may add to its scores one after another (Swin's shifted windows
+#: add two: the relative position bias and the windows' mask).
+MAX_BIASES = 4
+
 #: The products an attention chain is made of: ONNX's MatMul imports nn.matmul, TVM-style
 #: graphs use nn.batch_matmul (whose key is (B, Sk, D) by default: transpose_b).
 PRODUCTS = ("nn.matmul", "nn.batch_matmul")
@@ -107,7 +113,7 @@ class _AttentionFuser(ExprMutator):
         if match is None:
             return super().visit_call(call)
         query, key, value, bias, scale, keys_last = match
-        bias_arg = self.visit(bias) if bias is not None else Constant(np.zeros((), "float32"))
+        bias_arg = bias if bias is not None else Constant(np.zeros((), "float32"))
         key_arg = self.visit(key)
         if not keys_last:  # (..., Sk, D): the op reads (..., D, Sk); the transpose fuses
             rank = key.checked_type.ndim  # with the key's producer
@@ -129,13 +135,13 @@ class _AttentionFuser(ExprMutator):
         rank = scores.checked_type.ndim
         if probs.attrs.axis not in (-1, rank - 1):
             return None
-        bias = None
-        if _op_name(scores) == "add" and self._only_use(scores):
+        biases: list[Expr] = []  # outermost first
+        while _op_name(scores) == "add" and self._only_use(scores):
             first, second = scores.args
-            scaled, bias = (first, second) if self._scores_or_scaled(first) else (second, first)
-            if (not self._scores_or_scaled(scaled)
-                    or not _broadcasts_into(bias, scaled)):
+            scaled, bias = (first, second) if self._leads_to_scores(first) else (second, first)
+            if not self._leads_to_scores(scaled) or not _broadcasts_into(bias, scaled):
                 return None
+            biases.append(bias)
             scores = scaled
         scale = 1.0
         if _op_name(scores) in ("divide", "multiply") and self._only_use(scores):
@@ -152,9 +158,33 @@ class _AttentionFuser(ExprMutator):
         query, key = scores.args
         if min(query.checked_type.ndim, key.checked_type.ndim, value.checked_type.ndim) < 2:
             return None
-        if not _float32(query, key, value, *(() if bias is None else (bias,))):
+        if not _float32(query, key, value, *biases):
             return None
-        return query, key, value, bias, scale, not scores.attrs.transpose_b
+        return query, key, value, self._summed(biases), scale, not scores.attrs.transpose_b
+
+    def _summed(self, biases: list[Expr]) -> Expr | None:
+        """One bias from the ones added to the scores in turn (outermost first), summed
+        innermost first: Swin's relative position bias, then its shifted windows' mask. The
+        scores then take their sum in one addition rather than one at a time (they differ
+        by an ulp of the score where both are nonzero; a mask's zeros change nothing)."""
+        total: Expr | None = None
+        for bias in reversed(biases):
+            bias = self.visit(bias)
+            total = bias if total is None else Call(get_op("add"), [total, bias])
+        return total
+
+    def _leads_to_scores(self, expr: Expr) -> bool:
+        """Whether ``expr`` is the scores' product, a divide/multiply of it, or a chain of
+        adds (each with no other user) down to one of those: the side of an add that is not
+        a bias."""
+        work = [(expr, 0)]
+        while work:
+            node, depth = work.pop()
+            if self._scores_or_scaled(node):
+                return True
+            if _op_name(node) == "add" and self._only_use(node) and depth < MAX_BIASES:
+                work.extend((arg, depth + 1) for arg in node.args)
+        return False
 
     def _scores_or_scaled(self, expr: Expr) -> bool:
         """Whether ``expr`` is the scores' product, or a divide/multiply of it."""

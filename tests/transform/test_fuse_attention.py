@@ -69,6 +69,10 @@ FORMS = {
                    0.25, True),
     "scale on the left": (lambda q, k: opf.op.multiply(const([0.3]), nn.matmul(q, k)), 0.3,
                           False),
+    "swin bias and mask": (lambda q, k: opf.op.add(
+        opf.op.add(opf.op.multiply(nn.matmul(q, k), const(0.25)),
+                   const(normal(1, HEADS, TOKENS, TOKENS, seed=5))),
+        const(np.where(CAUSAL < 0, -100.0, 0.0))), 0.25, True),
     "vit pre-scaled": (lambda q, k: nn.matmul(opf.op.multiply(q, const([0.5])),
                                               opf.op.multiply(k, const([0.5]))), 1.0, False),
 }
@@ -164,3 +168,27 @@ def test_compile_fuses_attention_unless_the_strategy_fuses_nothing():
     with PassContext(opt_level=3, disabled_pass=["FuseAttention"]):
         exe = opf.compile(mod)
     assert "nn.attention" not in [op for step in exe.steps for op in step.group.op_names]
+
+
+def test_shifted_windows_take_their_bias_and_mask_in_one_attention():
+    """Swin's shifted-window attention: windows as the batch, a relative position bias by
+    head, then the windows' mask added through a reshape that splits the batch into images
+    and windows (which SimplifyExpr removes): one attention over the biases' sum, compiled
+    and checked against the reference; no weight is subnormal even where the mask of -100
+    makes it so in the reference."""
+    windows = 4
+    x = opf.var("x", shape=(windows, HEADS, TOKENS, HEAD))
+    k, v = const(normal(windows, HEADS, HEAD, TOKENS, seed=1)), const(
+        normal(windows, HEADS, TOKENS, HEAD, seed=2))
+    scores = opf.op.add(nn.matmul(opf.op.multiply(x, const(0.35)), k),
+                        const(normal(1, HEADS, TOKENS, TOKENS, seed=3)))
+    mask = np.zeros((1, windows, 1, TOKENS, TOKENS), "float32")
+    mask[0, 1:, :, :, : TOKENS // 2] = -100.0
+    split = opf.op.reshape(scores, newshape=[1, windows, HEADS, TOKENS, TOKENS])
+    merged = opf.op.reshape(opf.op.add(split, const(mask)),
+                            newshape=[-1, HEADS, TOKENS, TOKENS])
+    mod = IRModule.from_expr(Function([x], nn.matmul(nn.softmax(merged, axis=-1), v)))
+    exe = opf.compile(mod)
+    assert "attention" in exe.source() and "softmax" not in exe.source()
+    value = normal(windows, HEADS, TOKENS, HEAD, seed=4)
+    assert_close(exe.run([value])[0], evaluate(mod, [value]), 1e-5)
