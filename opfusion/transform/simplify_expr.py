@@ -168,10 +168,13 @@ def _inserted_unit_axes(source: Sequence[int], result: Sequence[int]) -> list[in
 
 
 def _keeps_last_axis(source: Sequence[int], result: Sequence[int]) -> bool:
-    """Whether a reshape of ``source`` to ``result`` only regroups the rows: both have at
-    least two axes and the same last one (``(3136, 96)`` -> ``(1, 56, 56, 96)``)."""
-    return (len(source) >= 2 and len(result) >= 2 and source[-1] == result[-1]
-            and tuple(source) != tuple(result))
+    """Whether a reshape of ``source`` to ``result`` gives a matrix's rows leading axes and
+    keeps its columns (``(3136, 96)`` -> ``(1, 56, 56, 96)``): what PackMatmulWeights puts
+    after a packed product of an image's pixels. Only matrices: an elementwise operator
+    moved above a reshape of other ranks would leave, say, a channel split of NCHW values
+    between its operands' reshapes (QDQ ShuffleNet's shuffles, whose dequantize steps must
+    stay next to the quantize steps they undo)."""
+    return (len(source) == 2 and len(result) > 2 and source[-1] == result[-1])
 
 
 def _elementwise_before_reshape() -> PatternCallback:

@@ -137,12 +137,8 @@ def test_transposes_that_cancel_disappear():
 def test_a_transpose_of_axes_of_one_is_a_reshape():
     # torch's transpose(0, 1) of a batch of one around nn.MultiheadAttention: the same order
     x = opf.var("x", (197, 1, 768))
-    _check([x], opf.op.transpose(x, axes=[1, 0, 2]),
-           lambda x: opf.op.reshape(x, newshape=[1, 197, 768]))
-    # (an elementwise operator after it then moves above the reshape, which keeps the last
-    # axis)
     _check([x], opf.op.exp(opf.op.transpose(x, axes=[1, 0, 2])),
-           lambda x: opf.op.reshape(opf.op.exp(x), newshape=[1, 197, 768]))
+           lambda x: opf.op.exp(opf.op.reshape(x, newshape=[1, 197, 768])))
     y = opf.var("y", (1, 3, 1, 4))
     _check([y], opf.op.transpose(y, axes=[2, 1, 3, 0]),
            lambda y: opf.op.reshape(y, newshape=[1, 3, 4, 1]))
@@ -191,9 +187,13 @@ def test_a_bias_moves_above_a_reshape_that_regroups_rows():
     _check([x], opf.op.multiply(opf.op.multiply(r, half), opf.op.erf(r)),
            lambda x: opf.op.reshape(opf.op.multiply(opf.op.multiply(x, half), opf.op.erf(x)),
                                     newshape=[1, 3, 4, 6]))
-    # a constant that varies along the regrouped rows stays below the reshape
+    # a constant that varies along the regrouped rows stays below the reshape, and so does
+    # one after a reshape of other values than a matrix (a channel split of NCHW values)
     rows = opf.const(np.ones((3, 1, 6), "float32"))
     _unchanged([x], opf.op.add(opf.op.reshape(x, newshape=[1, 3, 4, 6]), rows))
+    image = opf.var("image", (1, 4, 3, 6))
+    _unchanged([image], opf.op.add(opf.op.reshape(image, newshape=[1, 2, 2, 3, 6]),
+                                   opf.const(bias)))
 
 
 def test_elementwise_operators_stay_below_other_reshapes():
