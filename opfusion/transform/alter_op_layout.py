@@ -50,7 +50,8 @@ stride-1 convolutions with enough channels become ``nn.conv2d_winograd_nchwc`` o
 transformed by ``nn.winograd_weight_transform``
 (folded at compile time like the layout transforms): see ``AlterOpLayout.winograd`` for
 which, and :mod:`opfusion.opdefs._winograd` for the algorithm and its rounding. A grouped
-one whose groups are whole blocks and would each take Winograd alone (AlexNet's) becomes one
+one whose groups are whole blocks and would each take Winograd alone (AlexNet's), each with
+enough work for a kernel of its own (WINOGRAD_MIN_GROUP_MACS), becomes one
 Winograd convolution per group, each on a ``strided_slice`` of its group's input blocks,
 concatenated along the blocks.
 
@@ -112,6 +113,11 @@ register_pass_config(
 #: little.)
 WINOGRAD_MIN_SIZE = 8
 WINOGRAD_MIN_CHANNELS = 16
+#: Multiply-adds of one group below which a grouped convolution stays one direct kernel
+#: rather than one Winograd kernel per group (``_grouped_winograd``): each kernel is a
+#: parallel region of its own, and a group of 16 channels at 14 x 14 (RegNet's, ResNeXt's:
+#: 0.45 million) took 16 us, two thirds of it not arithmetic, 20-32 times a layer.
+WINOGRAD_MIN_GROUP_MACS = 1 << 20
 #: Whole vectors of output channels from which a convolution whose channels no vector
 #: divides is split in two (see ``_split_vector_channels``): SqueezeNet's 1000-channel
 #: classifier in blocks of 8 on AVX-512 took 0.82-0.89 ms, ONNX Runtime's in 1008 channels
@@ -613,6 +619,10 @@ class _LayoutRewriter:
         groups = attrs.groups
         per_in, per_out = data_type.shape[1] // groups, out_type.shape[1] // groups
         if per_in % in_block or per_out % out_block or weight_value.data.shape[1] != per_in:
+            return None
+        group_macs = per_in * per_out * int(np.prod(out_type.shape[2:])) \
+            * int(np.prod(weight_value.data.shape[2:]))
+        if group_macs < WINOGRAD_MIN_GROUP_MACS:
             return None
         tile = self._winograd_tile(
             call, TensorType(data_type.shape[:1] + (per_in,) + data_type.shape[2:],

@@ -292,6 +292,14 @@ def test_3x3_convolutions_with_enough_channels_run_winograd_f2_by_default():
                                              "nn.conv2d_winograd_nchwc")] == [4, 4]
 
 
+def test_grouped_convolutions_of_small_groups_stay_one_direct_kernel():
+    # RegNet's groups of 16 channels at 14 x 14: 0.45 million multiply-adds a group, less
+    # than a kernel of its own pays for (WINOGRAD_MIN_GROUP_MACS)
+    x = opf.var("x", shape=(1, 48, 14, 14))
+    func = laid_out(conv_bn_relu(x, 16, 48, 3, groups=3), AVX512, winograd="auto")
+    assert not calls(func, "nn.conv2d_winograd_nchwc") and len(calls(func, "nn.conv2d_nchwc")) == 1
+
+
 @pytest.mark.parametrize("shape, weight, attrs", [
     ((1, 32, 3, 3), (32, 32, 3, 3), {"padding": 1}),  # a 3x3 output: too small
     ((1, 8, 32, 32), (32, 8, 3, 3), {"padding": 1}),  # 8 input channels
@@ -327,7 +335,7 @@ def test_grouped_3x3_convolutions_of_whole_blocks_run_winograd_per_group(winogra
 
 
 def test_grouped_convolutions_whose_groups_split_blocks_stay_direct():
-    x = opf.var("x", shape=(1, 48, 14, 14))  # 3 groups of 16: blocks of 16 with AVX-512
+    x = opf.var("x", shape=(1, 48, 32, 32))  # 3 groups of 16: blocks of 16 with AVX-512
     y = conv_bn_relu(x, 16, 48, 3, groups=3)
     assert calls(laid_out(y, AVX512, winograd="auto"), "nn.conv2d_winograd_nchwc")
     y = conv_bn_relu(x, 12, 48, 3, groups=4)  # 12 a group: no whole blocks of 8 or 16
