@@ -356,6 +356,37 @@ def test_einsum(equation, shapes):
     check("Einsum", inputs, equation=equation)
 
 
+@pytest.mark.parametrize("equation, shapes", [
+    ("bghid,bghjd->bghij", [(1, 3, 2, 5, 4), (1, 3, 2, 6, 4)]),  # MaxViT's scores
+    ("bghij,bghjd->bghid", [(1, 3, 2, 5, 6), (1, 3, 2, 6, 4)]),  # and its weighted values
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("hbi,bhj->hji", [(2, 3, 4), (3, 2, 5)]),  # a transposed result: b summed
+    ("kb,bk->bb", None),
+])
+def test_einsum_of_a_batch_of_products_imports_as_a_product(equation, shapes):
+    """A two-operand einsum that is a batch of matrix products imports as nn.matmul between
+    transposes (a packed product, and FuseAttention's pattern); others stay einsum."""
+    if shapes is None:  # a repeated output letter: not even valid, the einsum op says so
+        with pytest.raises(OpfusionError, match="repeat"):
+            from_onnx(one_node("Einsum", {"a": randn(3, 2), "b": randn(2, 3)},
+                               equation=equation)[0])
+        return
+    inputs = {f"x{i}": randn(*shape, seed=i) for i, shape in enumerate(shapes)}
+    check("Einsum", inputs, equation=equation)
+    mod, _ = from_onnx(one_node("Einsum", inputs, equation=equation)[0])
+    assert "nn.matmul(" in str(mod) and "einsum(" not in str(mod)
+
+
+def test_einsum_products_that_broadcast_or_sum_alone_stay_einsum():
+    for equation, shapes in [("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]),  # b broadcasts
+                             ("ijl,jk->ik", [(3, 4, 2), (4, 5)]),  # l summed in one operand
+                             ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)])]:
+        inputs = {f"x{i}": randn(*shape, seed=i) for i, shape in enumerate(shapes)}
+        check("Einsum", inputs, equation=equation)
+        mod, _ = from_onnx(one_node("Einsum", inputs, equation=equation)[0])
+        assert "einsum(" in str(mod)
+
+
 # ---------------------------------------------------------------------------------------------
 # normalization
 

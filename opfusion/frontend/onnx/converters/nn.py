@@ -17,6 +17,7 @@ import numpy as np
 from .... import op
 from ....ir.expr import Constant, Expr
 from ....opdefs._nn_common import window_output_size
+from ....opdefs.einsum import parse_equation
 from ..registry import OnnxNode, converter
 from . import activation  # noqa: F401  (registers the activation and softmax converters)
 from ._common import filled
@@ -449,10 +450,58 @@ def gemm(node: OnnxNode) -> Expr:
 
 @converter("Einsum", since=12)
 def einsum(node: OnnxNode) -> Expr:
+    """A product of two operands (``"bhid,bhjd->bhij"``) as ``nn.matmul`` between transposes
+    (:func:`_einsum_as_matmul`); any other equation as ``einsum``."""
     equation = node.attr("equation")
     if not equation:
         raise node.error("attribute equation is required")
-    return op.einsum([node.input(i) for i in range(len(node.inputs))], equation=equation)
+    operands = [node.input(i) for i in range(len(node.inputs))]
+    if len(operands) == 2:
+        product = _einsum_as_matmul(operands[0], operands[1], equation)
+        if product is not None:
+            return product
+    return op.einsum(operands, equation=equation)
+
+
+def _einsum_as_matmul(a: Expr, b: Expr, equation: str) -> Expr | None:
+    """``einsum(a, b)`` as ``transpose(matmul(transpose(a), transpose(b)))`` (identity
+    transposes left out) where the equation is a batch of matrix products: every letter of
+    ``a`` and ``b`` is in the output or in both (the contraction), one letter each is the
+    rows (``a`` and the output only), the columns (``b`` and the output only) and the
+    contraction, and the rest are batch letters of equal extents in both; float operands of
+    one dtype. None otherwise. MaxViT writes its attention this way
+    (``torch.einsum("B G H I D, B G H J D -> B G H I J", q, k)``): as einsum each product
+    was a reduction kernel at 7 GFLOP/s, as a product it is a packed one, and the chain is
+    an attention that FuseAttention recognizes."""
+    try:
+        (ta, tb), out = parse_equation(equation)
+    except ValueError:
+        return None  # the einsum op reports it, naming the equation
+    # (parse_equation writes "..." as "."; such broadcast axes stay einsum's)
+    a_type, b_type = _type(a), _type(b)
+    if ("." in ta + tb or len(set(ta)) != len(ta) or len(set(tb)) != len(tb)
+            or a_type.dtype != b_type.dtype or a_type.dtype not in ("float32", "float64")
+            or len(ta) != len(a_type.shape) or len(tb) != len(b_type.shape)):
+        return None
+    rows = [c for c in out if c in ta and c not in tb]
+    cols = [c for c in out if c in tb and c not in ta]
+    depth = [c for c in ta if c in tb and c not in out]
+    batch = [c for c in out if c in ta and c in tb]
+    if (len(rows) != 1 or len(cols) != 1 or len(depth) != 1
+            or len(batch) + 2 != len(out) or len(ta) != len(batch) + 2
+            or len(tb) != len(batch) + 2):
+        return None
+    extent = {c: a_type.shape[i] for i, c in enumerate(ta)}
+    if any(b_type.shape[i] != extent.get(c, b_type.shape[i]) for i, c in enumerate(tb)):
+        return None  # a batch or contraction extent that broadcasts: einsum's own rules
+
+    def arranged(x: Expr, term: str, order: list[str]) -> Expr:
+        axes = [term.index(c) for c in order]
+        return x if axes == sorted(axes) else op.transpose(x, axes=axes)
+
+    product = op.nn.matmul(arranged(a, ta, [*batch, *rows, *depth]),
+                           arranged(b, tb, [*batch, *depth, *cols]))
+    return arranged(product, "".join([*batch, *rows, *cols]), list(out))
 
 
 # ---------------------------------------------------------------------------------------------
