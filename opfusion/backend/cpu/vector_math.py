@@ -19,6 +19,11 @@ mask, which leaves those lanes unscaled): a multiplication whose result
 falls below the normal range takes a microcode assist on Intel cores, and softmax's masked
 (-inf) scores made a third of an attention kernel's time of them.
 
+``select(x < EXP_NORMAL_BELOW, 0, exp(x))`` (``opfusion.te.exp_normal``: softmax's and
+attention's weights, 0 where they would be subnormal) is ``exp_normal(x)``: exp with its zero
+threshold at -87.3365, so that no lane is scaled into the subnormals and none leaves one for
+the products that read it (a microcode assist each).
+
 ``exp(0 - x)`` and ``exp(-1 * x)`` (a sigmoid's, an exported Exp(Neg(x))) are ``exp_neg(x)``:
 the same algorithm with its clamps mirrored and the negation folded into the reduction's
 multiply-adds, the same bits in an instruction fewer; and ``a * (1 / b)`` in floats (SiLU's
@@ -134,6 +139,7 @@ def exp_body(vt: str, it: str, splat: str | None, scalef: tuple[str, str, str] |
     instruction fewer. ``exp_normal``: exp's body, 0 below
     :data:`opfusion.tir.expr.EXP_NORMAL_BELOW` instead of -103.98."""
     negated = kind == "exp_neg"
+
     def c(text: str) -> str:
         return text if splat is None else f"{splat}({text})"
 
@@ -304,7 +310,8 @@ _EXPANSIONS = {"tanh": tanh_expr, "erf": erf_expr}
 
 def expand_intrinsics(func: S.PrimFunc) -> S.PrimFunc:
     """``func`` with its float32 tanh and erf calls rewritten into exp, its exps of a negation
-    into exp_neg and its products with a reciprocal into quotients. In a store, each
+    into exp_neg, its exps flushed below the normal floats into exp_normal and its products
+    with a reciprocal into quotients. In a store, each
     call's argument is bound by a let first, so that the selects of the expansion choose
     between values, not loads (a vector select of loads would not be planned: a load in a
     branch may be a guarded out-of-bounds read)."""
