@@ -292,6 +292,21 @@ def test_3x3_convolutions_with_enough_channels_run_winograd_f2_by_default():
                                              "nn.conv2d_winograd_nchwc")] == [4, 4]
 
 
+def test_a_grouped_convolution_reblocks_data_whose_blocks_straddle_its_groups():
+    # RegNetX's 7 x 7 layers: 16-channel blocks from the 1x1 before, groups of 24 channels;
+    # the input is re-blocked by 8 rather than the convolution run in NCHW
+    x = opf.var("x", shape=(1, 48, 28, 28))
+    y = conv_bn_relu(conv_bn_relu(x, 48, 48, 1, kernel=1), 24, 48, 2, groups=2)
+    func = laid_out(y, AVX512)
+    (grouped,) = [c for c in calls(func, "nn.conv2d_nchwc") if c.attrs.groups == 2]
+    assert not calls(func, "nn.conv2d") and grouped.attrs.data_layout == "NCHW8c"
+    mod = IRModule.from_expr(Function([x], y))
+    value = normal(1, 48, 28, 28, seed=7)
+    with AVX512 if not AVX512.missing_on_host() else AVX2:
+        exe = opf.compile(mod)
+    assert_close(exe(value), evaluate(mod, [value]), 1e-5)
+
+
 def test_grouped_convolutions_of_small_groups_stay_one_direct_kernel():
     # RegNet's groups of 16 channels at 14 x 14: 0.45 million multiply-adds a group, less
     # than a kernel of its own pays for (WINOGRAD_MIN_GROUP_MACS)
