@@ -6,8 +6,8 @@ consecutive ones compose, and one that moves only axes of extent 1 is a reshape 
 ``transpose(0, 1)`` of a batch of one, around ``nn.MultiheadAttention``); an elementwise
 operator with a constant moves above a reshape that inserts unit axes (``add(reshape(x), c)``
 -> ``reshape(add(x, c'))``: a bias after the reshapes around a packed product of a batch of
-rows then follows the product and fuses into its epilogue), or above one that regroups the
-rows and keeps the last axis when the constant varies along that axis only (a bias after a
+rows then follows the product and fuses into its epilogue), or above one that gives a
+matrix's rows leading axes when the constant varies along the columns only (a bias after a
 product of a (1, 56, 56, 96) image's pixels, flattened to rows for its kernel); a ``take``
 of one constant index moves before a transpose, and before a reshape that keeps the axis it
 takes (torch's split of ``nn.MultiheadAttention``'s projection into q, k and v then reads
@@ -202,9 +202,9 @@ def _elementwise_before_reshape() -> PatternCallback:
 def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
                 side: int) -> Expr | None:
     """``reshape(op(x, c'))`` for ``node = op(reshaped, const)`` (``side`` 1: ``op(const,
-    reshaped)``) when ``reshaped`` is a reshape of ``x`` that inserts unit axes, or one that
-    keeps the last axis (:func:`_keeps_last_axis`) and ``const`` varies along it only, and
-    ``const`` a constant, else None. Only constants move: a computed operand would need a reshape of
+    reshaped)``) when ``const`` is a constant and ``reshaped`` a reshape of ``x`` that
+    inserts unit axes, or one that gives a matrix's rows leading axes
+    (:func:`_keeps_last_axis`) where ``const`` varies along the columns only; else None. Only constants move: a computed operand would need a reshape of
     its own, which takes the operator from that operand's producer instead (a residual add
     between two products' results fuses with one or the other)."""
     if not (isinstance(reshaped, Call) and reshaped.op.name in RESHAPE_OPS
@@ -225,9 +225,9 @@ def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
         while len(shape) > len(const_shape) and shape[0] == 1:
             shape = shape[1:]  # leading unit axes broadcast alike: keep the constant's rank
     elif _keeps_last_axis(source.shape, out.shape) and all(e == 1 for e in full[:-1]):
-        # Rows regrouped, the last axis kept (a packed product's rows flattened for its
-        # kernel, then given back their leading axes): a constant along the last axis only
-        # pairs with the same elements of every row either way.
+        # A matrix's rows given leading axes (a packed product's rows, flattened for its
+        # kernel): a constant along the columns only pairs with the same elements of every
+        # row either way.
         shape = const_shape[-1:]
     else:
         return None
@@ -244,7 +244,7 @@ def _elementwise_of_reshapes() -> PatternCallback:
     # add(reshape(x), reshape(y))    -> reshape(add(x, y))    (any elementwise or broadcasting
     # where(reshape(m), 0, reshape(x)) -> reshape(where(m, 0, x))   operator; x, y of one
     #                                                          shape; scalar constants stay)
-    # (every reshape inserts unit axes or keeps the last axis, as for
+    # (every reshape inserts unit axes or gives a matrix's rows leading axes, as for
     # elementwise_before_reshape): the chain of operators after a packed product of a batch
     # of rows, and the product of two values of that chain (a quantized GELU), follow the
     # product into its epilogue
