@@ -204,9 +204,10 @@ def _move_below(node: Expr, reshaped: Expr, const: Expr, out: TensorType,
     """``reshape(op(x, c'))`` for ``node = op(reshaped, const)`` (``side`` 1: ``op(const,
     reshaped)``) when ``const`` is a constant and ``reshaped`` a reshape of ``x`` that
     inserts unit axes, or one that gives a matrix's rows leading axes
-    (:func:`_keeps_last_axis`) where ``const`` varies along the columns only; else None. Only constants move: a computed operand would need a reshape of
-    its own, which takes the operator from that operand's producer instead (a residual add
-    between two products' results fuses with one or the other)."""
+    (:func:`_keeps_last_axis`) where ``const`` varies along the columns only; else None.
+    Only constants move: a computed operand would need a reshape of its own, which takes
+    the operator from that operand's producer instead (a residual add between two products'
+    results fuses with one or the other)."""
     if not (isinstance(reshaped, Call) and reshaped.op.name in RESHAPE_OPS
             and isinstance(const, Constant)):
         return None
