@@ -221,9 +221,9 @@ def test_a_product_with_a_reciprocal_is_one_division():
     np.testing.assert_array_equal(got[~in_range], reference[~in_range])
 
 
-def _te_kernel(fn, shape, vector):
+def _te_kernel(fn, shape, vector, target=None):
     """A kernel of ``fn`` on a float32 tensor of ``shape``, its inner loop in vectors of 16
-    (or scalar)."""
+    (or scalar), for ``target`` (default: the host)."""
     from opfusion import te
 
     x = te.placeholder(shape, name="x", dtype="float32")
@@ -232,7 +232,7 @@ def _te_kernel(fn, shape, vector):
     if vector:
         _, inner = s[y].split(y.op.axis[1], factor=16)
         s[y].vectorize(inner)
-    return opf.build(s, [x, y]), y
+    return opf.build(s, [x, y], target=target), y
 
 
 def test_exp_normal_is_exp_or_zero_below_the_normal_floats():
@@ -251,8 +251,11 @@ def test_exp_normal_is_exp_or_zero_below_the_normal_floats():
     want = np.empty_like(values)
     exact(values, want)
     want[values < np.float32(EXP_NORMAL_BELOW)] = 0.0
-    for vector in (True, False):
-        kernel, _ = _te_kernel(te.exp_normal, values.shape, vector)
+    avx2 = opf.Target("c -mattr=+avx2,+fma")  # the plain vector form, without scalef
+    for vector, target in ((True, None), (False, None), (True, avx2)):
+        if target is not None and target.missing_on_host():
+            continue
+        kernel, _ = _te_kernel(te.exp_normal, values.shape, vector, target)
         got = np.empty_like(values)
         kernel(values, got)
         np.testing.assert_array_equal(got, want)
