@@ -620,9 +620,9 @@ class _LayoutRewriter:
         per_in, per_out = data_type.shape[1] // groups, out_type.shape[1] // groups
         if per_in % in_block or per_out % out_block or weight_value.data.shape[1] != per_in:
             return None
-        group_macs = per_in * per_out * int(np.prod(out_type.shape[2:])) \
-            * int(np.prod(weight_value.data.shape[2:]))
-        if group_macs < WINOGRAD_MIN_GROUP_MACS:
+        weight_type = _tensor(call.args[1])
+        if weight_type is None or _macs(out_type, weight_type) // groups \
+                < WINOGRAD_MIN_GROUP_MACS:
             return None
         tile = self._winograd_tile(
             call, TensorType(data_type.shape[:1] + (per_in,) + data_type.shape[2:],

@@ -138,8 +138,13 @@ class _AttentionFuser(ExprMutator):
         biases: list[Expr] = []  # outermost first
         while _op_name(scores) == "add" and self._only_use(scores):
             first, second = scores.args
-            scaled, bias = (first, second) if self._leads_to_scores(first) else (second, first)
-            if not self._leads_to_scores(scaled) or not _broadcasts_into(bias, scaled):
+            if self._leads_to_scores(first):
+                scaled, bias = first, second
+            elif self._leads_to_scores(second):
+                scaled, bias = second, first
+            else:
+                return None
+            if not _broadcasts_into(bias, scaled):
                 return None
             biases.append(bias)
             scores = scaled
